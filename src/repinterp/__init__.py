@@ -1,0 +1,1 @@
+"""Representative interpretations of convolutional neural networks."""

@@ -1,0 +1,5 @@
+"""The `repinterp` command."""
+
+
+def main() -> None:
+    raise SystemExit("repinterp: not built yet")

@@ -1,0 +1,93 @@
+"""Linear boundaries of a piecewise-linear head ``G`` (Eq. 2 of the paper), batched."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+__all__ = ["Boundaries", "compute_boundaries", "project"]
+
+
+@dataclass
+class Boundaries:
+    """A set ``Q`` of hyperplanes ``<W_h, t> + b_h = 0`` in feature-map space.
+
+    Attributes:
+        weight: ``W``, |Q| x K x h x w (the feature map's shape).
+        bias: ``b``, |Q|.
+        top_classes: |Q| x 2, the classes ``c1, c2`` whose score difference each boundary is.
+    """
+
+    weight: Tensor
+    bias: Tensor
+    top_classes: Tensor
+
+    def __len__(self) -> int:
+        return self.bias.shape[0]
+
+    def to(self, device: torch.device | str) -> Boundaries:
+        return Boundaries(self.weight.to(device), self.bias.to(device), self.top_classes.to(device))
+
+    @staticmethod
+    def concat(parts: Sequence[Boundaries]) -> Boundaries:
+        """The boundaries of ``parts``, one after another."""
+        return Boundaries(
+            torch.cat([p.weight for p in parts]),
+            torch.cat([p.bias for p in parts]),
+            torch.cat([p.top_classes for p in parts]),
+        )
+
+    def select(self, indices: Tensor) -> Boundaries:
+        """The boundaries at ``indices``, in that order."""
+        return Boundaries(self.weight[indices], self.bias[indices], self.top_classes[indices])
+
+
+def compute_boundaries(head: nn.Module, features: Tensor) -> Boundaries:
+    """Eq. 2 for each feature map ``t'`` in ``features``, with one backward pass.
+
+    ``W = d(G_c1 - G_c2)/dt`` at ``t'`` and ``b = (G_c1 - G_c2)(t') - <W, t'>``, where
+    ``c1, c2`` are the top-2 classes of ``G(t')``. Samples do not interact in ``G`` (eval mode),
+    so the gradient of the summed differences gives every per-sample gradient at once.
+
+    Args:
+        head: ``G``, feature maps N x K x h x w -> logits N x classes (at least 2).
+        features: N x K x h x w.
+
+    Returns:
+        N boundaries, on the device and in the dtype of ``features``.
+    """
+    t = features.detach().clone().requires_grad_(True)
+    with torch.enable_grad():
+        logits = head(t)
+        if logits.ndim != 2 or logits.shape[1] < 2:
+            raise ValueError(
+                "the head must give N x classes logits with >= 2 classes, "
+                f"got {tuple(logits.shape)}"
+            )
+        top = logits.topk(2, dim=1)
+        diff = top.values[:, 0] - top.values[:, 1]
+        (weight,) = torch.autograd.grad(diff.sum(), t)
+    bias = diff.detach() - (weight * t.detach()).flatten(1).sum(1)
+    return Boundaries(weight=weight.detach(), bias=bias, top_classes=top.indices.detach())
+
+
+def project(features: Tensor, boundaries: Boundaries) -> Tensor:
+    """Signed projections ``s[n, h] = <W_h, t_n> + b_h``.
+
+    Args:
+        features: N x K x h x w.
+        boundaries: |Q| boundaries of the same feature shape.
+
+    Returns:
+        N x |Q|.
+    """
+    if features.shape[1:] != boundaries.weight.shape[1:]:
+        raise ValueError(
+            f"feature maps of shape {tuple(features.shape[1:])} do not match the boundaries' "
+            f"{tuple(boundaries.weight.shape[1:])}"
+        )
+    w = boundaries.weight.flatten(1).to(features.dtype)
+    return torch.addmm(boundaries.bias.to(features.dtype), features.flatten(1), w.T)

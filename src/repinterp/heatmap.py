@@ -1,0 +1,97 @@
+"""Heat maps of a polytope ``P(x)`` (§5.1 of the paper) and overlays for display."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from .boundaries import Boundaries
+
+__all__ = ["EPS", "channel_weights", "heatmaps", "normalize_maps", "overlay"]
+
+EPS = 1e-7
+
+
+def channel_weights(boundaries: Boundaries, input_sides: Tensor) -> Tensor:
+    """Channel weights ``alpha`` of each boundary of ``P(x)``.
+
+    Each ``W`` is flipped so that the input lies on its positive side (an input exactly on a
+    boundary keeps ``W`` as it is); ``alpha_k`` is the mean of ``W`` over channel ``k``'s
+    spatial positions.
+
+    Args:
+        boundaries: the |P| boundaries of ``P(x)``, weights |P| x K x h x w.
+        input_sides: |P| signs of the input on them (-1, 0 or 1).
+
+    Returns:
+        |P| x K.
+    """
+    if boundaries.weight.ndim != 4:
+        raise ValueError(
+            "heat maps need K x h x w feature maps; this target layer gives shape "
+            f"{tuple(boundaries.weight.shape[1:])}"
+        )
+    flip = torch.where(input_sides < 0, -1.0, 1.0).to(boundaries.weight.dtype)
+    return boundaries.weight.flatten(2).mean(2) * flip.unsqueeze(1)
+
+
+def normalize_maps(maps: Tensor) -> Tensor:
+    """``(m - min) / (max - min + 1e-7)`` over the last two dimensions."""
+    flat = maps.flatten(-2)
+    low = flat.min(-1, keepdim=True).values
+    high = flat.max(-1, keepdim=True).values
+    return ((flat - low) / (high - low + EPS)).view_as(maps)
+
+
+def heatmaps(
+    features: Tensor,
+    alphas: Tensor,
+    size: tuple[int, int],
+    max_elements: int = 1 << 25,
+) -> Tensor:
+    """Heat maps of one polytope on N images, reusing its channel weights.
+
+    For each boundary: ``ReLU(sum_k alpha_k t_k)``, upsampled bilinearly (align_corners=False)
+    to ``size`` and min-max normalised; the polytope's map is the mean over its boundaries.
+
+    Args:
+        features: N x K x h x w feature maps ``psi`` of the images.
+        alphas: |P| x K channel weights (|P| >= 1).
+        size: the images' H, W.
+        max_elements: images are processed in chunks of at most this many N x |P| x H x W cells.
+
+    Returns:
+        N x H x W in [0, 1].
+    """
+    if alphas.shape[0] == 0:
+        raise ValueError("P(x) is empty: there is no boundary to draw a heat map from")
+    chunk = max(1, max_elements // (alphas.shape[0] * size[0] * size[1]))
+    out = []
+    for part in features.split(chunk):
+        raw = torch.relu(torch.einsum("pk,nkij->npij", alphas.to(part.dtype), part))
+        up = F.interpolate(raw, size=size, mode="bilinear", align_corners=False)
+        out.append(normalize_maps(up).mean(1))
+    return torch.cat(out) if out else features.new_zeros(0, *size)
+
+
+def overlay(image: Tensor, heat: Tensor, alpha: float = 0.5, cmap: str = "jet") -> np.ndarray:
+    """An RGB overlay of a heat map on an image, for display.
+
+    Args:
+        image: C x H x W in [0, 1] pixel space (C = 1 or 3).
+        heat: H x W in [0, 1].
+        alpha: weight of the heat map.
+        cmap: a matplotlib colormap name.
+
+    Returns:
+        H x W x 3 float array in [0, 1].
+    """
+    from matplotlib import colormaps
+
+    rgb = image.detach().cpu().float().clamp(0, 1)
+    if rgb.shape[0] == 1:
+        rgb = rgb.expand(3, -1, -1)
+    colour = colormaps[cmap](heat.detach().cpu().float().numpy())[..., :3]
+    return (1 - alpha) * rgb.permute(1, 2, 0).numpy() + alpha * colour

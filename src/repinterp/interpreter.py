@@ -1,0 +1,356 @@
+"""``RepresentativeInterpreter`` (fit, then explain) and the ``Interpretation`` it returns."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from .boundaries import project
+from .cover import greedy_cover, sides
+from .heatmap import channel_weights, heatmaps
+from .index import (
+    IndexLoadError,
+    Reference,
+    ReferenceIndex,
+    build_index,
+    check_images,
+)
+from .model import model_fingerprint, split_model
+
+__all__ = ["Interpretation", "RepresentativeInterpreter"]
+
+
+def _model_device(model: nn.Module) -> torch.device:
+    for tensor in (*model.parameters(), *model.buffers()):
+        return tensor.device
+    return torch.device("cpu")
+
+
+class RepresentativeInterpreter:
+    """Finds representative interpretations of a CNN classifier (Lam, Chu et al., ICCV 2021).
+
+    ``fit`` samples ``|Q|`` linear boundaries of the head ``G`` from the reference set and indexes
+    every reference image's side of them; ``explain`` solves Algorithm 1 for an input and returns
+    its polytope ``P(x)`` as an :class:`Interpretation`.
+
+    Args:
+        model: a classifier in eval mode, N x C x H x W -> N x classes logits.
+        target_layer: where ``psi`` ends: a name from ``model.named_modules()`` or the module.
+        n_boundaries: ``|Q|``, the number of sampled boundaries.
+        seed: seeds the sample of ``Q``.
+        device: where to compute; None means the model's device (the model is moved otherwise).
+        batch_size: images per forward pass.
+        allow_nonlinear_head: accept a head that is not piecewise linear.
+        progress: show progress bars.
+        num_workers: DataLoader workers when the reference set is a Dataset.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        target_layer: str | nn.Module,
+        n_boundaries: int = 50,
+        seed: int = 0,
+        device: str | torch.device | None = None,
+        batch_size: int = 64,
+        allow_nonlinear_head: bool = False,
+        progress: bool = True,
+        num_workers: int = 0,
+    ) -> None:
+        if model.training:
+            raise ValueError("the model is in training mode: call model.eval() first")
+        if n_boundaries < 1:
+            raise ValueError(f"n_boundaries must be >= 1, got {n_boundaries}")
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        self.device = torch.device(device) if device is not None else _model_device(model)
+        self.model = model.to(self.device)
+        self.split = split_model(model, target_layer, allow_nonlinear_head)
+        self.target_layer = self.split.layer
+        self.n_boundaries = n_boundaries
+        self.seed = seed
+        self.batch_size = batch_size
+        self.allow_nonlinear_head = allow_nonlinear_head
+        self.progress = progress
+        self.num_workers = num_workers
+        self.index: ReferenceIndex | None = None
+
+    # ------------------------------------------------------------------ fitting
+    def fit(
+        self, reference: Reference, class_names: list[str] | None = None
+    ) -> RepresentativeInterpreter:
+        """Sample ``Q`` and index the reference set.
+
+        Args:
+            reference: N x C x H x W tensor, or a Dataset of images or ``(image, label)``.
+            class_names: optional names of the classes, kept in the index.
+
+        Returns:
+            self.
+        """
+        index = build_index(
+            self.split,
+            reference,
+            n_boundaries=self.n_boundaries,
+            seed=self.seed,
+            batch_size=self.batch_size,
+            device=self.device,
+            progress=self.progress,
+            num_workers=self.num_workers,
+        )
+        if len(index.boundaries) < self.n_boundaries:
+            import warnings
+
+            warnings.warn(
+                f"n_boundaries={self.n_boundaries} > |R|={len(index)}: Q has "
+                f"{len(index.boundaries)} boundaries, one per reference image",
+                stacklevel=2,
+            )
+        if class_names is not None and len(class_names) != index.n_classes:
+            raise ValueError(
+                f"{len(class_names)} class names given for a model with {index.n_classes} classes"
+            )
+        index.meta = {
+            "target_layer": self.target_layer,
+            "seed": self.seed,
+            "requested_boundaries": self.n_boundaries,
+            "model_class": type(self.model).__name__,
+            "model_fingerprint": model_fingerprint(self.model),
+            "class_names": class_names,
+        }
+        self.index = index
+        return self
+
+    @property
+    def fitted_index(self) -> ReferenceIndex:
+        """The index; raises if ``fit`` (or ``load``) has not been called."""
+        if self.index is None:
+            raise RuntimeError("the interpreter is not fitted: call fit(reference) first")
+        return self.index
+
+    @property
+    def boundary_sources(self) -> Tensor:
+        """Reference indices of the images behind ``Q``, in ``Q``'s order."""
+        return self.fitted_index.sources
+
+    @property
+    def class_names(self) -> list[str] | None:
+        return self.fitted_index.meta.get("class_names")
+
+    # ------------------------------------------------------------------ features
+    def _check(self, images: Tensor) -> Tensor:
+        check_images(images, self.fitted_index.input_shape)
+        return images
+
+    @torch.inference_mode()
+    def features(self, images: Tensor) -> Tensor:
+        """``psi(images)``: N x C x H x W -> N x K x h x w, in batches, on the device."""
+        self._check(images)
+        parts = [
+            self.split.psi(images[i : i + self.batch_size].to(self.device))
+            for i in range(0, images.shape[0], self.batch_size)
+        ]
+        return torch.cat(parts)
+
+    @torch.inference_mode()
+    def _forward(self, images: Tensor) -> tuple[Tensor, Tensor]:
+        """Logits (N x classes) and projections on ``Q`` (N x |Q|) of ``images``."""
+        index = self.fitted_index
+        self._check(images)
+        logits, proj = [], []
+        for i in range(0, images.shape[0], self.batch_size):
+            t = self.split.psi(images[i : i + self.batch_size].to(self.device))
+            logits.append(self.split.head(t))
+            proj.append(project(t, index.boundaries))
+        return torch.cat(logits), torch.cat(proj)
+
+    # ------------------------------------------------------------------ explaining
+    def explain(self, image: Tensor) -> Interpretation:
+        """Interpret one image (C x H x W, normalised as the model expects)."""
+        if not isinstance(image, Tensor) or image.ndim != 3:
+            shape = tuple(image.shape) if isinstance(image, Tensor) else type(image).__name__
+            raise ValueError(f"explain takes one C x H x W image, got {shape}")
+        return self.explain_batch(image.unsqueeze(0))[0]
+
+    def explain_batch(self, images: Tensor) -> list[Interpretation]:
+        """Interpret N images (N x C x H x W) at once; the covers are solved together."""
+        index = self.fitted_index
+        logits, proj = self._forward(images)
+        predicted = logits.argmax(1)
+        other = index.predictions.unsqueeze(0) != predicted.unsqueeze(1)
+        input_sides = sides(proj)
+        result = greedy_cover(index.sides, input_sides, other)
+        probs = logits.float().softmax(1)
+        out = []
+        for i in range(images.shape[0]):
+            chosen = result.boundaries(i)
+            out.append(
+                Interpretation(
+                    predicted_class=int(predicted[i]),
+                    score=float(probs[i, predicted[i]]),
+                    boundaries=chosen,
+                    covered=result.covered[i].nonzero().flatten(),
+                    delta=int(result.delta[i]),
+                    conflicts=int(result.conflicts[i]),
+                    projections=proj[i],
+                    channel_weights=(
+                        channel_weights(index.boundaries.select(chosen), input_sides[i, chosen])
+                        if len(chosen)
+                        else proj.new_zeros(0, index.feature_shape[0])
+                    ),
+                    n_reference=len(index),
+                    interpreter=self,
+                )
+            )
+        return out
+
+    # ------------------------------------------------------------------ persistence
+    def save(self, path: str | Path) -> None:
+        """Save the index to the folder ``path`` (replaced atomically if it exists)."""
+        self.fitted_index.save(path)
+
+    @classmethod
+    def load(
+        cls,
+        path: str | Path,
+        model: nn.Module,
+        device: str | torch.device | None = None,
+        **kwargs: Any,
+    ) -> RepresentativeInterpreter:
+        """Load a saved index for ``model``.
+
+        Raises:
+            IndexLoadError: the folder is damaged, or was made with other weights or at a layer
+                this model does not have; the message says which.
+        """
+        index = ReferenceIndex.load(path)
+        meta = index.meta
+        layer = meta.get("target_layer")
+        if layer not in dict(model.named_modules()):
+            raise IndexLoadError(f"{path} was made at layer {layer!r}, which the model lacks")
+        ri = cls(
+            model,
+            layer,
+            n_boundaries=meta.get("requested_boundaries", len(index.boundaries)),
+            seed=meta.get("seed", 0),
+            device=device,
+            **kwargs,
+        )
+        fingerprint = model_fingerprint(ri.model)
+        if meta.get("model_fingerprint") != fingerprint:
+            raise IndexLoadError(
+                f"{path} was made with other weights (model fingerprint "
+                f"{str(meta.get('model_fingerprint'))[:12]}…, this model's {fingerprint[:12]}…)"
+            )
+        ri.index = index.to(ri.device)
+        return ri
+
+
+@dataclass(eq=False)
+class Interpretation:
+    """The representative interpretation ``P(x)`` of one input.
+
+    Attributes:
+        predicted_class: ``Class(x)``.
+        score: softmax probability of the predicted class.
+        boundaries: ``P(x)``, indices into ``Q`` in the order the greedy chose them.
+        covered: reference indices covered by ``P(x)`` (ascending).
+        delta: ``tau(x)``, images of ``D(x)`` that no polytope of ``Q`` separates from ``x``.
+        conflicts: ``|P(x) ∩ D(x)|`` (at most ``delta``).
+        projections: |Q| signed projections of the input on ``Q``.
+        channel_weights: |P| x K, the ``alpha`` of each boundary, flipped to the input's side.
+        n_reference: |R|.
+    """
+
+    predicted_class: int
+    score: float
+    boundaries: Tensor
+    covered: Tensor
+    delta: int
+    conflicts: int
+    projections: Tensor
+    channel_weights: Tensor
+    n_reference: int
+    interpreter: RepresentativeInterpreter = field(repr=False)
+
+    @property
+    def representativeness(self) -> int:
+        """``|P(x) ∩ R|``: the number of reference images covered."""
+        return int(self.covered.numel())
+
+    @property
+    def has_heatmap(self) -> bool:
+        return self.boundaries.numel() > 0
+
+    @property
+    def message(self) -> str | None:
+        """A note on a degenerate result, or None."""
+        if not self.has_heatmap:
+            return (
+                f"every reference image is predicted class {self.predicted_class}: D(x) is empty, "
+                f"so P(x) = {{}} covers all {self.n_reference} reference images and there is no "
+                "boundary to draw a heat map from"
+            )
+        if self.delta > 0:
+            return (
+                f"delta = tau(x) = {self.delta}: that many reference images of other classes lie "
+                "on x's side of every sampled boundary, so P(x) must cover them"
+            )
+        return None
+
+    def distances(self) -> Tensor:
+        """``Dist(x, x')`` of each covered reference image, in ``covered``'s order."""
+        index = self.interpreter.fitted_index
+        p = self.boundaries
+        ref = index.projections[self.covered][:, p]
+        return (ref - self.projections[p]).abs().sum(1)
+
+    def similar(self, k: int | None = None) -> Tensor:
+        """Covered reference indices, most similar first (by ``Dist``; ties by lower index).
+
+        Args:
+            k: how many; None means all covered images.
+        """
+        order = torch.sort(self.distances(), stable=True).indices
+        return self.covered[order][:k]
+
+    def heatmap(self, images: Tensor) -> Tensor:
+        """Heat maps of ``P(x)`` on N images (N x C x H x W), reusing ``x``'s channel weights.
+
+        Returns:
+            N x H x W in [0, 1] on the interpreter's device.
+
+        Raises:
+            ValueError: ``P(x)`` is empty (see :attr:`message`).
+        """
+        if not self.has_heatmap:
+            raise ValueError(self.message)
+        features = self.interpreter.features(images)
+        return heatmaps(features, self.channel_weights, tuple(images.shape[-2:]))
+
+    def covers(self, images: Tensor) -> Tensor:
+        """N booleans: whether each image lies on ``x``'s side of every boundary of ``P(x)``."""
+        _, proj = self.interpreter._forward(images)
+        p = self.boundaries
+        return (sides(proj[:, p]) == sides(self.projections[p]).unsqueeze(0)).all(1)
+
+    def to_dict(self, top_k: int = 10) -> dict[str, Any]:
+        """A JSON-ready summary, with the ``top_k`` most similar covered images."""
+        similar = self.similar(top_k)
+        dist = dict(zip(self.covered.tolist(), self.distances().tolist(), strict=True))
+        names = self.interpreter.class_names
+        return {
+            "predicted_class": self.predicted_class,
+            "class_name": names[self.predicted_class] if names else None,
+            "score": self.score,
+            "delta": self.delta,
+            "conflicts": self.conflicts,
+            "boundaries": self.boundaries.tolist(),
+            "representativeness": self.representativeness,
+            "message": self.message,
+            "similar": [{"reference": i, "distance": dist[i]} for i in similar.tolist()],
+        }

@@ -1,0 +1,69 @@
+import torch
+
+from repinterp.boundaries import compute_boundaries, project
+from repinterp.model import split_model
+
+from .nets import random_setup
+
+
+def _pattern(model, t: torch.Tensor) -> torch.Tensor:
+    """On/off pattern of the head's ReLUs: it fixes the linear region of G."""
+    h = model.flatten(t)
+    states = []
+    for fc, relu in ((model.fc1, model.relu3), (model.fc2, model.relu4)):
+        pre = fc(h)
+        states.append(pre > 0)
+        h = relu(pre)
+    return torch.cat(states, 1)
+
+
+def test_boundary_equals_score_difference_in_linear_region() -> None:
+    model, images = random_setup(n=40, dtype=torch.float64)
+    split = split_model(model, "relu2")
+    with torch.no_grad():
+        t = split.psi(images)
+    q = compute_boundaries(split.head, t)
+    c1, c2 = q.top_classes[:, 0], q.top_classes[:, 1]
+    rows = torch.arange(len(q))
+
+    def score_diff(features: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            logits = split.head(features)
+        return logits[rows, c1] - logits[rows, c2]
+
+    at_source = project(t, q).diagonal()
+    assert torch.allclose(at_source, score_diff(t), atol=1e-10)
+    assert (at_source >= 0).all()
+
+    generator = torch.Generator().manual_seed(1)
+    checked = 0
+    for scale in (1e-4, 1e-3, 1e-2):
+        near = t + scale * torch.randn(t.shape, generator=generator, dtype=t.dtype)
+        same_region = (_pattern(model, near) == _pattern(model, t)).all(1)
+        predicted = project(near, q).diagonal()
+        assert torch.allclose(predicted[same_region], score_diff(near)[same_region], atol=1e-10)
+        checked += int(same_region.sum())
+    assert checked > 40
+
+
+def test_batched_equals_one_at_a_time() -> None:
+    model, images = random_setup(n=7, dtype=torch.float64)
+    split = split_model(model, "relu2")
+    with torch.no_grad():
+        t = split.psi(images)
+    batched = compute_boundaries(split.head, t)
+    for i in range(len(t)):
+        single = compute_boundaries(split.head, t[i : i + 1])
+        assert torch.allclose(single.weight[0], batched.weight[i], atol=1e-12)
+        assert torch.allclose(single.bias[0], batched.bias[i], atol=1e-12)
+        assert torch.equal(single.top_classes[0], batched.top_classes[i])
+
+
+def test_top_classes_are_the_two_largest_logits() -> None:
+    model, images = random_setup(n=20)
+    split = split_model(model, "relu2")
+    with torch.no_grad():
+        t = split.psi(images)
+        logits = split.head(t)
+    q = compute_boundaries(split.head, t)
+    assert torch.equal(q.top_classes, logits.topk(2, dim=1).indices)

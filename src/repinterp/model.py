@@ -53,6 +53,8 @@ _PL_FUNCTIONS = {
     torch.flatten,
     torch.relu,
     torch.cat,
+    torch.stack,
+    torch.zeros_like,
     torch.add,
     torch.sub,
     torch.max_pool2d,

@@ -119,7 +119,6 @@ class RepresentativeInterpreter:
             "seed": self.seed,
             "requested_boundaries": self.n_boundaries,
             "model_class": type(self.model).__name__,
-            "model_fingerprint": model_fingerprint(self.model),
             "class_names": class_names,
         }
         self.index = index
@@ -210,8 +209,11 @@ class RepresentativeInterpreter:
 
     # ------------------------------------------------------------------ persistence
     def save(self, path: str | Path) -> None:
-        """Save the index to the folder ``path`` (replaced atomically if it exists)."""
-        self.fitted_index.save(path)
+        """Save the index to the folder ``path`` (replaced atomically if it exists), with the
+        model's fingerprint so that ``load`` can refuse other weights."""
+        index = self.fitted_index
+        index.meta["model_fingerprint"] = model_fingerprint(self.model)
+        index.save(path)
 
     @classmethod
     def load(

@@ -7,12 +7,17 @@ boundary of ``P``; it is *separated* by ``h`` when its side on ``h`` differs fro
 
 from __future__ import annotations
 
+import math
+import time
 from dataclasses import dataclass
 
+import numpy as np
 import torch
+from scipy import sparse
+from scipy.optimize import Bounds, LinearConstraint, milp
 from torch import Tensor
 
-__all__ = ["CoverResult", "greedy_cover", "sides"]
+__all__ = ["CoverResult", "ExactCoverResult", "exact_cover", "greedy_cover", "sides"]
 
 
 def sides(projections: Tensor) -> Tensor:
@@ -68,16 +73,14 @@ def greedy_cover(
     Returns:
         A :class:`CoverResult`.
     """
+    _check_shapes(reference_sides, input_sides, other_class)
     n_ref, n_q = reference_sides.shape
-    if input_sides.ndim != 2 or input_sides.shape[1] != n_q:
-        raise ValueError(f"input_sides must be B x {n_q}, got {tuple(input_sides.shape)}")
-    if other_class.shape != (input_sides.shape[0], n_ref):
-        raise ValueError(
-            f"other_class must be {input_sides.shape[0]} x {n_ref}, got {tuple(other_class.shape)}"
-        )
-    chunk = max(1, max_elements // max(1, n_ref * n_q))
+    indicators = _side_indicators(reference_sides)
+    chunk = max(1, max_elements // max(1, n_ref * 4))
     parts = [
-        _greedy_chunk(reference_sides, input_sides[i : i + chunk], other_class[i : i + chunk])
+        _greedy_chunk(
+            reference_sides, indicators, input_sides[i : i + chunk], other_class[i : i + chunk]
+        )
         for i in range(0, input_sides.shape[0], chunk)
     ]
     if not parts:
@@ -91,20 +94,54 @@ def greedy_cover(
     return CoverResult(*(torch.cat(field) for field in zip(*parts, strict=True)))
 
 
+def _check_shapes(reference_sides: Tensor, input_sides: Tensor, other_class: Tensor) -> None:
+    n_ref, n_q = reference_sides.shape
+    if input_sides.ndim != 2 or input_sides.shape[1] != n_q:
+        raise ValueError(f"input_sides must be B x {n_q}, got {tuple(input_sides.shape)}")
+    if other_class.shape != (input_sides.shape[0], n_ref):
+        raise ValueError(
+            f"other_class must be {input_sides.shape[0]} x {n_ref}, got {tuple(other_class.shape)}"
+        )
+
+
+def _side_indicators(reference_sides: Tensor) -> tuple[Tensor, Tensor]:
+    """|R| x |Q| 0/1 matrices of the reference sides -1 and +1, in a dtype whose sums of |R|
+    ones are exact."""
+    dtype = torch.float32 if reference_sides.shape[0] < (1 << 24) else torch.float64
+    return (reference_sides < 0).to(dtype), (reference_sides > 0).to(dtype)
+
+
+def _agreements(weights: Tensor, indicators: tuple[Tensor, Tensor], x_sides: Tensor) -> Tensor:
+    """B x |Q|: for each input b and boundary h, the sum of ``weights[b, r]`` over reference
+    images r on x_b's side of h. Two matrix products; side 0 is what -1 and +1 leave."""
+    negative, positive = indicators
+    on_neg, on_pos = weights @ negative, weights @ positive
+    on_zero = weights.sum(1, keepdim=True) - on_neg - on_pos
+    return torch.where(x_sides < 0, on_neg, torch.where(x_sides > 0, on_pos, on_zero))
+
+
 def _greedy_chunk(
-    reference_sides: Tensor, input_sides: Tensor, other_class: Tensor
+    reference_sides: Tensor,
+    indicators: tuple[Tensor, Tensor],
+    input_sides: Tensor,
+    other_class: Tensor,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     n_in, n_q = input_sides.shape
     device = reference_sides.device
-    sep = reference_sides.unsqueeze(0) != input_sides.unsqueeze(1)  # B x R x Q
+    dtype = indicators[0].dtype
     other = other_class.to(torch.bool)
+    # tau(x): images of D(x) that agree with x on all |Q| boundaries.
+    negative, positive = indicators
+    x_neg, x_pos = (input_sides < 0).to(dtype), (input_sides > 0).to(dtype)
+    x_zero = 1 - x_neg - x_pos
+    zero = 1 - negative - positive
+    agree = x_neg @ negative.T + x_pos @ positive.T + x_zero @ zero.T  # B x R
+    delta = (other & (agree == n_q)).sum(1)
     covered = torch.ones(other.shape, dtype=torch.bool, device=device)
-    removes = sep.sum(1)  # B x Q: covered images each h would remove
-    removes_other = (sep & other.unsqueeze(2)).sum(1)  # B x Q: ... of which in D(x)
-    delta = (other & ~sep.any(2)).sum(1)
     conflicts = other.sum(1)
     chosen = torch.zeros(n_in, n_q, dtype=torch.bool, device=device)
     order = torch.full((n_in, n_q), -1, dtype=torch.long, device=device)
+    columns = reference_sides.T  # |Q| x |R|: one boundary's sides are a contiguous row
 
     for step in range(n_q + 1):
         rows = (conflicts > delta).nonzero().squeeze(1)
@@ -112,7 +149,13 @@ def _greedy_chunk(
             break
         if step == n_q:
             raise RuntimeError("greedy cover did not terminate within |Q| steps")
-        num, den = removes[rows], removes_other[rows]
+        x = input_sides[rows]
+        inside = covered[rows]
+        inside_other = inside & other[rows]
+        weights = torch.cat([inside, inside_other]).to(dtype)
+        kept = _agreements(weights, indicators, torch.cat([x, x]))
+        totals = weights.sum(1, keepdim=True)
+        num, den = (totals - kept).long().split(rows.numel())  # images each h would remove
         candidate = (den > 0) & ~chosen[rows]
         if not bool(candidate.any(1).all()):
             raise RuntimeError("no boundary removes an image of D(x) although |P ∩ D| > delta")
@@ -123,13 +166,201 @@ def _greedy_chunk(
         h = tie.to(torch.uint8).argmax(1)  # argmax returns the first maximum: lowest index
         chosen[rows, h] = True
         order[rows, step] = h
-
-        removed = covered[rows] & sep[rows, :, h]  # rows x R
-        covered[rows] &= ~removed
-        hit_row, hit_ref = removed.nonzero(as_tuple=True)
-        owner = rows[hit_row]
-        lost = sep[owner, hit_ref].to(removes.dtype)  # hits x Q
-        removes.index_add_(0, owner, -lost)
-        removes_other.index_add_(0, owner, -lost * other[owner, hit_ref].unsqueeze(1))
-        conflicts[rows] -= (removed & other[rows]).sum(1)
+        separated = columns[h] != x.gather(1, h.unsqueeze(1))  # rows x R
+        covered[rows] = inside & ~separated
+        conflicts[rows] -= (inside_other & separated).sum(1)
     return order, covered, delta, conflicts
+
+
+@dataclass
+class ExactCoverResult(CoverResult):
+    """Covers of B inputs by :func:`exact_cover`; ``order`` holds ``P(x)`` in ascending order.
+
+    Attributes (besides :class:`CoverResult`'s):
+        optimal: B bool, whether the representativeness is proven maximal.
+        bound: B long, a proven upper bound on the optimal representativeness.
+        gap: B float64, ``(bound - representativeness) / max(representativeness, 1)``.
+        greedy_representativeness: B long, what Algorithm 1 covers.
+        from_greedy: B bool, the greedy's ``P`` was kept (the solver found nothing better).
+        seconds: B float64, wall time of the exact step (model building and solving).
+    """
+
+    optimal: Tensor
+    bound: Tensor
+    gap: Tensor
+    greedy_representativeness: Tensor
+    from_greedy: Tensor
+    seconds: Tensor
+
+
+def exact_cover(
+    reference_sides: Tensor,
+    input_sides: Tensor,
+    other_class: Tensor,
+    time_limit: float = 5.0,
+    greedy: CoverResult | None = None,
+    reduce: bool = True,
+) -> ExactCoverResult:
+    """Eq. 4 solved to optimality (or to a certified gap) by a MILP, one input at a time.
+
+    Maximise the reference images covered by ``P ⊆ Q`` subject to ``|P ∩ D| <= delta``, with
+    ``delta = tau(x)`` as in :func:`greedy_cover`. Variables: a binary ``y_h`` per boundary (in
+    ``P`` or not) and ``z_i`` in [0, 1] per reference image (covered or not):
+
+        max sum_i z_i  s.t.  z_i <= 1 - y_h            for every h separating i from x,
+                             z_i >= 1 - sum_h y_h      (same h) for i in D(x),
+                             sum_{i in D(x)} z_i <= delta.
+
+    For binary ``y`` the constraints force ``z_i`` to exactly "i is covered" on D(x), and the
+    maximisation lifts it there elsewhere, so ``z`` needs no integrality. With ``reduce``, images
+    no boundary separates are always covered (a constant; ``delta`` drops by those of them in D,
+    to 0), and images with the same separation pattern and membership of D share one ``z``
+    weighted by their count: both keep the optimum exact.
+
+    Algorithm 1 runs first: its ``P`` is kept when the solver's incumbent is absent (time limit),
+    infeasible or worse, and the solver is skipped when the greedy already covers every image
+    outside D(x) plus delta (the trivial bound). The coverage of the solver's ``P`` is recomputed
+    from ``P`` rather than read off ``z``.
+
+    Args:
+        reference_sides: |R| x |Q| int8 sides of the reference images (see :func:`sides`).
+        input_sides: B x |Q| int8 sides of the inputs.
+        other_class: B x |R| bool, ``D(x)``.
+        time_limit: seconds for HiGHS per input; past it the best solution and bound so far.
+        greedy: :func:`greedy_cover` of the same inputs, if already computed.
+        reduce: apply the reductions above (False builds one ``z`` per image, for testing).
+
+    Returns:
+        An :class:`ExactCoverResult` on ``reference_sides``'s device.
+    """
+    _check_shapes(reference_sides, input_sides, other_class)
+    if greedy is None:
+        greedy = greedy_cover(reference_sides, input_sides, other_class)
+    n_in, n_q = input_sides.shape
+    if greedy.covered.shape[0] != n_in:
+        raise ValueError(f"greedy covers {greedy.covered.shape[0]} inputs, not {n_in}")
+    ref = reference_sides.cpu().numpy()
+    inputs = input_sides.cpu().numpy()
+    others = other_class.cpu().numpy().astype(bool)
+    greedy_covered = greedy.covered.cpu().numpy()
+    deltas = greedy.delta.cpu().numpy()
+
+    order = np.full((n_in, n_q), -1, dtype=np.int64)
+    covered = np.empty_like(greedy_covered)
+    bound = np.empty(n_in, dtype=np.int64)
+    from_greedy = np.zeros(n_in, dtype=bool)
+    seconds = np.empty(n_in)
+    for b in range(n_in):
+        start = time.perf_counter()
+        sep, other, delta = ref != inputs[b], others[b], int(deltas[b])
+        greedy_value = int(greedy_covered[b].sum())
+        bound[b] = len(other) - int(other.sum()) + delta
+        chosen = None
+        if greedy_value < bound[b]:
+            chosen, solver_bound = _solve(sep, other, time_limit, reduce)
+            bound[b] = min(bound[b], solver_bound)
+        if chosen is not None:
+            covered[b] = ~sep[:, chosen].any(1)
+        if (
+            chosen is None
+            or int((covered[b] & other).sum()) > delta
+            or int(covered[b].sum()) < greedy_value
+        ):
+            chosen = np.sort(greedy.boundaries(b).cpu().numpy())
+            covered[b] = greedy_covered[b]
+            from_greedy[b] = True
+        order[b, : len(chosen)] = chosen
+        seconds[b] = time.perf_counter() - start
+
+    value = covered.sum(1)
+    bound = np.maximum(bound, value)
+    device = reference_sides.device
+    return ExactCoverResult(
+        *(
+            torch.from_numpy(a).to(device)
+            for a in (
+                order,
+                covered,
+                deltas,
+                (covered & others).sum(1),
+                value >= bound,
+                bound,
+                (bound - value) / np.maximum(value, 1),
+                greedy_covered.sum(1),
+                from_greedy,
+                seconds,
+            )
+        )
+    )
+
+
+def _solve(
+    sep: np.ndarray, other: np.ndarray, time_limit: float, reduce: bool
+) -> tuple[np.ndarray | None, float]:
+    """One input's MILP (see :func:`exact_cover`).
+
+    Args:
+        sep: |R| x |Q| bool, whether each boundary separates each reference image from x.
+        other: |R| bool, ``D(x)``.
+
+    Returns:
+        The chosen boundaries (ascending; None without an incumbent) and an upper bound on the
+        representativeness (inf without one).
+    """
+    n_q = sep.shape[1]
+    separated = sep.any(1)
+    if reduce:
+        constant = int((~separated).sum())
+        cover, weight = np.unique(sep[separated & ~other], axis=0, return_counts=True)
+        hit = _minimal(sep[separated & other])
+        hit_z = sparse.csr_array((len(hit), len(cover)))
+        budget = []
+    else:
+        constant, cover, weight, hit = 0, sep, np.ones(len(sep)), sep[other]
+        hit_z = sparse.eye_array(len(sep), format="csr")[np.flatnonzero(other)]
+        budget = [[None, sparse.csr_array(other[None].astype(np.float64))]]
+    g, h = np.nonzero(cover)
+    a = sparse.block_array(
+        [
+            # z_g + y_h <= 1 for every h separating g
+            [
+                sparse.coo_array((np.ones(len(h)), (np.arange(len(h)), h)), shape=(len(h), n_q)),
+                sparse.eye_array(len(cover), format="csr")[g],
+            ],
+            # (z_i +) the y_h of the h separating i >= 1 for i in D
+            [sparse.csr_array(hit.astype(np.float64)), hit_z],
+            # sum of z_i over D <= delta
+            *budget,
+        ],
+        format="csr",
+    )
+    n_cut, n_hit = len(h), len(hit)
+    delta = int((~separated & other).sum())
+    lower = np.concatenate([np.full(n_cut, -np.inf), np.ones(n_hit), [-np.inf] * len(budget)])
+    upper = np.concatenate([np.ones(n_cut), np.full(n_hit, np.inf), [delta] * len(budget)])
+    res = milp(
+        np.concatenate([np.zeros(n_q), -weight]),
+        integrality=np.concatenate([np.ones(n_q), np.zeros(len(cover))]),
+        bounds=Bounds(0, 1),
+        constraints=LinearConstraint(a, lower, upper),
+        options={"time_limit": time_limit, "mip_rel_gap": 0.0},
+    )
+    dual = res.mip_dual_bound
+    bound = (
+        math.inf if dual is None or not math.isfinite(dual) else math.floor(constant - dual + 1e-6)
+    )
+    return (None if res.x is None else np.flatnonzero(res.x[:n_q] > 0.5)), bound
+
+
+def _minimal(patterns: np.ndarray, max_cells: int = 1 << 22) -> np.ndarray:
+    """The distinct rows of a bool matrix that contain no other row (as sets of columns)."""
+    rows = np.unique(patterns, axis=0)
+    f = rows.astype(np.float32)  # exact for counts below 2**24
+    size = f.sum(1)
+    keep = np.ones(len(rows), dtype=bool)
+    step = max(1, max_cells // max(1, len(rows)))
+    for i in range(0, len(rows), step):
+        contains = f[i : i + step] @ f.T == size  # [a, j]: row j is inside row i + a
+        contains[np.arange(len(contains)), np.arange(i, i + len(contains))] = False
+        keep[i : i + step] = ~contains.any(1)
+    return rows[keep]

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
@@ -115,6 +116,7 @@ class ReferenceIndex:
         labels: |R| long ground-truth labels, or None.
         input_shape: C x H x W of the images.
         meta: manifest fields (layer, seed, fingerprint, class names, ...).
+        files: extra files saved with the index (e.g. ``features.npy``), by name.
     """
 
     boundaries: Boundaries
@@ -125,6 +127,7 @@ class ReferenceIndex:
     labels: Tensor | None
     input_shape: tuple[int, int, int]
     meta: dict[str, Any] = field(default_factory=dict)
+    files: dict[str, Path] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return self.projections.shape[0]
@@ -154,6 +157,7 @@ class ReferenceIndex:
             labels=None if self.labels is None else self.labels.to(device),
             input_shape=self.input_shape,
             meta=dict(self.meta),
+            files=dict(self.files),
         )
 
     def tensors(self) -> dict[str, Tensor]:
@@ -170,14 +174,23 @@ class ReferenceIndex:
             out["labels"] = self.labels
         return {k: v.detach().cpu().contiguous() for k, v in out.items()}
 
-    def save(self, path: str | Path) -> None:
+    def save(self, path: str | Path, extra_files: dict[str, Path] | None = None) -> None:
         """Write the index folder atomically: an existing index at ``path`` is replaced only
-        once the new one is complete."""
+        once the new one is complete.
+
+        Args:
+            path: the folder.
+            extra_files: files copied into the folder under the given names, with checksums.
+        """
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
         try:
             save_file(self.tensors(), str(tmp / _TENSOR_FILE))
+            for name, source in (extra_files or {}).items():
+                shutil.copyfile(source, tmp / name)
+            names = [_TENSOR_FILE, *(extra_files or {})]
+            checksums = {name: _sha256(tmp / name) for name in names}
             manifest = {
                 "format_version": FORMAT_VERSION,
                 **self.meta,
@@ -187,7 +200,7 @@ class ReferenceIndex:
                 "n_boundaries": len(self.boundaries),
                 "n_classes": self.n_classes,
                 "has_labels": self.labels is not None,
-                "sha256": {_TENSOR_FILE: _sha256(tmp / _TENSOR_FILE)},
+                "sha256": checksums,
             }
             (tmp / _MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
             if path.exists():
@@ -224,11 +237,13 @@ class ReferenceIndex:
         tensor_path = path / _TENSOR_FILE
         if not tensor_path.is_file():
             raise IndexLoadError(f"{tensor_path} is missing")
-        expected = manifest.get("sha256", {}).get(_TENSOR_FILE)
-        if _sha256(tensor_path) != expected:
-            raise IndexLoadError(
-                f"{tensor_path} is damaged: its checksum differs from the manifest"
-            )
+        for name, expected in manifest.get("sha256", {_TENSOR_FILE: None}).items():
+            if not (path / name).is_file():
+                raise IndexLoadError(f"{path / name} is missing")
+            if _sha256(path / name) != expected:
+                raise IndexLoadError(
+                    f"{path / name} is damaged: its checksum differs from the manifest"
+                )
         try:
             t = load_file(str(tensor_path), device=str(device))
         except (SafetensorError, OSError) as exc:
@@ -244,6 +259,9 @@ class ReferenceIndex:
             labels=t.get("labels"),
             input_shape=tuple(manifest["input_shape"]),
             meta={k: v for k, v in manifest.items() if k not in reserved},
+            files={
+                name: path / name for name in manifest.get("sha256", {}) if name != _TENSOR_FILE
+            },
         )
 
 
@@ -286,6 +304,7 @@ def build_index(
     device: torch.device,
     progress: bool = True,
     num_workers: int = 0,
+    feature_file: Path | None = None,
 ) -> ReferenceIndex:
     """Sample ``Q`` from ``reference`` and stream it once to build the index.
 
@@ -301,6 +320,9 @@ def build_index(
         device: where the model and the index live.
         progress: show a progress bar.
         num_workers: DataLoader workers for a Dataset.
+        feature_file: if given, the flattened reference feature maps are also written there as
+            a |R| x (K h w) float32 ``.npy`` (memory-mapped, never all in RAM), for the
+            protocols that need them (k-means regions, Euclidean neighbours).
     """
     n_ref = reference_size(reference)
     if n_ref == 0:
@@ -333,6 +355,12 @@ def build_index(
             if projections is None:
                 projections = torch.empty(n_ref, len(q), dtype=t.dtype, device=device)
                 logits = torch.empty(n_ref, out.shape[1], dtype=out.dtype, device=device)
+                if feature_file is not None:
+                    store = np.lib.format.open_memmap(
+                        feature_file, mode="w+", dtype=np.float32, shape=(n_ref, t[0].numel())
+                    )
+            if feature_file is not None:
+                store[start:stop] = t.flatten(1).float().cpu().numpy()
             projections[start:stop] = project(t, q)
             logits[start:stop] = out
             predictions[start:stop] = out.argmax(1)
@@ -342,6 +370,9 @@ def build_index(
                 labels[start:stop] = batch_labels.to(device).long()
             start = stop
             bar.update(images.shape[0])
+    if feature_file is not None:
+        store.flush()
+        del store
     if start != n_ref:
         raise ValueError(f"the reference Dataset yielded {start} images but has length {n_ref}")
     assert projections is not None and logits is not None

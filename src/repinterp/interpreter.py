@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 
@@ -21,7 +23,12 @@ from .index import (
 )
 from .model import model_fingerprint, split_model
 
-__all__ = ["Interpretation", "RepresentativeInterpreter"]
+if TYPE_CHECKING:
+    from .regions import RegionSet
+
+__all__ = ["FEATURE_FILE", "Interpretation", "RepresentativeInterpreter"]
+
+FEATURE_FILE = "features.npy"
 
 
 def _model_device(model: nn.Module) -> torch.device:
@@ -78,20 +85,27 @@ class RepresentativeInterpreter:
         self.progress = progress
         self.num_workers = num_workers
         self.index: ReferenceIndex | None = None
+        self._feature_dir: tempfile.TemporaryDirectory | None = None
 
     # ------------------------------------------------------------------ fitting
     def fit(
-        self, reference: Reference, class_names: list[str] | None = None
+        self,
+        reference: Reference,
+        class_names: list[str] | None = None,
+        keep_features: bool = False,
     ) -> RepresentativeInterpreter:
         """Sample ``Q`` and index the reference set.
 
         Args:
             reference: N x C x H x W tensor, or a Dataset of images or ``(image, label)``.
             class_names: optional names of the classes, kept in the index.
+            keep_features: also keep the reference feature maps, in a memory-mapped file on
+                disk (needed by :meth:`regions` and the evaluation protocols).
 
         Returns:
             self.
         """
+        feature_dir = tempfile.TemporaryDirectory(prefix="repinterp-") if keep_features else None
         index = build_index(
             self.split,
             reference,
@@ -101,7 +115,11 @@ class RepresentativeInterpreter:
             device=self.device,
             progress=self.progress,
             num_workers=self.num_workers,
+            feature_file=Path(feature_dir.name) / FEATURE_FILE if feature_dir else None,
         )
+        if feature_dir is not None:
+            index.files[FEATURE_FILE] = Path(feature_dir.name) / FEATURE_FILE
+        self._feature_dir = feature_dir
         if len(index.boundaries) < self.n_boundaries:
             import warnings
 
@@ -140,6 +158,20 @@ class RepresentativeInterpreter:
     def class_names(self) -> list[str] | None:
         return self.fitted_index.meta.get("class_names")
 
+    @property
+    def reference_features(self) -> Tensor:
+        """|R| x (K h w) flattened reference feature maps, memory-mapped from disk (CPU).
+
+        Raises:
+            RuntimeError: the interpreter was fitted without ``keep_features=True``.
+        """
+        path = self.fitted_index.files.get(FEATURE_FILE)
+        if path is None:
+            raise RuntimeError(
+                "the reference feature maps were not kept: fit with keep_features=True"
+            )
+        return torch.from_numpy(np.load(path, mmap_mode="c"))
+
     # ------------------------------------------------------------------ features
     def _check(self, images: Tensor) -> Tensor:
         check_images(images, self.fitted_index.input_shape)
@@ -177,15 +209,26 @@ class RepresentativeInterpreter:
 
     def explain_batch(self, images: Tensor) -> list[Interpretation]:
         """Interpret N images (N x C x H x W) at once; the covers are solved together."""
-        index = self.fitted_index
         logits, proj = self._forward(images)
+        return self._interpret(logits, proj)
+
+    def explain_reference(self, indices: Tensor | list[int]) -> list[Interpretation]:
+        """Interpret reference images from the index alone, with no forward pass."""
+        index = self.fitted_index
+        rows = torch.as_tensor(indices, dtype=torch.long, device=index.projections.device)
+        if rows.numel() and (int(rows.min()) < 0 or int(rows.max()) >= len(index)):
+            raise IndexError(f"reference indices must lie in [0, {len(index)})")
+        return self._interpret(index.logits[rows], index.projections[rows])
+
+    def _interpret(self, logits: Tensor, proj: Tensor) -> list[Interpretation]:
+        index = self.fitted_index
         predicted = logits.argmax(1)
         other = index.predictions.unsqueeze(0) != predicted.unsqueeze(1)
         input_sides = sides(proj)
         result = greedy_cover(index.sides, input_sides, other)
         probs = logits.float().softmax(1)
         out = []
-        for i in range(images.shape[0]):
+        for i in range(logits.shape[0]):
             chosen = result.boundaries(i)
             out.append(
                 Interpretation(
@@ -207,13 +250,21 @@ class RepresentativeInterpreter:
             )
         return out
 
+    def regions(self, n_regions: int | None = None, seed: int = 0) -> RegionSet:
+        """k-means regions over the reference set (see :class:`repinterp.regions.RegionSet`);
+        needs ``fit(..., keep_features=True)``."""
+        from .regions import RegionSet
+
+        return RegionSet.build(self, n_regions=n_regions, seed=seed)
+
     # ------------------------------------------------------------------ persistence
     def save(self, path: str | Path) -> None:
         """Save the index to the folder ``path`` (replaced atomically if it exists), with the
         model's fingerprint so that ``load`` can refuse other weights."""
         index = self.fitted_index
         index.meta["model_fingerprint"] = model_fingerprint(self.model)
-        index.save(path)
+        index.save(path, extra_files=index.files)
+        index.files = {name: Path(path) / name for name in index.files}
 
     @classmethod
     def load(

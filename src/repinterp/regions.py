@@ -1,0 +1,138 @@
+"""A set of representative interpretations that together cover the reference set (§6.4, App. D).
+
+k-means on the reference feature maps gives ``k`` centres; the reference image nearest each
+centre is an input and its polytope ``P(x)`` a *region*. An image is interpreted by the
+covering region of largest representativeness, else by the region of its nearest centre; a
+region predicts the class of its input, which makes the set a surrogate classifier.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from sklearn.cluster import KMeans
+from torch import Tensor
+
+from .boundaries import project
+from .cover import sides
+from .heatmap import heatmaps
+from .interpreter import Interpretation, RepresentativeInterpreter
+
+__all__ = ["Assignment", "RegionSet", "nearest_rows"]
+
+
+def nearest_rows(queries: Tensor, rows: Tensor, chunk: int = 4096) -> tuple[Tensor, Tensor]:
+    """For each query (N x d), the index of the nearest row (M x d) in Euclidean distance
+    (ties to the lower index) and that distance."""
+    best_i, best_d = [], []
+    rows = rows.to(torch.float32)
+    for part in queries.to(torch.float32).split(chunk):
+        d = torch.cdist(part, rows, compute_mode="donot_use_mm_for_euclid_dist")
+        value, index = d.min(1)
+        best_i.append(index)
+        best_d.append(value)
+    return torch.cat(best_i), torch.cat(best_d)
+
+
+@dataclass
+class Assignment:
+    """Which region interprets each of N images.
+
+    Attributes:
+        region: N long, index into the region set.
+        covered: N bool, True when that region's polytope covers the image (else the region of
+            the image's nearest k-means centre was used).
+    """
+
+    region: Tensor
+    covered: Tensor
+
+
+class RegionSet:
+    """``k`` regions built from k-means centres of the reference feature maps.
+
+    Attributes:
+        interpreter: the fitted interpreter.
+        inputs: k reference indices, the images nearest the centres.
+        regions: their interpretations.
+        centres: k x (K h w) k-means centres, on CPU.
+    """
+
+    def __init__(
+        self,
+        interpreter: RepresentativeInterpreter,
+        inputs: Tensor,
+        regions: list[Interpretation],
+        centres: Tensor,
+    ) -> None:
+        self.interpreter = interpreter
+        self.inputs = inputs
+        self.regions = regions
+        self.centres = centres
+        index = interpreter.fitted_index
+        n_q = len(index.boundaries)
+        self._mask = torch.zeros(len(regions), n_q, dtype=torch.bool, device=index.sides.device)
+        for v, region in enumerate(regions):
+            self._mask[v, region.boundaries] = True
+        self._sides = sides(torch.stack([r.projections for r in regions]))
+        self._size = torch.tensor([r.representativeness for r in regions], device=self._mask.device)
+        self.classes = torch.tensor([r.predicted_class for r in regions], device=self._mask.device)
+
+    @classmethod
+    def build(
+        cls, interpreter: RepresentativeInterpreter, n_regions: int | None = None, seed: int = 0
+    ) -> RegionSet:
+        """k-means (``k = n_regions``, default 10 x classes) on the reference feature maps.
+
+        Raises:
+            RuntimeError: the interpreter was fitted without ``keep_features=True``.
+        """
+        index = interpreter.fitted_index
+        features = interpreter.reference_features
+        k = n_regions if n_regions is not None else 10 * index.n_classes
+        if not 1 <= k <= len(index):
+            raise ValueError(f"n_regions must lie in [1, |R| = {len(index)}], got {k}")
+        kmeans = KMeans(n_clusters=k, random_state=seed, n_init=3).fit(np.asarray(features))
+        centres = torch.from_numpy(kmeans.cluster_centers_).float()
+        inputs = torch.stack(
+            [nearest_rows(centre.unsqueeze(0), features)[0][0] for centre in centres]
+        )
+        return cls(interpreter, inputs, interpreter.explain_reference(inputs), centres)
+
+    def __len__(self) -> int:
+        return len(self.regions)
+
+    def _assign(self, features: Tensor) -> Assignment:
+        index = self.interpreter.fitted_index
+        img_sides = sides(project(features, index.boundaries))
+        differs = img_sides.unsqueeze(1) != self._sides.unsqueeze(0)  # N x V x Q
+        covering = ~(differs & self._mask.unsqueeze(0)).any(2)  # N x V
+        score = torch.where(covering, self._size.unsqueeze(0), -1)
+        best = score.max(1)  # the first maximum: ties go to the lower region index
+        nearest, _ = nearest_rows(features.flatten(1).cpu(), self.centres)
+        covered = best.values >= 0
+        region = torch.where(covered, best.indices, nearest.to(covered.device))
+        return Assignment(region=region, covered=covered)
+
+    def assign(self, images: Tensor) -> Assignment:
+        """The region interpreting each image (N x C x H x W)."""
+        return self._assign(self.interpreter.features(images))
+
+    def predict(self, images: Tensor) -> Tensor:
+        """N long: the class of each image's region."""
+        return self.classes[self.assign(images).region]
+
+    def heatmap(self, images: Tensor) -> Tensor:
+        """N x H x W heat maps, each drawn with its region's channel weights."""
+        features = self.interpreter.features(images)
+        assignment = self._assign(features)
+        out = features.new_zeros(features.shape[0], *images.shape[-2:])
+        for v in assignment.region.unique().tolist():
+            rows = (assignment.region == v).nonzero().flatten()
+            region = self.regions[v]
+            if not region.has_heatmap:
+                raise ValueError(f"region {v}: {region.message}")
+            out[rows] = heatmaps(features[rows], region.channel_weights, out.shape[-2:])
+        return out

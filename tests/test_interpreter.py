@@ -245,7 +245,7 @@ def test_save_load_roundtrip_and_refusals(fitted, tmp_path) -> None:
         RepresentativeInterpreter.load(path, ri.model)
     (path / "index.safetensors").write_bytes(saved)
     (path / "manifest.json").write_text("{ not json")
-    with pytest.raises(IndexLoadError, match="manifest.json is damaged"):
+    with pytest.raises(IndexLoadError, match=r"manifest\.json is damaged"):
         RepresentativeInterpreter.load(path, ri.model)
 
 

@@ -214,12 +214,12 @@ class ReferenceIndex:
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
 
-    @classmethod
-    def load(cls, path: str | Path, device: torch.device | str = "cpu") -> ReferenceIndex:
-        """Read an index folder, verifying its checksum and format.
+    @staticmethod
+    def read_manifest(path: str | Path) -> dict[str, Any]:
+        """The manifest of an index folder.
 
         Raises:
-            IndexLoadError: missing files, a damaged file or an unknown format version.
+            IndexLoadError: no manifest, a damaged one or an unknown format version.
         """
         path = Path(path)
         manifest_path = path / _MANIFEST
@@ -229,11 +229,22 @@ class ReferenceIndex:
             manifest = json.loads(manifest_path.read_text())
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise IndexLoadError(f"{manifest_path} is damaged: {exc}") from exc
-        if manifest.get("format_version") != FORMAT_VERSION:
+        if not isinstance(manifest, dict) or manifest.get("format_version") != FORMAT_VERSION:
+            version = manifest.get("format_version") if isinstance(manifest, dict) else None
             raise IndexLoadError(
-                f"{path} has index format {manifest.get('format_version')!r}, "
-                f"this repinterp reads {FORMAT_VERSION}"
+                f"{path} has index format {version!r}, this repinterp reads {FORMAT_VERSION}"
             )
+        return manifest
+
+    @classmethod
+    def load(cls, path: str | Path, device: torch.device | str = "cpu") -> ReferenceIndex:
+        """Read an index folder, verifying its checksum and format.
+
+        Raises:
+            IndexLoadError: missing files, a damaged file or an unknown format version.
+        """
+        path = Path(path)
+        manifest = cls.read_manifest(path)
         tensor_path = path / _TENSOR_FILE
         if not tensor_path.is_file():
             raise IndexLoadError(f"{tensor_path} is missing")

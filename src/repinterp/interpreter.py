@@ -12,7 +12,7 @@ import torch
 from torch import Tensor, nn
 
 from .boundaries import project
-from .cover import greedy_cover, sides
+from .cover import ExactCoverResult, exact_cover, greedy_cover, sides
 from .heatmap import channel_weights, heatmaps
 from .index import (
     IndexLoadError,
@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 __all__ = ["FEATURE_FILE", "Interpretation", "RepresentativeInterpreter"]
 
 FEATURE_FILE = "features.npy"
+SOLVERS = ("greedy", "exact")
 
 
 def _model_device(model: nn.Module) -> torch.device:
@@ -37,12 +38,26 @@ def _model_device(model: nn.Module) -> torch.device:
     return torch.device("cpu")
 
 
+def _check_solver(solver: str) -> str:
+    if solver not in SOLVERS:
+        raise ValueError(f"unknown solver {solver!r}; choose one of {', '.join(SOLVERS)}")
+    return solver
+
+
+def _exact_fields(result: ExactCoverResult, i: int) -> dict[str, Any]:
+    return {
+        "optimal": bool(result.optimal[i]),
+        "gap": float(result.gap[i]),
+        "greedy_representativeness": int(result.greedy_representativeness[i]),
+    }
+
+
 class RepresentativeInterpreter:
     """Finds representative interpretations of a CNN classifier (Lam, Chu et al., ICCV 2021).
 
     ``fit`` samples ``|Q|`` linear boundaries of the head ``G`` from the reference set and indexes
-    every reference image's side of them; ``explain`` solves Algorithm 1 for an input and returns
-    its polytope ``P(x)`` as an :class:`Interpretation`.
+    every reference image's side of them; ``explain`` solves the cover problem (Eq. 4) for an input
+    and returns its polytope ``P(x)`` as an :class:`Interpretation`.
 
     Args:
         model: a classifier in eval mode, N x C x H x W -> N x classes logits.
@@ -54,6 +69,9 @@ class RepresentativeInterpreter:
         allow_nonlinear_head: accept a head that is not piecewise linear.
         progress: show progress bars.
         num_workers: DataLoader workers when the reference set is a Dataset.
+        solver: ``"greedy"`` (Algorithm 1) or ``"exact"`` (a MILP, see
+            :func:`repinterp.cover.exact_cover`); ``explain`` can override it.
+        time_limit: seconds the exact solver may spend per input.
     """
 
     def __init__(
@@ -67,6 +85,8 @@ class RepresentativeInterpreter:
         allow_nonlinear_head: bool = False,
         progress: bool = True,
         num_workers: int = 0,
+        solver: str = "greedy",
+        time_limit: float = 5.0,
     ) -> None:
         if model.training:
             raise ValueError("the model is in training mode: call model.eval() first")
@@ -74,6 +94,10 @@ class RepresentativeInterpreter:
             raise ValueError(f"n_boundaries must be >= 1, got {n_boundaries}")
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if time_limit <= 0:
+            raise ValueError(f"time_limit must be > 0, got {time_limit}")
+        self.solver = _check_solver(solver)
+        self.time_limit = time_limit
         self.device = torch.device(device) if device is not None else _model_device(model)
         self.model = model.to(self.device)
         self.split = split_model(model, target_layer, allow_nonlinear_head)
@@ -200,32 +224,47 @@ class RepresentativeInterpreter:
         return torch.cat(logits), torch.cat(proj)
 
     # ------------------------------------------------------------------ explaining
-    def explain(self, image: Tensor) -> Interpretation:
-        """Interpret one image (C x H x W, normalised as the model expects)."""
+    def explain(self, image: Tensor, solver: str | None = None) -> Interpretation:
+        """Interpret one image (C x H x W, normalised as the model expects).
+
+        Args:
+            solver: ``"greedy"`` or ``"exact"``; None means the interpreter's.
+        """
         if not isinstance(image, Tensor) or image.ndim != 3:
             shape = tuple(image.shape) if isinstance(image, Tensor) else type(image).__name__
             raise ValueError(f"explain takes one C x H x W image, got {shape}")
-        return self.explain_batch(image.unsqueeze(0))[0]
+        return self.explain_batch(image.unsqueeze(0), solver)[0]
 
-    def explain_batch(self, images: Tensor) -> list[Interpretation]:
-        """Interpret N images (N x C x H x W) at once; the covers are solved together."""
+    def explain_batch(self, images: Tensor, solver: str | None = None) -> list[Interpretation]:
+        """Interpret N images (N x C x H x W) at once; the covers are solved together.
+
+        Args:
+            solver: ``"greedy"`` or ``"exact"``; None means the interpreter's.
+        """
         logits, proj = self._forward(images)
-        return self._interpret(logits, proj)
+        return self._interpret(logits, proj, solver)
 
-    def explain_reference(self, indices: Tensor | list[int]) -> list[Interpretation]:
+    def explain_reference(
+        self, indices: Tensor | list[int], solver: str | None = None
+    ) -> list[Interpretation]:
         """Interpret reference images from the index alone, with no forward pass."""
         index = self.fitted_index
         rows = torch.as_tensor(indices, dtype=torch.long, device=index.projections.device)
         if rows.numel() and (int(rows.min()) < 0 or int(rows.max()) >= len(index)):
             raise IndexError(f"reference indices must lie in [0, {len(index)})")
-        return self._interpret(index.logits[rows], index.projections[rows])
+        return self._interpret(index.logits[rows], index.projections[rows], solver)
 
-    def _interpret(self, logits: Tensor, proj: Tensor) -> list[Interpretation]:
+    def _interpret(
+        self, logits: Tensor, proj: Tensor, solver: str | None = None
+    ) -> list[Interpretation]:
         index = self.fitted_index
+        solver = self.solver if solver is None else _check_solver(solver)
         predicted = logits.argmax(1)
         other = index.predictions.unsqueeze(0) != predicted.unsqueeze(1)
         input_sides = sides(proj)
         result = greedy_cover(index.sides, input_sides, other)
+        if solver == "exact":
+            result = exact_cover(index.sides, input_sides, other, self.time_limit, greedy=result)
         probs = logits.float().softmax(1)
         out = []
         for i in range(logits.shape[0]):
@@ -246,6 +285,8 @@ class RepresentativeInterpreter:
                     ),
                     n_reference=len(index),
                     interpreter=self,
+                    solver=solver,
+                    **(_exact_fields(result, i) if isinstance(result, ExactCoverResult) else {}),
                 )
             )
         return out
@@ -310,13 +351,19 @@ class Interpretation:
     Attributes:
         predicted_class: ``Class(x)``.
         score: softmax probability of the predicted class.
-        boundaries: ``P(x)``, indices into ``Q`` in the order the greedy chose them.
+        boundaries: ``P(x)``, indices into ``Q`` in the order the greedy chose them (ascending
+            for the exact solver).
         covered: reference indices covered by ``P(x)`` (ascending).
         delta: ``tau(x)``, images of ``D(x)`` that no polytope of ``Q`` separates from ``x``.
         conflicts: ``|P(x) ∩ D(x)|`` (at most ``delta``).
         projections: |Q| signed projections of the input on ``Q``.
         channel_weights: |P| x K, the ``alpha`` of each boundary, flipped to the input's side.
         n_reference: |R|.
+        solver: ``"greedy"`` or ``"exact"``, which solved the cover.
+        optimal: (exact) whether the representativeness is proven maximal.
+        gap: (exact) ``(bound - representativeness) / max(representativeness, 1)`` for a proven
+            upper bound on the optimum; 0 when optimal.
+        greedy_representativeness: (exact) what Algorithm 1 covers for the same input.
     """
 
     predicted_class: int
@@ -329,11 +376,20 @@ class Interpretation:
     channel_weights: Tensor
     n_reference: int
     interpreter: RepresentativeInterpreter = field(repr=False)
+    solver: str = "greedy"
+    optimal: bool | None = None
+    gap: float | None = None
+    greedy_representativeness: int | None = None
 
     @property
     def representativeness(self) -> int:
         """``|P(x) ∩ R|``: the number of reference images covered."""
         return int(self.covered.numel())
+
+    @property
+    def optimum(self) -> int | None:
+        """The optimal representativeness when the exact solver proved it, else None."""
+        return self.representativeness if self.optimal else None
 
     @property
     def has_heatmap(self) -> bool:
@@ -404,6 +460,11 @@ class Interpretation:
             "conflicts": self.conflicts,
             "boundaries": self.boundaries.tolist(),
             "representativeness": self.representativeness,
+            "solver": self.solver,
+            "optimal": self.optimal,
+            "gap": self.gap,
+            "greedy_representativeness": self.greedy_representativeness,
+            "optimum": self.optimum,
             "message": self.message,
             "similar": [{"reference": i, "distance": dist[i]} for i in similar.tolist()],
         }

@@ -1,0 +1,672 @@
+"""ACE baseline: Automatic Concept-based Explanations (Ghorbani et al., NeurIPS 2019) in PyTorch.
+
+A port of the official TensorFlow 1 code (github.com/amiratag/ACE: ``ace.py``, ``ace_run.py``
+and the ``tcav`` library it calls), plus the reuse on new images that the RI paper (§6.1)
+describes, which the original does not have.
+
+Discovery (``ACE.fit``), as the original:
+
+1. Segments: SLIC at ``n_segments`` 15, 50 and 80 (``compactness`` 20, ``sigma`` 1); a segment
+   is kept if it covers more than 0.1% of the image and its Jaccard overlap with every segment
+   kept at an earlier resolution is at most 0.5.
+2. Patches: the segment on a grey fill of 117/255 (in [0, 1] pixel space, before
+   normalisation), cropped to its bounding box and resized (bicubic) to the input size.
+3. Concepts: k-means (25 clusters) on the patches' target-layer activations averaged over
+   space. A cluster of ``n`` patches from ``u`` distinct images out of ``D`` discovery images
+   is kept if ``n > min_imgs`` and (``u > 0.5 n``) or (``u > 0.25 n`` and ``u > 0.25 D``) or
+   (``u > 0.1 n`` and ``u > 0.5 D``) (the official ``discover_concepts``); it keeps its
+   ``max_imgs`` patches nearest the centre.
+4. Importance: for each concept and each of ``n_random`` random sets, a CAV is fitted on the
+   flattened activations (tcav: ``SGDClassifier(alpha=0.01, max_iter=1000, tol=1e-3)`` on a
+   stratified 67% split of a set balanced by truncation; the CAV is the unit vector pointing
+   to the concept). Its TCAV score is the share of discovery images whose directional
+   derivative, the gradient at the target layer of the class's log-softmax probability
+   (the official code takes the gradient of the cross-entropy loss and counts negative
+   products: the same thing) dotted with the CAV, is positive. One more random set against
+   the ``n_random`` ones gives random-vs-random scores; a concept is kept if the two-sided
+   paired t-test (``scipy.stats.ttest_rel``, as ``do_statistical_testings``) of its scores
+   against those gives ``p <= p_value``. Importance is the mean TCAV score.
+
+Reuse (``ACE.keep_masks``, from the RI paper): a new image is segmented the same way; a
+segment farther (Euclidean, in averaged-activation space) from every concept centre than that
+concept's farthest kept member is dropped, the others go to the nearest centre and are ranked
+by its importance (ties: larger segment first, then segmentation order). For AD/AI the
+segments are kept in that order until more than ``fraction`` of the pixels (their union) is
+kept. An image without a usable segment, or a fit without a significant concept, keeps
+nothing: an all-black image, the honest outcome.
+
+Departures from the original:
+
+- Segment labels are those SLIC returns (``np.unique``); the original loops over
+  ``range(segments.max())``, which, with labels starting at 1 in current scikit-image (at 0
+  in the version it was written for), skips the last segment of every resolution.
+- One-channel images are repeated to three channels before SLIC, so that SLIC works in Lab as
+  for the original's RGB images and ``compactness`` 20 means the same thing.
+- The bounding box includes its last row and column (the original's ``patch[h1:h2, w1:w2]``
+  drops them); patches are resized in float, without the original's uint8 rounding, with
+  torch's antialiased bicubic, which is PIL's bicubic (the original's) up to float error.
+- Patches are kept in segmentation order (the original pops them in reverse); k-means uses
+  ``n_init=10`` (scikit-learn's default when the original was written) and ``random_state=seed``;
+  every split and ``SGDClassifier`` is seeded; the number of clusters is at most the number
+  of patches.
+- Random sets: the original uses ``max_imgs`` random ImageNet images per set. Here they are
+  ``max_imgs`` images drawn (seeded, without replacement within a set) from
+  ``random_images01``, e.g. reference images outside the group; without it, ``max_imgs``
+  random patches of the discovery segments.
+- TCAV scores are computed on the discovery images; the original uses ``max_imgs`` other
+  images of the class. ``tcav_output="logit"`` uses the class logit's gradient instead (the
+  TCAV paper's definition).
+- A NaN p-value (identical score lists) fails the test; the original keeps such concepts
+  (``NaN > 0.01`` is false).
+
+Defaults (quick, for 2-core machines) against the original's (``ace_run.py`` /
+``ConceptDiscovery``): ``n_random`` 10 (20 / 2), ``max_imgs`` 40 (40 / 40), ``min_imgs`` 20
+(40 / 20), ``n_concepts`` 25 (25), ``p_value`` 0.01 (0.01).
+"""
+
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from scipy.stats import ttest_rel
+from skimage.segmentation import slic
+from sklearn.cluster import KMeans
+from sklearn.linear_model import SGDClassifier
+from sklearn.model_selection import train_test_split
+from torch import Tensor, nn
+
+from .metrics import eval_mode, model_device
+
+__all__ = [
+    "ACE",
+    "GREY_FILL",
+    "Concept",
+    "assign_to_concepts",
+    "grey_patch",
+    "keep_segments",
+    "passes_spread_test",
+    "segment",
+    "unique_segments",
+]
+
+# The original's ``average_image_value`` 117, in [0, 1] pixel space.
+GREY_FILL = 117 / 255
+SLIC_N_SEGMENTS = (15, 50, 80)
+SLIC_COMPACTNESS = 20.0
+SLIC_SIGMA = 1.0
+
+Normalize = Callable[[Tensor], Tensor]
+
+
+def unique_segments(
+    label_maps: Sequence[np.ndarray], min_area: float = 0.001, max_jaccard: float = 0.5
+) -> list[tuple[int, int]]:
+    """ACE's segment selection over label maps of one image, one map per resolution.
+
+    A segment is kept if it covers more than ``min_area`` of the image and its Jaccard
+    overlap with every segment kept at an earlier resolution is at most ``max_jaccard``.
+
+    Args:
+        label_maps: H x W integer label maps (any labels, e.g. SLIC's, from 1).
+        min_area: share of the image a segment must exceed.
+        max_jaccard: largest overlap allowed with an earlier resolution's kept segment.
+
+    Returns:
+        ``(resolution index, label)`` of each kept segment, by resolution then label.
+    """
+    if not len(label_maps):
+        return []
+    kept: list[tuple[int, int]] = []
+    earlier = np.zeros((0, label_maps[0].size), dtype=bool)
+    for r, labels in enumerate(label_maps):
+        flat = labels.reshape(-1)
+        new_keys, new_masks = [], []
+        for label in np.unique(flat):
+            mask = flat == label
+            if mask.mean() <= min_area:
+                continue
+            intersection = (earlier & mask).sum(1)
+            union = (earlier | mask).sum(1)
+            if np.all(intersection <= max_jaccard * union):
+                new_keys.append((r, int(label)))
+                new_masks.append(mask)
+        kept += new_keys
+        if new_masks:
+            earlier = np.concatenate([earlier, np.stack(new_masks)])
+    return kept
+
+
+def _slic_label_maps(image01: Tensor) -> np.ndarray:
+    """R x H x W SLIC label maps of a C x H x W image, one per resolution of ACE."""
+    _check_image(image01)
+    pixels = image01.detach().cpu().double().numpy().transpose(1, 2, 0)
+    if pixels.shape[2] == 1:
+        pixels = np.repeat(pixels, 3, axis=2)
+    return np.stack(
+        [
+            slic(
+                pixels,
+                n_segments=n,
+                compactness=SLIC_COMPACTNESS,
+                sigma=SLIC_SIGMA,
+                channel_axis=-1,
+            )
+            for n in SLIC_N_SEGMENTS
+        ]
+    ).astype(np.int32)
+
+
+def segment(image01: Tensor) -> list[np.ndarray]:
+    """ACE's segments of one image: SLIC at three resolutions, filtered by `unique_segments`.
+
+    Args:
+        image01: C x H x W image in [0, 1] (C = 1 is repeated to RGB before SLIC).
+
+    Returns:
+        H x W bool masks, by resolution (15, 50, 80 segments) then label.
+    """
+    label_maps = _slic_label_maps(image01)
+    return [label_maps[r] == label for r, label in unique_segments(label_maps)]
+
+
+def grey_patch(
+    image01: Tensor, mask: np.ndarray | Tensor, size: tuple[int, int] | None = None
+) -> Tensor:
+    """A segment on ACE's grey fill, cropped to its bounding box and resized.
+
+    Args:
+        image01: C x H x W image in [0, 1].
+        mask: H x W bool mask of the segment (not empty).
+        size: ``(height, width)`` of the patch; None: the image's.
+
+    Returns:
+        C x height x width patch in [0, 1] (bicubic, antialiased as PIL's, clamped), before
+        normalisation.
+    """
+    mask = torch.as_tensor(mask, device=image01.device)
+    rows = torch.nonzero(mask.any(1)).flatten()
+    cols = torch.nonzero(mask.any(0)).flatten()
+    if rows.numel() == 0:
+        raise ValueError("mask is empty")
+    r0, r1, c0, c1 = int(rows[0]), int(rows[-1]) + 1, int(cols[0]), int(cols[-1]) + 1
+    crop = torch.where(mask[r0:r1, c0:c1], image01[:, r0:r1, c0:c1], GREY_FILL)
+    size = size or tuple(image01.shape[1:])
+    resized = F.interpolate(
+        crop[None], size=size, mode="bicubic", antialias=True, align_corners=False
+    )
+    return resized[0].clamp_(0, 1)
+
+
+def passes_spread_test(image_numbers: np.ndarray | Sequence[int], n_discovery: int) -> bool:
+    """ACE's test that a cluster's patches come from enough distinct discovery images.
+
+    With ``n`` patches from ``u`` distinct images out of ``D = n_discovery``: true if
+    ``u > 0.5 n``, or ``u > 0.25 n and u > 0.25 D``, or ``u > 0.1 n and u > 0.5 D``.
+
+    Args:
+        image_numbers: (n,) discovery image of each patch in the cluster.
+        n_discovery: number of discovery images.
+    """
+    n = len(image_numbers)
+    u = len(np.unique(np.asarray(image_numbers)))
+    return (
+        u > 0.5 * n
+        or (u > 0.25 * n and u > 0.25 * n_discovery)
+        or (u > 0.1 * n and u > 0.5 * n_discovery)
+    )
+
+
+def assign_to_concepts(features: np.ndarray, centres: np.ndarray, radii: np.ndarray) -> np.ndarray:
+    """Assign segments to their nearest concept, dropping those outside every concept.
+
+    Args:
+        features: S x K averaged activations of the segments' patches.
+        centres: M x K concept centres.
+        radii: (M,) distance from each centre of its farthest kept member.
+
+    Returns:
+        (S,) int64: the nearest centre (lowest index on ties), or -1 when the segment is
+        farther from every centre than that concept's radius.
+    """
+    if len(centres) == 0:
+        return np.full(len(features), -1, dtype=np.int64)
+    distances = np.linalg.norm(features[:, None, :] - centres[None, :, :], axis=-1)
+    inside = (distances <= radii[None, :]).any(1)
+    return np.where(inside, distances.argmin(1), -1).astype(np.int64)
+
+
+def keep_segments(
+    masks: Sequence[np.ndarray], importance: Sequence[float], fraction: float = 0.2
+) -> np.ndarray:
+    """Keep segments, most important first, until more than ``fraction`` of the pixels is kept.
+
+    Ties in importance go to the larger segment, then to the earlier one. Overlapping
+    segments count their pixels once; if all segments together keep no more than
+    ``fraction``, all are kept.
+
+    Args:
+        masks: H x W bool masks (at least one).
+        importance: importance of each segment (its concept's).
+        fraction: share of pixels to exceed, in (0, 1).
+
+    Returns:
+        H x W bool mask of the kept pixels.
+    """
+    if not 0 < fraction < 1:
+        raise ValueError(f"fraction must be in (0, 1), got {fraction}")
+    sizes = np.array([mask.sum() for mask in masks])
+    order = np.lexsort((np.arange(len(masks)), -sizes, -np.asarray(importance, dtype=float)))
+    kept = np.zeros_like(masks[0], dtype=bool)
+    for index in order:
+        kept |= masks[index]
+        if kept.sum() > fraction * kept.size:
+            break
+    return kept
+
+
+@dataclass(frozen=True, eq=False)
+class Concept:
+    """A concept ACE discovered.
+
+    Attributes:
+        centre: (K,) k-means centre: target-layer activations averaged over space.
+        radius: distance from ``centre`` of its farthest kept member.
+        size: patches in the cluster before keeping the ``max_imgs`` nearest.
+        member_images: (M,) discovery image of each kept member, nearest the centre first.
+        member_masks: M x H x W bool masks of the kept members' segments.
+        tcav_scores: (n_random,) TCAV score against each random set.
+        cav_accuracy: mean held-out accuracy of its CAVs.
+        p_value: two-sided paired t-test against the random-vs-random scores.
+        importance: mean TCAV score.
+    """
+
+    centre: np.ndarray
+    radius: float
+    size: int
+    member_images: np.ndarray
+    member_masks: np.ndarray
+    tcav_scores: np.ndarray
+    cav_accuracy: float
+    p_value: float
+    importance: float
+
+
+class _Stop(Exception):
+    """Raised by the feature hook to skip the layers after the target layer."""
+
+
+class ACE:
+    """ACE fitted on a group of discovery images, reusable on new images (see module doc).
+
+    Example::
+
+        ace = ACE(model, "features.29", normalize).fit(group01, random_images01=others01)
+        keep = ace.keep_masks(images01)  # N x H x W bool, for average_drop_increase_from_mask
+
+    Attributes (after ``fit``):
+        concepts: significant concepts, most important first.
+        candidates: every concept that passed the size and spread tests, in cluster order,
+            significant or not.
+        random_tcav_scores: (n_random,) random-vs-random TCAV scores.
+        target_class: the class explained.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        target_layer: str | nn.Module,
+        normalize: Normalize | None,
+        n_concepts: int = 25,
+        min_imgs: int = 20,
+        max_imgs: int = 40,
+        n_random: int = 10,
+        p_value: float = 0.01,
+        tcav_output: Literal["log_prob", "logit"] = "log_prob",
+        seed: int = 0,
+        batch_size: int = 64,
+    ) -> None:
+        """Args:
+        model: classifier returning logits; run in eval mode (each module's mode restored).
+        target_layer: the layer (or its name in ``model``) whose output is the activations.
+        normalize: maps [0, 1] images and patches to the model's input (None: identity).
+        n_concepts: k-means clusters (at most the number of patches).
+        min_imgs: a cluster needs more than this many patches.
+        max_imgs: patches kept per concept, and images per random set.
+        n_random: random sets (CAVs and TCAV scores per concept), >= 2.
+        p_value: significance level of the t-test.
+        tcav_output: differentiate the class's log-softmax probability (the original) or
+            its logit.
+        seed: seed of k-means, the random sets, the splits and the CAVs.
+        batch_size: patches or images per forward pass.
+        """
+        if isinstance(target_layer, str):
+            self.layer = model.get_submodule(target_layer)
+        elif any(module is target_layer for module in model.modules()):
+            self.layer = target_layer
+        else:
+            raise ValueError("target_layer is not a submodule of model")
+        if min_imgs < 1 or max_imgs < 2 or n_random < 2 or n_concepts < 1 or batch_size < 1:
+            raise ValueError(
+                "need min_imgs >= 1, max_imgs >= 2, n_random >= 2, n_concepts >= 1, batch_size >= 1"
+            )
+        if tcav_output not in ("log_prob", "logit"):
+            raise ValueError(f"tcav_output must be 'log_prob' or 'logit', got {tcav_output!r}")
+        self.model = model
+        self.normalize = normalize or (lambda x: x)
+        self.n_concepts = n_concepts
+        self.min_imgs = min_imgs
+        self.max_imgs = max_imgs
+        self.n_random = n_random
+        self.p_value = p_value
+        self.tcav_output = tcav_output
+        self.seed = seed
+        self.batch_size = batch_size
+        self.concepts: list[Concept] = []
+        self.candidates: list[Concept] = []
+        self.random_tcav_scores: np.ndarray | None = None
+        self.target_class: int | None = None
+        self.input_size: tuple[int, int] | None = None
+
+    def fit(
+        self,
+        discovery_images01: Tensor,
+        target_class: int | None = None,
+        random_images01: Tensor | None = None,
+    ) -> "ACE":
+        """Discover the concepts of a group of images and test their importance.
+
+        Args:
+            discovery_images01: D x C x H x W images in [0, 1]; H x W is the patch size.
+            target_class: class explained; None: the class predicted most often on the group
+                (lowest on ties).
+            random_images01: R x C x H x W images in [0, 1] to draw the random sets from
+                (R >= 2); None: random sets of discovery patches.
+
+        Returns:
+            ``self``, with ``concepts``, ``candidates``, ``random_tcav_scores`` and
+            ``target_class`` set.
+        """
+        _check_images(discovery_images01, "discovery_images01")
+        images = discovery_images01.detach().cpu()
+        n_images = images.shape[0]
+        self.input_size = tuple(images.shape[2:])
+        if random_images01 is not None:
+            _check_images(random_images01, "random_images01")
+            if random_images01.shape[1:] != images.shape[1:] or random_images01.shape[0] < 2:
+                raise ValueError(
+                    f"random_images01 must be R x {tuple(images.shape[1:])} with R >= 2, "
+                    f"got {tuple(random_images01.shape)}"
+                )
+        rng = np.random.default_rng(self.seed)
+        with eval_mode(self.model):
+            self.target_class = (
+                self._majority_class(images) if target_class is None else int(target_class)
+            )
+            segments = _Segments.of(images)
+            n_segments = len(segments)
+            features = self._mean_activations(images, segments, range(n_segments))
+            clusters = self._clusters(features, segments.keys[:, 0], n_images)
+            if random_images01 is None:
+                size = min(self.max_imgs, n_segments)
+                random_sets = [
+                    self._flat_activations(images, segments, rng.choice(n_segments, size, False))
+                    for _ in range(self.n_random + 1)
+                ]
+            else:
+                pool = random_images01.detach().cpu()
+                size = min(self.max_imgs, len(pool))
+                random_sets = [
+                    self._flat_image_activations(pool[rng.choice(len(pool), size, False)])
+                    for _ in range(self.n_random + 1)
+                ]
+            gradients = self._gradients(images, self.target_class)
+            self.random_tcav_scores = np.array(
+                [
+                    _tcav(random_sets[0], negative, gradients, self.seed)[0]
+                    for negative in random_sets[1:]
+                ]
+            )
+            self.candidates = []
+            for centre, members, radius, cluster_size in clusters:
+                acts = self._flat_activations(images, segments, members)
+                scores, accuracies = zip(
+                    *(_tcav(acts, negative, gradients, self.seed) for negative in random_sets[1:]),
+                    strict=True,
+                )
+                scores = np.array(scores)
+                with warnings.catch_warnings():
+                    # Equal score lists give NaN with a precision warning; NaN fails the test.
+                    warnings.simplefilter("ignore", RuntimeWarning)
+                    p = float(ttest_rel(scores, self.random_tcav_scores).pvalue)
+                self.candidates.append(
+                    Concept(
+                        centre=centre,
+                        radius=radius,
+                        size=cluster_size,
+                        member_images=segments.keys[members, 0],
+                        member_masks=np.stack([segments.mask(s) for s in members]),
+                        tcav_scores=scores,
+                        cav_accuracy=float(np.mean(accuracies)),
+                        p_value=p,
+                        importance=float(scores.mean()),
+                    )
+                )
+        significant = [c for c in self.candidates if c.p_value <= self.p_value]
+        self.concepts = sorted(significant, key=lambda c: -c.importance)
+        return self
+
+    def keep_masks(self, images01: Tensor, fraction: float = 0.2) -> Tensor:
+        """Pixels kept for AD/AI: each image's most important segments, past ``fraction``.
+
+        Args:
+            images01: N x C x H x W images in [0, 1] (C as the discovery images).
+            fraction: share of pixels to exceed, in (0, 1).
+
+        Returns:
+            N x H x W bool; all False for an image with no segment near a concept.
+        """
+        if self.input_size is None:
+            raise RuntimeError("call fit(discovery_images01) before keep_masks()")
+        _check_images(images01, "images01")
+        images = images01.detach().cpu()
+        keep = torch.zeros(images.shape[0], *images.shape[2:], dtype=torch.bool)
+        if not self.concepts:
+            return keep
+        centres = np.stack([c.centre for c in self.concepts])
+        radii = np.array([c.radius for c in self.concepts])
+        importance = np.array([c.importance for c in self.concepts])
+        with eval_mode(self.model):
+            for i, image in enumerate(images):
+                segments = _Segments.of(image[None])
+                features = self._mean_activations(image[None], segments, range(len(segments)))
+                assigned = assign_to_concepts(features, centres, radii)
+                used = np.flatnonzero(assigned >= 0)
+                if used.size:
+                    kept = keep_segments(
+                        [segments.mask(s) for s in used], importance[assigned[used]], fraction
+                    )
+                    keep[i] = torch.from_numpy(kept)
+        return keep
+
+    def _clusters(
+        self, features: np.ndarray, image_numbers: np.ndarray, n_images: int
+    ) -> list[tuple[np.ndarray, np.ndarray, float, int]]:
+        """(centre, kept member indices nearest first, radius, size) of each kept cluster."""
+        n_clusters = min(self.n_concepts, len(features))
+        kmeans = KMeans(n_clusters, n_init=10, random_state=self.seed).fit(features)
+        centres = kmeans.cluster_centers_
+        distances = np.linalg.norm(features[:, None, :] - centres[None, :, :], axis=-1)
+        labels, costs = distances.argmin(1), distances.min(1)
+        clusters = []
+        for k in range(n_clusters):
+            members = np.flatnonzero(labels == k)
+            if len(members) > self.min_imgs and passes_spread_test(
+                image_numbers[members], n_images
+            ):
+                nearest = members[np.argsort(costs[members], kind="stable")[: self.max_imgs]]
+                clusters.append((centres[k], nearest, float(costs[nearest].max()), len(members)))
+        return clusters
+
+    def _majority_class(self, images: Tensor) -> int:
+        device = model_device(self.model)
+        with torch.no_grad():
+            predicted = torch.cat(
+                [
+                    self.model(self.normalize(batch.to(device))).argmax(1).cpu()
+                    for batch in images.split(self.batch_size)
+                ]
+            )
+        return int(torch.bincount(predicted).argmax())
+
+    def _patch_batches(
+        self, images: Tensor, segments: "_Segments", indices: Sequence[int]
+    ) -> Iterator[Tensor]:
+        indices = list(indices)
+        for start in range(0, len(indices), self.batch_size):
+            yield torch.stack(
+                [
+                    grey_patch(images[segments.keys[s, 0]], segments.mask(s), self.input_size)
+                    for s in indices[start : start + self.batch_size]
+                ]
+            )
+
+    def _mean_activations(
+        self, images: Tensor, segments: "_Segments", indices: Sequence[int]
+    ) -> np.ndarray:
+        """S x K activations of the segments' patches, averaged over space."""
+        acts = [
+            self._activations(batch) for batch in self._patch_batches(images, segments, indices)
+        ]
+        return np.concatenate([a.reshape(*a.shape[:2], -1).mean(2) for a in acts])
+
+    def _flat_activations(
+        self, images: Tensor, segments: "_Segments", indices: Sequence[int]
+    ) -> np.ndarray:
+        """S x D flattened activations of the segments' patches."""
+        batches = self._patch_batches(images, segments, indices)
+        return np.concatenate(
+            [self._activations(batch).reshape(len(batch), -1) for batch in batches]
+        )
+
+    def _flat_image_activations(self, images: Tensor) -> np.ndarray:
+        """N x D flattened activations of whole images."""
+        return np.concatenate(
+            [
+                self._activations(batch).reshape(len(batch), -1)
+                for batch in images.split(self.batch_size)
+            ]
+        )
+
+    def _activations(self, batch01: Tensor) -> np.ndarray:
+        """Target-layer output for a batch of [0, 1] images; the layers after it are skipped."""
+        with torch.no_grad(), _hook(self.layer, stop=True) as store:
+            try:
+                self.model(self.normalize(batch01.to(model_device(self.model))))
+            except _Stop:
+                pass
+        if "output" not in store:
+            raise RuntimeError("the target layer was not run by the model's forward pass")
+        return store["output"].float().cpu().numpy()
+
+    def _gradients(self, images: Tensor, target_class: int) -> np.ndarray:
+        """N x D gradients of the class output (``tcav_output``) at the target layer."""
+        device = model_device(self.model)
+        gradients = []
+        with torch.enable_grad(), _hook(self.layer, stop=False) as store:
+            for batch in images.split(self.batch_size):
+                logits = self.model(self.normalize(batch.to(device)))
+                outputs = logits.log_softmax(1) if self.tcav_output == "log_prob" else logits
+                # Images are independent in eval mode: the sum's gradient is per image.
+                (grad,) = torch.autograd.grad(outputs[:, target_class].sum(), store["output"])
+                gradients.append(grad.reshape(len(batch), -1).float().cpu().numpy())
+        return np.concatenate(gradients)
+
+
+@dataclass(frozen=True)
+class _Segments:
+    """ACE's segments of a group of images, kept as SLIC label maps rather than masks.
+
+    Attributes:
+        label_maps: per image, R x H x W int32 label maps (one per SLIC resolution).
+        keys: S x 3 int64 ``(image, resolution, label)`` of each kept segment.
+    """
+
+    label_maps: list[np.ndarray]
+    keys: np.ndarray
+
+    @staticmethod
+    def of(images01: Tensor) -> "_Segments":
+        label_maps = [_slic_label_maps(image) for image in images01]
+        keys = [
+            (i, r, label) for i, maps in enumerate(label_maps) for r, label in unique_segments(maps)
+        ]
+        return _Segments(label_maps, np.array(keys, dtype=np.int64).reshape(-1, 3))
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def mask(self, s: int) -> np.ndarray:
+        i, r, label = self.keys[s]
+        return self.label_maps[i][r] == label
+
+
+@contextmanager
+def _hook(layer: nn.Module, stop: bool) -> Iterator[dict[str, Tensor]]:
+    """Capture the layer's output in the yielded dict; the hook is removed on exit.
+
+    ``stop``: keep a detached copy and abort the forward pass (raises `_Stop`). Otherwise the
+    output becomes a leaf that requires grad (no gradients flow to earlier layers) and the
+    forward pass continues on a copy, so in-place operations after the layer are allowed.
+    """
+    store: dict[str, Tensor] = {}
+
+    def hook(module: nn.Module, inputs: tuple, output: Tensor) -> Tensor | None:
+        if not isinstance(output, Tensor):
+            raise TypeError(f"the target layer must return a tensor, got {type(output)}")
+        if stop:
+            store["output"] = output.detach()
+            raise _Stop
+        store["output"] = output.detach().requires_grad_(True)
+        return store["output"].clone()
+
+    handle = layer.register_forward_hook(hook)
+    try:
+        yield store
+    finally:
+        handle.remove()
+
+
+def _tcav(
+    positive: np.ndarray, negative: np.ndarray, gradients: np.ndarray, seed: int
+) -> tuple[float, float]:
+    """(TCAV score, CAV held-out accuracy) of the CAV of ``positive`` against ``negative``."""
+    n = min(len(positive), len(negative))
+    x = np.concatenate([positive[:n], negative[:n]])
+    y = np.repeat([0, 1], n)
+    x_train, x_test, y_train, y_test = train_test_split(
+        x, y, test_size=0.33, stratify=y, random_state=seed
+    )
+    model = SGDClassifier(alpha=0.01, max_iter=1000, tol=1e-3, random_state=seed)
+    model.fit(x_train, y_train)
+    # Label 0 is the concept: the CAV points against the coefficients (tcav's cavs[0]).
+    cav = -model.coef_[0] / np.linalg.norm(model.coef_[0])
+    return float(np.mean(gradients @ cav > 0)), float(model.score(x_test, y_test))
+
+
+def _check_image(image01: Tensor) -> None:
+    if not isinstance(image01, Tensor) or image01.ndim != 3 or not image01.is_floating_point():
+        raise ValueError("image01 must be a floating C x H x W tensor in [0, 1]")
+
+
+def _check_images(images01: Tensor, name: str) -> None:
+    if not isinstance(images01, Tensor) or images01.ndim != 4 or not images01.is_floating_point():
+        raise ValueError(f"{name} must be a floating N x C x H x W tensor in [0, 1]")
+    if images01.shape[0] == 0:
+        raise ValueError(f"{name} holds no image")
+    if not bool(((images01 >= 0) & (images01 <= 1)).all()):
+        raise ValueError(f"{name} must be in [0, 1] pixel space (before normalisation)")

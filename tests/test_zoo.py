@@ -1,0 +1,179 @@
+import pytest
+import torch
+from torch import nn
+
+from repinterp import zoo
+
+OURS = {"mnist_cnn": (1, 28), "shapes_cnn": (3, 56), "digits_cnn": (1, 8)}
+TORCHVISION = [arch for arch in zoo.ARCHS if arch not in OURS]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """These models are tiny: one thread is faster, and immune to a busy machine."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def _features_at(model: nn.Module, layer: str, x: torch.Tensor) -> torch.Tensor:
+    seen = []
+    handle = model.get_submodule(layer).register_forward_hook(lambda m, i, o: seen.append(o))
+    with torch.no_grad():
+        model(x)
+    handle.remove()
+    return seen[0]
+
+
+def _same_state(a: nn.Module, b: nn.Module) -> bool:
+    sa, sb = a.state_dict(), b.state_dict()
+    return sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
+
+
+@pytest.mark.parametrize("arch", OURS)
+def test_our_archs_forward_and_expose_a_relu_target(arch):
+    channels, side = OURS[arch]
+    model = zoo.build_model(arch, num_classes=7)
+    assert not model.training
+    x = torch.randn(3, channels, side, side)
+    with torch.no_grad():
+        assert model(x).shape == (3, 7)
+    layer = zoo.default_target_layer(arch)
+    assert layer == model.target_layer
+    modules = dict(model.named_modules())
+    relus = [name for name, m in modules.items() if isinstance(m, nn.ReLU)]
+    assert isinstance(modules[layer], nn.ReLU) and layer.startswith("features.")
+    assert isinstance(model.features[int(layer.split(".")[1]) - 1], nn.Conv2d)
+    assert all(not name.startswith("features.") for name in relus[relus.index(layer) + 1 :])
+    feature_map = _features_at(model, layer, x)
+    assert feature_map.dim() == 4 and feature_map.min() >= 0
+    # The head is piecewise linear: pooling, flatten, Linear, ReLU, Dropout only.
+    allowed = (nn.AdaptiveAvgPool2d, nn.Flatten, nn.Linear, nn.ReLU, nn.Dropout, nn.Sequential)
+    assert all(isinstance(m, allowed) for m in model.classifier.modules())
+
+
+def test_mnist_model_is_small(tmp_path):
+    model = zoo.build_model("mnist_cnn", 10)
+    assert 100_000 <= sum(p.numel() for p in model.parameters()) <= 300_000
+    path = tmp_path / "mnist.safetensors"
+    zoo.save_weights(model, path)
+    assert path.stat().st_size < 2_000_000
+
+
+@pytest.mark.parametrize("side", [48, 64])
+def test_shapes_cnn_takes_48_to_64_pixels(side):
+    model = zoo.build_model("shapes_cnn", 4)
+    with torch.no_grad():
+        assert model(torch.randn(2, 3, side, side)).shape == (2, 4)
+
+
+def test_every_torchvision_arch_has_its_target_layer_and_new_head():
+    for arch in TORCHVISION:
+        with torch.device("meta"):
+            model = zoo.build_model(arch, num_classes=5)
+        modules = dict(model.named_modules())
+        layer = zoo.default_target_layer(arch)
+        assert layer in modules, arch
+        linears = [m for m in modules.values() if isinstance(m, nn.Linear)]
+        assert linears[-1].out_features == 5, arch
+        if arch.startswith(("vgg", "alexnet")):
+            relus = [n for n, m in modules.items() if isinstance(m, nn.ReLU)]
+            assert layer == [n for n in relus if n.startswith("features.")][-1], arch
+    assert zoo.default_target_layer("vgg16") == "features.29"
+    assert zoo.default_target_layer("vgg19") == "features.35"
+    assert zoo.default_target_layer("vgg11") == "features.19"
+    assert zoo.default_target_layer("resnet50") == "layer4"
+    assert zoo.default_target_layer("densenet121") == "features"
+
+
+@pytest.mark.parametrize("arch", ["alexnet", "vgg11", "resnet18", "densenet121", "mobilenet_v2"])
+def test_torchvision_archs_forward_small_inputs(arch):
+    model = zoo.build_model(arch, num_classes=3)
+    x = torch.randn(2, 3, 64, 64)
+    with torch.no_grad():
+        assert model(x).shape == (2, 3)
+    assert _features_at(model, zoo.default_target_layer(arch), x).dim() == 4
+
+
+def test_in_channels_replaces_the_first_convolution():
+    model = zoo.build_model("resnet18", num_classes=2, in_channels=1)
+    with torch.no_grad():
+        assert model(torch.randn(1, 1, 32, 32)).shape == (1, 2)
+    ours = zoo.build_model("mnist_cnn", 10, in_channels=3)
+    assert ours.features[0].in_channels == 3
+
+
+def test_build_is_seeded_and_leaves_the_global_rng_alone():
+    state = torch.random.get_rng_state()
+    a = zoo.build_model("mnist_cnn", 10, seed=1)
+    assert torch.equal(torch.random.get_rng_state(), state)
+    assert _same_state(a, zoo.build_model("mnist_cnn", 10, seed=1))
+    assert not _same_state(a, zoo.build_model("mnist_cnn", 10, seed=2))
+
+
+def test_weights_round_trip_through_safetensors(tmp_path):
+    model = zoo.build_model("shapes_cnn", 3, seed=1)
+    path = tmp_path / "shapes.safetensors"
+    zoo.save_weights(model, path)
+    loaded = zoo.build_model("shapes_cnn", 3, weights=path, seed=2)
+    assert _same_state(model, loaded)
+    x = torch.randn(2, 3, 56, 56)
+    with torch.no_grad():
+        assert torch.equal(model(x), loaded(x))
+
+
+def test_weights_round_trip_through_torch_save(tmp_path):
+    model = zoo.build_model("resnet18", 4, seed=1)
+    state = model.state_dict()
+    wrapped = {
+        "raw.pt": state,
+        "checkpoint.pth": {"state_dict": state, "epoch": 3},
+        "model.pt": {"model": state},
+        "parallel.pt": {f"module.{k}": v for k, v in state.items()},
+    }
+    for name, content in wrapped.items():
+        torch.save(content, tmp_path / name)
+        loaded = zoo.build_model("resnet18", 4, weights=tmp_path / name, seed=2)
+        assert _same_state(model, loaded), name
+
+
+def test_weights_that_do_not_fit_give_one_line(tmp_path):
+    path = tmp_path / "digits.safetensors"
+    zoo.save_weights(zoo.build_model("digits_cnn", 10), path)
+    with pytest.raises(ValueError, match="mis-shaped") as error:
+        zoo.build_model("mnist_cnn", 10, weights=path)
+    assert "\n" not in str(error.value) and "digits.safetensors" in str(error.value)
+
+    state = zoo.build_model("digits_cnn", 10).state_dict()
+    state["extra.weight"] = torch.zeros(1)
+    del state["classifier.5.bias"]
+    torch.save(state, tmp_path / "odd.pt")
+    with pytest.raises(ValueError, match=r"missing classifier\.5\.bias") as error:
+        zoo.build_model("digits_cnn", 10, weights=tmp_path / "odd.pt")
+    assert "unexpected extra.weight" in str(error.value) and "\n" not in str(error.value)
+
+    (tmp_path / "junk.pt").write_bytes(b"junk")
+    with pytest.raises(ValueError, match="cannot read weights") as error:
+        zoo.build_model("digits_cnn", 10, weights=tmp_path / "junk.pt")
+    assert "\n" not in str(error.value)
+    with pytest.raises(FileNotFoundError):
+        zoo.build_model("digits_cnn", 10, weights=tmp_path / "absent.safetensors")
+
+
+def test_reset_head_keeps_the_body_and_refits_the_classes(tmp_path):
+    source = zoo.build_model("digits_cnn", 10, seed=1)
+    path = tmp_path / "ten.safetensors"
+    zoo.save_weights(source, path)
+    with pytest.raises(ValueError, match=r"classifier\.5\.weight"):
+        zoo.build_model("digits_cnn", 3, weights=path)
+    model = zoo.build_model("digits_cnn", 3, weights=path, reset_head=True)
+    assert model.classifier[5].out_features == 3
+    assert torch.equal(model.features[0].weight, source.features[0].weight)
+    assert torch.equal(model.classifier[2].weight, source.classifier[2].weight)
+
+
+def test_unknown_arch_lists_the_choices():
+    for call in (lambda: zoo.build_model("lenet", 10), lambda: zoo.default_target_layer("x")):
+        with pytest.raises(ValueError, match="mnist_cnn, shapes_cnn, digits_cnn, alexnet"):
+            call()

@@ -20,11 +20,8 @@ def run(argv: list[str], capsys) -> tuple[int, str, str]:
     return code, out.out, out.err
 
 
-@pytest.fixture(scope="module")
-def digits_index(tmp_path_factory):
-    """Weights trained for one epoch on sklearn digits, and an index fitted with them."""
-    root = tmp_path_factory.mktemp("cli")
-    weights = root / "digits.safetensors"
+def train_digits(out: Path, seed: int) -> Path:
+    """Weights of the digits CNN after one epoch on sklearn's digits."""
     main(
         [
             "train",
@@ -34,11 +31,21 @@ def digits_index(tmp_path_factory):
             "digits_cnn",
             "--epochs",
             "1",
+            "--seed",
+            str(seed),
             "--out",
-            str(weights),
+            str(out),
             "--quiet",
         ]
     )
+    return out
+
+
+@pytest.fixture(scope="module")
+def digits_index(tmp_path_factory):
+    """Weights trained for one epoch on sklearn digits, and an index fitted with them."""
+    root = tmp_path_factory.mktemp("cli")
+    weights = train_digits(root / "digits.safetensors", seed=0)
     index = root / "index"
     main(
         [
@@ -159,23 +166,7 @@ def test_index_for_other_weights_is_refused(digits_index, tmp_path, capsys) -> N
     _, index = digits_index
     copy = tmp_path / "index"
     shutil.copytree(index, copy)
-    other = tmp_path / "other.safetensors"
-    main(
-        [
-            "train",
-            "--dataset",
-            "digits",
-            "--arch",
-            "digits_cnn",
-            "--epochs",
-            "1",
-            "--seed",
-            "1",
-            "--out",
-            str(other),
-            "--quiet",
-        ]
-    )
+    other = train_digits(tmp_path / "other.safetensors", seed=1)
     manifest = json.loads((copy / "manifest.json").read_text())
     manifest["recipe"]["weights"] = str(other)
     (copy / "manifest.json").write_text(json.dumps(manifest))

@@ -21,8 +21,8 @@ Discovery (``ACE.fit``), as the original:
    stratified 67% split of a set balanced by truncation; the CAV is the unit vector pointing
    to the concept). Its TCAV score is the share of discovery images whose directional
    derivative, the gradient at the target layer of the class's log-softmax probability
-   (the official code takes the gradient of the cross-entropy loss and counts negative
-   products: the same thing) dotted with the CAV, is positive. One more random set against
+   dotted with the CAV, is positive (the official code takes the gradient of the
+   cross-entropy loss and counts negative products: the same sign). One more random set against
    the ``n_random`` ones gives random-vs-random scores; a concept is kept if the two-sided
    paired t-test (``scipy.stats.ttest_rel``, as ``do_statistical_testings``) of its scores
    against those gives ``p <= p_value``. Importance is the mean TCAV score.
@@ -54,10 +54,14 @@ Departures from the original:
   ``random_images01``, e.g. reference images outside the group; without it, ``max_imgs``
   random patches of the discovery segments.
 - TCAV scores are computed on the discovery images; the original uses ``max_imgs`` other
-  images of the class. ``tcav_output="logit"`` uses the class logit's gradient instead (the
-  TCAV paper's definition).
+  images of the class. The log-softmax is of the logits: tcav's public image-model wrappers
+  apply the cross-entropy to the softmax output instead (``logits=self.pred``), which is not
+  copied. ``tcav_output="logit"`` uses the class logit's gradient (the TCAV paper's
+  definition).
 - A NaN p-value (identical score lists) fails the test; the original keeps such concepts
   (``NaN > 0.01`` is false).
+- One target layer per fit (the original loops over several bottlenecks); the discovery images
+  are whatever group the caller passes (``ace_run.py`` takes 40 images of a class folder).
 
 Defaults (quick, for 2-core machines) against the original's (``ace_run.py`` /
 ``ConceptDiscovery``): ``n_random`` 10 (20 / 2), ``max_imgs`` 40 (40 / 40), ``min_imgs`` 20
@@ -65,7 +69,7 @@ Defaults (quick, for 2-core machines) against the original's (``ace_run.py`` /
 """
 
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Literal
@@ -80,7 +84,7 @@ from sklearn.linear_model import SGDClassifier
 from sklearn.model_selection import train_test_split
 from torch import Tensor, nn
 
-from .metrics import eval_mode, model_device
+from .metrics import Normalize, eval_mode, model_device
 
 __all__ = [
     "ACE",
@@ -99,8 +103,6 @@ GREY_FILL = 117 / 255
 SLIC_N_SEGMENTS = (15, 50, 80)
 SLIC_COMPACTNESS = 20.0
 SLIC_SIGMA = 1.0
-
-Normalize = Callable[[Tensor], Tensor]
 
 
 def unique_segments(
@@ -308,12 +310,27 @@ class ACE:
         ace = ACE(model, "features.29", normalize).fit(group01, random_images01=others01)
         keep = ace.keep_masks(images01)  # N x H x W bool, for average_drop_increase_from_mask
 
+    Args:
+        model: classifier returning logits; run in eval mode (each module's mode restored).
+        target_layer: the layer (or its name in ``model``) whose output is the activations.
+        normalize: maps [0, 1] images and patches to the model's input (None: identity).
+        n_concepts: k-means clusters (at most the number of patches).
+        min_imgs: a cluster needs more than this many patches.
+        max_imgs: patches kept per concept, and images per random set.
+        n_random: random sets (CAVs and TCAV scores per concept), >= 2.
+        p_value: significance level of the t-test.
+        tcav_output: differentiate the class's log-softmax probability (``"log_prob"``, the
+            original) or its logit (``"logit"``).
+        seed: seed of k-means, the random sets, the splits and the CAVs.
+        batch_size: patches or images per forward pass.
+
     Attributes (after ``fit``):
         concepts: significant concepts, most important first.
         candidates: every concept that passed the size and spread tests, in cluster order,
             significant or not.
         random_tcav_scores: (n_random,) random-vs-random TCAV scores.
         target_class: the class explained.
+        input_shape: C x H x W of the discovery images; patches are resized to H x W.
     """
 
     def __init__(
@@ -330,22 +347,11 @@ class ACE:
         seed: int = 0,
         batch_size: int = 64,
     ) -> None:
-        """Args:
-        model: classifier returning logits; run in eval mode (each module's mode restored).
-        target_layer: the layer (or its name in ``model``) whose output is the activations.
-        normalize: maps [0, 1] images and patches to the model's input (None: identity).
-        n_concepts: k-means clusters (at most the number of patches).
-        min_imgs: a cluster needs more than this many patches.
-        max_imgs: patches kept per concept, and images per random set.
-        n_random: random sets (CAVs and TCAV scores per concept), >= 2.
-        p_value: significance level of the t-test.
-        tcav_output: differentiate the class's log-softmax probability (the original) or
-            its logit.
-        seed: seed of k-means, the random sets, the splits and the CAVs.
-        batch_size: patches or images per forward pass.
-        """
         if isinstance(target_layer, str):
-            self.layer = model.get_submodule(target_layer)
+            try:
+                self.layer = model.get_submodule(target_layer)
+            except AttributeError:
+                raise ValueError(f"model has no layer named {target_layer!r}") from None
         elif any(module is target_layer for module in model.modules()):
             self.layer = target_layer
         else:
@@ -370,7 +376,7 @@ class ACE:
         self.candidates: list[Concept] = []
         self.random_tcav_scores: np.ndarray | None = None
         self.target_class: int | None = None
-        self.input_size: tuple[int, int] | None = None
+        self.input_shape: tuple[int, int, int] | None = None
 
     def fit(
         self,
@@ -394,7 +400,7 @@ class ACE:
         _check_images(discovery_images01, "discovery_images01")
         images = discovery_images01.detach().cpu()
         n_images = images.shape[0]
-        self.input_size = tuple(images.shape[2:])
+        self.input_shape = tuple(images.shape[1:])
         if random_images01 is not None:
             _check_images(random_images01, "random_images01")
             if random_images01.shape[1:] != images.shape[1:] or random_images01.shape[0] < 2:
@@ -470,9 +476,13 @@ class ACE:
         Returns:
             N x H x W bool; all False for an image with no segment near a concept.
         """
-        if self.input_size is None:
+        if self.input_shape is None:
             raise RuntimeError("call fit(discovery_images01) before keep_masks()")
         _check_images(images01, "images01")
+        if images01.shape[1] != self.input_shape[0]:
+            raise ValueError(
+                f"images01 must have {self.input_shape[0]} channels, got {images01.shape[1]}"
+            )
         images = images01.detach().cpu()
         keep = torch.zeros(images.shape[0], *images.shape[2:], dtype=torch.bool)
         if not self.concepts:
@@ -530,7 +540,7 @@ class ACE:
         for start in range(0, len(indices), self.batch_size):
             yield torch.stack(
                 [
-                    grey_patch(images[segments.keys[s, 0]], segments.mask(s), self.input_size)
+                    grey_patch(images[segments.keys[s, 0]], segments.mask(s), self.input_shape[1:])
                     for s in indices[start : start + self.batch_size]
                 ]
             )

@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv test lint demo bench clean
+.PHONY: venv browser test lint demo bench clean
 
 venv: $(STAMP)
 
@@ -17,7 +17,13 @@ lint: venv
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/ruff format --check src tests benchmarks
 
-test: lint
+# Headless Chromium for the web viewer's browser tests (Debian's package; installed only if missing).
+CHROMIUM := /usr/bin/chromium
+
+browser:
+	test -x $(CHROMIUM) || (apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium)
+
+test: lint browser
 	$(BIN)/pytest -q
 
 demo: venv

@@ -1,142 +1,137 @@
-"""Engine speed, as ratios against the plain forward pass measured in the same run.
+"""fit time / time of a plain forward pass of the same model over the same images and batches.
 
-Prints, for a small CNN and a VGG-11 (random weights):
-- ``fit`` time / time of a plain forward pass of the same model over the same images and
-  batches (goal <= 1.10);
-- ``explain`` latency for one input and per input in a batch, at |R| = 10,000, |Q| = 50
-  (goal < 20 ms on CPU), with the share spent in the cover.
+Ways to fit, each timed in turns with the forward pass (``--repeats`` rounds): in memory;
+writing the index in shards to disk as it goes (what ``repinterp fit`` does, so that it can
+resume); and, for the small CNN, from a Dataset read by a DataLoader with ``--workers``
+processes. Models, random weights, |Q| = 50: a small CNN (1 x 28 x 28, |R| = ``--n-small``)
+and VGG-11 (3 x ``--vgg-size`` px, |R| = ``--n-vgg``). Goal: fit / forward <= 1.05.
 
-Usage: python benchmarks/bench_engine.py [--vgg-size 64] [--n-fit 512] [--out results.json]
+Usage: python benchmarks/bench_engine.py [--n-small 5000] [--n-vgg 2000] [--threads 1]
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import platform
-import statistics
-import time
-from collections import OrderedDict
+import shutil
+import tempfile
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
-import torchvision
+from common import RandomImages, interleaved, parser, ratios, small_cnn, table, vgg11, write
 from torch import nn
 
 from repinterp import RepresentativeInterpreter
-from repinterp.cover import greedy_cover
+from repinterp.index import Shards
+
+GOAL = 1.05
+N_BOUNDARIES = 50
 
 
-def small_cnn(classes: int = 10) -> nn.Module:
-    return nn.Sequential(
-        OrderedDict(
-            conv1=nn.Conv2d(1, 16, 3, padding=1),
-            relu1=nn.ReLU(),
-            pool1=nn.MaxPool2d(2),
-            conv2=nn.Conv2d(16, 32, 3, padding=1),
-            relu2=nn.ReLU(),
-            pool2=nn.MaxPool2d(2),
-            flatten=nn.Flatten(),
-            fc1=nn.Linear(32 * 7 * 7, 128),
-            relu3=nn.ReLU(),
-            fc2=nn.Linear(128, classes),
+def fit_times(
+    model: nn.Module,
+    layer: str,
+    shape: tuple[int, ...],
+    batch: int,
+    repeats: int,
+    workers: int | None,
+) -> dict[str, float]:
+    """Times of the forward pass and of each way to fit, and their ratios (see
+    :func:`common.ratios`).
+
+    Args:
+        shape: N x C x H x W of the reference set.
+        workers: DataLoader workers for the Dataset fit; None skips it.
+    """
+    dataset = RandomImages(shape[0], shape[1:])
+    images = torch.stack([dataset[i] for i in range(len(dataset))])
+    folder = Path(tempfile.mkdtemp(prefix="bench-shards-"))
+
+    def interpreter(num_workers: int = 0) -> RepresentativeInterpreter:
+        return RepresentativeInterpreter(
+            model, layer, N_BOUNDARIES, batch_size=batch, progress=False, num_workers=num_workers
         )
-    ).eval()
-
-
-def best_of(fn: Callable[[], object], repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return min(times)
-
-
-def fit_ratio(model: nn.Module, layer: str, images: torch.Tensor, batch: int, repeats: int):
-    ri = RepresentativeInterpreter(model, layer, n_boundaries=50, batch_size=batch, progress=False)
 
     @torch.inference_mode()
     def forward() -> None:
         for i in range(0, images.shape[0], batch):
             model(images[i : i + batch])
 
-    forward()  # warm-up
-    t_forward = best_of(forward, repeats)
-    t_fit = best_of(lambda: ri.fit(images), repeats)
-    return t_fit, t_forward
-
-
-def explain_latency(n_ref: int, repeats: int = 100) -> dict[str, float]:
-    torch.manual_seed(0)
-    model = small_cnn()
-    images = torch.randn(n_ref, 1, 28, 28)
-    with torch.no_grad():
-        model.fc2.bias -= model(images[:1000]).mean(0)
-    ri = RepresentativeInterpreter(model, "relu2", n_boundaries=50, progress=False).fit(images)
-    queries = torch.randn(repeats, 1, 28, 28)
-    for i in range(5):
-        ri.explain(queries[i])
-    single = []
-    for q in queries:
-        start = time.perf_counter()
-        ri.explain(q)
-        single.append(time.perf_counter() - start)
-    t_batch = best_of(lambda: ri.explain_batch(queries), 3) / repeats
-    _, proj = ri._forward(queries)
-    other = ri.index.predictions.unsqueeze(0) != proj.new_zeros(repeats).long().unsqueeze(1)
-    sides = torch.sign(proj).to(torch.int8)
-    cover = []
-    for i in range(repeats):
-        start = time.perf_counter()
-        greedy_cover(ri.index.sides, sides[i : i + 1], other[i : i + 1])
-        cover.append(time.perf_counter() - start)
-    return {
-        "explain_single_ms": 1000 * statistics.median(single),
-        "explain_batch_per_input_ms": 1000 * t_batch,
-        "cover_single_ms": 1000 * statistics.median(cover),
+    fns: dict[str, Callable[[], object]] = {
+        "forward": forward,
+        "fit": lambda: interpreter().fit(images),
+        "fit_sharded": lambda: interpreter().fit(images, shards=Shards(folder / "partial")),
     }
+    if workers is not None:
+        fns["fit_dataset"] = lambda: interpreter(workers).fit(dataset)
+    forward()  # warm-up
+    times = interleaved(fns, repeats)
+    shutil.rmtree(folder)
+    return ratios(times, "forward")
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--n-fit", type=int, default=512, help="images fitted per model")
-    parser.add_argument("--vgg-size", type=int, default=64, help="VGG-11 input side, pixels")
-    parser.add_argument("--n-ref", type=int, default=10_000, help="|R| for explain latency")
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--out", help="write the results as JSON here")
-    args = parser.parse_args()
+    p = parser(__doc__, "engine")
+    p.add_argument("--n-small", type=int, default=5000, help="|R| for the small CNN (5000)")
+    p.add_argument("--n-vgg", type=int, default=2000, help="|R| for VGG-11 (2000)")
+    p.add_argument("--vgg-size", type=int, default=64, help="VGG-11 input side, px (64)")
+    p.add_argument("--repeats", type=int, default=5, help="rounds for the small CNN (5)")
+    p.add_argument("--vgg-repeats", type=int, default=2, help="rounds for VGG-11 (2)")
+    p.add_argument("--workers", type=int, default=1, help="DataLoader workers (1)")
+    p.add_argument("--threads", type=int, default=1, help="torch threads (1)")
+    args = p.parse_args()
+    torch.set_num_threads(args.threads)
     torch.manual_seed(0)
 
-    results: dict[str, object] = {
-        "machine": f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} "
-        f"threads, torch {torch.__version__}",
-    }
+    side = args.vgg_size
     cases = [
-        ("small CNN, 28 px", small_cnn(), "relu2", torch.randn(args.n_fit, 1, 28, 28), 256),
+        ("small CNN, 28 px", small_cnn(), "relu2", (args.n_small, 1, 28, 28), 256, args.repeats),
         (
-            f"VGG-11, {args.vgg_size} px",
-            torchvision.models.vgg11(weights=None, num_classes=10).eval(),
+            f"VGG-11, {side} px",
+            vgg11(),
             "features.19",
-            torch.randn(args.n_fit, 3, args.vgg_size, args.vgg_size),
+            (args.n_vgg, 3, side, side),
             64,
+            args.vgg_repeats,
         ),
     ]
-    print("| model | fit (s) | forward (s) | fit / forward | goal |")
-    print("|---|---|---|---|---|")
-    for name, model, layer, images, batch in cases:
-        t_fit, t_fwd = fit_ratio(model, layer, images, batch, args.repeats)
-        results[name] = {"fit_s": t_fit, "forward_s": t_fwd, "ratio": t_fit / t_fwd}
-        print(f"| {name} | {t_fit:.3f} | {t_fwd:.3f} | {t_fit / t_fwd:.3f} | <= 1.10 |")
-
-    latency = explain_latency(args.n_ref)
-    results["explain"] = {"n_reference": args.n_ref, "n_boundaries": 50, **latency}
-    print(f"\nexplain at |R| = {args.n_ref}, |Q| = 50 (goal < 20 ms):")
-    for key, value in latency.items():
-        print(f"  {key}: {value:.2f}")
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump(results, f, indent=2)
+    results = {"goal": GOAL, "workers": args.workers, "threads": args.threads, "cases": {}}
+    rows = []
+    for name, model, layer, shape, batch, repeats in cases:
+        workers = args.workers if name.startswith("small") else None
+        r = fit_times(model, layer, shape, batch, repeats, workers)
+        results["cases"][name] = {
+            "n_reference": shape[0],
+            "batch_size": batch,
+            "repeats": repeats,
+            **r,
+        }
+        rows.append(
+            [
+                name,
+                shape[0],
+                r["forward_s"],
+                r["fit_s"],
+                f"{r['fit_ratio']:.3f} ({r['fit_paired_ratio']:.3f})",
+                f"{r['fit_sharded_ratio']:.3f} ({r['fit_sharded_paired_ratio']:.3f})",
+                f"{r['fit_dataset_ratio']:.3f} ({r['fit_dataset_paired_ratio']:.3f})"
+                if workers is not None
+                else "-",
+            ]
+        )
+    table(
+        [
+            "model",
+            "|R|",
+            "forward (s)",
+            "fit (s)",
+            "fit / forward",
+            "sharded fit / forward",
+            f"Dataset fit ({args.workers} worker) / forward",
+        ],
+        rows,
+    )
+    print(f"ratio of best times (median of paired ratios); goal: fit / forward <= {GOAL}")
+    write(results, args.out)
 
 
 if __name__ == "__main__":

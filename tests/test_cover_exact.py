@@ -107,6 +107,19 @@ def test_empty_d_needs_no_boundary() -> None:
     assert exact.optimal.all() and (exact.gap == 0).all()
 
 
+def test_images_outside_d_that_no_cover_can_keep() -> None:
+    """Image 1 (outside D) has the separation pattern of image 0 (in D): it is never covered, so
+    the reduced model has no z at all; image 2 (in D, unseparated) makes delta 1."""
+    ref = torch.tensor([[-1, 1], [-1, 1], [1, 1]], dtype=torch.int8)
+    x = torch.ones(1, 2, dtype=torch.int8)
+    other = torch.tensor([[True, False, True]])
+    for reduce in (True, False):
+        exact = exact_cover(ref, x, other, reduce=reduce)
+        assert exact.covered[0].tolist() == [False, False, True]
+        assert exact.optimal.all() and exact.delta.tolist() == exact.conflicts.tolist() == [1]
+        assert exact.bound.tolist() == [1]
+
+
 def test_time_limit_keeps_a_feasible_unproven_result() -> None:
     ref, x, other = random_instance(1, n_q=50, n_ref=2000, n_in=2)
     other = torch.rand(2, 2000, generator=torch.Generator().manual_seed(0)) < 0.5

@@ -1,4 +1,4 @@
-"""The ``repinterp`` command: train, fit, explain, report, demo (and evaluate, serve).
+"""The ``repinterp`` command: train, fit, explain, evaluate, report, demo, serve.
 
 Every subcommand ends a bad input (a missing file, an unknown architecture or layer, weights
 that do not fit, an index made for another model) with a one-line error and exit status 2.
@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from .data import DATASET_CHOICES, load_dataset
-from .index import IndexLoadError
+from .index import DEFAULT_SHARD_SIZE, IndexLoadError
 from .interpreter import Interpretation
 from .zoo import ARCHS, build_model, save_weights
 
@@ -70,26 +70,48 @@ def _train(args: argparse.Namespace) -> None:
 
 # ----------------------------------------------------------------------------- fit
 def _fit(args: argparse.Namespace) -> None:
+    from .distributed import init_from_env, rank_and_world, shutdown
+    from .index import Shards
     from .workspace import fit_workspace
 
     start = time.perf_counter()
-    ws = fit_workspace(
-        args.model,
-        args.weights,
-        args.reference,
-        layer=args.layer,
-        n_boundaries=args.boundaries,
-        seed=args.seed,
-        data_seed=args.data_seed,
-        device=args.device,
-        batch_size=args.batch_size,
-        progress=not args.quiet,
-    )
+    shards = Shards(args.shards or Path(args.out) / ".partial", args.shard_size, args.resume)
+    try:
+        device = init_from_env(args.device)  # torchrun: join its process group
+        ws = fit_workspace(
+            args.model,
+            args.weights,
+            args.reference,
+            layer=args.layer,
+            n_boundaries=args.boundaries,
+            seed=args.seed,
+            data_seed=args.data_seed,
+            device=device,
+            batch_size=args.batch_size,
+            progress=not args.quiet,
+            keep_features=not args.no_features,
+            num_workers=args.workers,
+            shards=shards,
+        )
+        rank, world = rank_and_world()
+    except KeyboardInterrupt:
+        print(
+            f"repinterp: interrupted; the complete shards are kept in {shards.directory}: "
+            "run the same command with --resume to go on",
+            file=sys.stderr,
+        )
+        raise SystemExit(130) from None
+    finally:
+        shutdown()
+    if rank != 0:
+        return
     ws.interpreter.save(args.out)
+    shards.remove()
     index = ws.interpreter.fitted_index
     print(
         f"indexed {len(index)} reference images on {len(index.boundaries)} boundaries at layer "
-        f"{ws.interpreter.target_layer!r} in {time.perf_counter() - start:.1f} s -> {args.out}"
+        f"{ws.interpreter.target_layer!r} with {world} process(es) in "
+        f"{time.perf_counter() - start:.1f} s -> {args.out}"
     )
 
 
@@ -205,6 +227,76 @@ def _report(args: argparse.Namespace) -> None:
     print(f"report of {len(regions)} regions: open {Path(args.out) / 'index.html'}")
 
 
+# ----------------------------------------------------------------------------- serve
+def _serve(args: argparse.Namespace) -> None:
+    from .web import serve
+
+    serve(
+        args.index,
+        host=args.host,
+        port=args.port,
+        quiet=args.quiet,
+        n_regions=args.regions,
+        seed=args.seed,
+        device=args.device,
+    )
+
+
+# ----------------------------------------------------------------------------- evaluate
+def _evaluate_command(args: argparse.Namespace, runs: int, n_inputs: int) -> str:
+    """The command line that reproduces this evaluation, with the defaults spelled out."""
+    parts = ["repinterp evaluate", f"--dataset {args.dataset}", f"--protocol {args.protocol}"]
+    parts += [f"--runs {runs}", f"--seed {args.seed}"]
+    parts += [f"--inputs {n_inputs}"] if args.protocol in ("reference", "similar") else []
+    parts += ["--quick"] if args.quick else []
+    for flag in ("model", "weights", "layer", "methods"):
+        if getattr(args, flag):
+            parts.append(f"--{flag} {getattr(args, flag)}")
+    return " ".join(parts)
+
+
+def _evaluate(args: argparse.Namespace) -> None:
+    from .evaluation.protocols import (
+        FULL,
+        METHODS,
+        QUICK,
+        Options,
+        check_protocol,
+        evaluate,
+        load_setup,
+        write_results,
+    )
+
+    check_protocol(args.protocol)
+    sizes = QUICK if args.quick else FULL
+    runs = sizes["runs"] if args.runs is None else args.runs
+    n_inputs = sizes["n_inputs"] if args.inputs is None else args.inputs
+    extra = {}
+    if args.methods:
+        extra["methods"] = tuple(METHODS if args.methods == "all" else args.methods.split(","))
+    options = Options(
+        runs=runs, seed=args.seed, n_inputs=n_inputs, progress=not args.quiet, **extra
+    )
+    setup = load_setup(
+        args.dataset,
+        args.model,
+        args.weights,
+        args.layer,
+        args.device,
+        n_reference=sizes["n_reference"],
+        n_unseen=sizes["n_unseen"],
+        subset_seed=args.seed,
+    )
+    results = evaluate(setup, args.protocol, options)
+    results["command"] = _evaluate_command(args, runs, n_inputs)
+    name = args.dataset.replace(":", "-").replace("/", "_")
+    out = Path(args.out or f"evaluation/{name}-{args.protocol}")
+    files = write_results(results, out)
+    if not args.quiet:
+        print(files[1].read_text())
+    print(f"{args.protocol} on {args.dataset}: {', '.join(f.name for f in files)} in {out}")
+
+
 # ----------------------------------------------------------------------------- parser
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -235,6 +327,33 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int, default=64, help="images per forward pass (64)")
     p.add_argument("--data-seed", type=int, default=0, help="seed of the data split (0)")
     p.add_argument("--out", required=True, help="index folder to write")
+    p.add_argument(
+        "--shards",
+        metavar="DIR",
+        help="folder the index is written to shard by shard as fit goes, removed once the index "
+        "is saved (OUT/.partial)",
+    )
+    p.add_argument(
+        "--shard-size",
+        type=int,
+        default=DEFAULT_SHARD_SIZE,
+        help=f"images per shard, rounded down to a multiple of --batch-size ({DEFAULT_SHARD_SIZE})",
+    )
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="go on from the complete shards of an interrupted fit run with the same options "
+        "(without it, fit starts over)",
+    )
+    p.add_argument(
+        "--workers", type=int, default=0, help="DataLoader processes reading the images (0)"
+    )
+    p.add_argument(
+        "--no-features",
+        action="store_true",
+        help="do not keep the reference feature maps (|R| x feature size on disk; 'report' and "
+        "regions need them)",
+    )
     _common(p)
     p.set_defaults(func=_fit)
 
@@ -263,6 +382,35 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=8000, help="port of the viewer (8000)")
     _common(p)
     p.set_defaults(func=_demo)
+
+    p = sub.add_parser("serve", help="a local web page to explore the interpretations of an index")
+    p.add_argument("--index", required=True, help="index folder written by 'repinterp fit'")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (127.0.0.1)")
+    p.add_argument("--port", type=int, default=8000, help="port; 0 picks a free one (8000)")
+    p.add_argument("--regions", type=int, default=20, help="regions in the gallery (20)")
+    _common(p)
+    p.set_defaults(func=_serve)
+
+    p = sub.add_parser("evaluate", help="the paper's evaluation protocols, over seeded runs")
+    p.add_argument("--dataset", required=True, help=f"data set: {datasets}")
+    p.add_argument(
+        "--protocol",
+        required=True,
+        help="unseen (Table 1), coverage (Table 2), reference (App. C), q-sweep (App. E), "
+        "similar (case studies on shapes)",
+    )
+    p.add_argument("--runs", type=int, help="seeded runs, mean ± std (5; 2 with --quick)")
+    p.add_argument("--quick", action="store_true", help="600 reference / 200 unseen images")
+    p.add_argument("--inputs", type=int, help="reference inputs of reference/similar (200; 30)")
+    p.add_argument("--methods", help="comma-separated, or 'all' (RI,Grad-CAM,Grad-CAM++,Score-CAM)")
+    p.add_argument("--out", help="output folder (evaluation/DATASET-PROTOCOL)")
+    p.add_argument(
+        "--model", help=f"architecture (default: the data set's bundled one): {', '.join(ARCHS)}"
+    )
+    p.add_argument("--weights", help="local weights file of --model")
+    p.add_argument("--layer", help="target layer name (default: the arch's last conv ReLU)")
+    _common(p)
+    p.set_defaults(func=_evaluate)
     return parser
 
 

@@ -212,10 +212,11 @@ def exact_cover(
                              sum_{i in D(x)} z_i <= delta.
 
     For binary ``y`` the constraints force ``z_i`` to exactly "i is covered" on D(x), and the
-    maximisation lifts it there elsewhere, so ``z`` needs no integrality. With ``reduce``, images
-    no boundary separates are always covered (a constant; ``delta`` drops by those of them in D,
-    to 0), and images with the same separation pattern and membership of D share one ``z``
-    weighted by their count: both keep the optimum exact.
+    maximisation lifts it there elsewhere, so ``z`` needs no integrality. With ``reduce`` (exact,
+    see :func:`_reduce`): images no boundary separates are a constant, the images of D(x) become
+    covering rows "P meets the separating set of i" kept only for the minimal sets, boundaries
+    in no such set are dropped, images outside D(x) that can never (or always) be covered are
+    constants, and the rest are merged by separation pattern into one ``z`` weighted by count.
 
     Algorithm 1 runs first: its ``P`` is kept when the solver's incumbent is absent (time limit),
     infeasible or worse, and the solver is skipped when the greedy already covers every image
@@ -226,7 +227,8 @@ def exact_cover(
         reference_sides: |R| x |Q| int8 sides of the reference images (see :func:`sides`).
         input_sides: B x |Q| int8 sides of the inputs.
         other_class: B x |R| bool, ``D(x)``.
-        time_limit: seconds for HiGHS per input; past it the best solution and bound so far.
+        time_limit: seconds for HiGHS per input; past it, the best solution and bound so far.
+            HiGHS checks it between its steps, so a large, hard model can overrun it in presolve.
         greedy: :func:`greedy_cover` of the same inputs, if already computed.
         reduce: apply the reductions above (False builds one ``z`` per image, for testing).
 
@@ -273,7 +275,7 @@ def exact_cover(
         seconds[b] = time.perf_counter() - start
 
     value = covered.sum(1)
-    bound = np.maximum(bound, value)
+    bound = np.maximum(bound, value)  # HiGHS may end a tolerance below a feasible value
     device = reference_sides.device
     return ExactCoverResult(
         *(
@@ -307,24 +309,23 @@ def _solve(
         The chosen boundaries (ascending; None without an incumbent) and an upper bound on the
         representativeness (inf without one).
     """
-    n_q = sep.shape[1]
-    separated = sep.any(1)
     if reduce:
-        constant = int((~separated).sum())
-        cover, weight = np.unique(sep[separated & ~other], axis=0, return_counts=True)
-        hit = _minimal(sep[separated & other])
+        columns, constant, cover, weight, hit = _reduce(sep, other)
         hit_z = sparse.csr_array((len(hit), len(cover)))
-        budget = []
+        budget, delta = [], []
     else:
-        constant, cover, weight, hit = 0, sep, np.ones(len(sep)), sep[other]
+        columns, constant, cover, hit = np.arange(sep.shape[1]), 0, sep, sep[other]
+        weight = np.ones(len(sep), dtype=np.int64)
         hit_z = sparse.eye_array(len(sep), format="csr")[np.flatnonzero(other)]
         budget = [[None, sparse.csr_array(other[None].astype(np.float64))]]
+        delta = [int((other & ~sep.any(1)).sum())]
+    n_y = len(columns)
     g, h = np.nonzero(cover)
     a = sparse.block_array(
         [
             # z_g + y_h <= 1 for every h separating g
             [
-                sparse.coo_array((np.ones(len(h)), (np.arange(len(h)), h)), shape=(len(h), n_q)),
+                sparse.coo_array((np.ones(len(h)), (np.arange(len(h)), h)), shape=(len(h), n_y)),
                 sparse.eye_array(len(cover), format="csr")[g],
             ],
             # (z_i +) the y_h of the h separating i >= 1 for i in D
@@ -333,34 +334,65 @@ def _solve(
             *budget,
         ],
         format="csr",
+        dtype=np.float64,
     )
-    n_cut, n_hit = len(h), len(hit)
-    delta = int((~separated & other).sum())
-    lower = np.concatenate([np.full(n_cut, -np.inf), np.ones(n_hit), [-np.inf] * len(budget)])
-    upper = np.concatenate([np.ones(n_cut), np.full(n_hit, np.inf), [delta] * len(budget)])
     res = milp(
-        np.concatenate([np.zeros(n_q), -weight]),
-        integrality=np.concatenate([np.ones(n_q), np.zeros(len(cover))]),
+        np.concatenate([np.zeros(n_y), -weight]),
+        integrality=np.concatenate([np.ones(n_y), np.zeros(len(cover))]),
         bounds=Bounds(0, 1),
-        constraints=LinearConstraint(a, lower, upper),
+        constraints=LinearConstraint(
+            a,
+            np.concatenate(
+                [np.full(len(h), -np.inf), np.ones(len(hit)), np.full(len(delta), -np.inf)]
+            ),
+            np.concatenate([np.ones(len(h)), np.full(len(hit), np.inf), delta]),
+        ),
         options={"time_limit": time_limit, "mip_rel_gap": 0.0},
     )
     dual = res.mip_dual_bound
     bound = (
         math.inf if dual is None or not math.isfinite(dual) else math.floor(constant - dual + 1e-6)
     )
-    return (None if res.x is None else np.flatnonzero(res.x[:n_q] > 0.5)), bound
+    return (None if res.x is None else columns[res.x[:n_y] > 0.5]), bound
 
 
-def _minimal(patterns: np.ndarray, max_cells: int = 1 << 22) -> np.ndarray:
+def _reduce(
+    sep: np.ndarray, other: np.ndarray
+) -> tuple[np.ndarray, int, np.ndarray, np.ndarray, np.ndarray]:
+    """The reduced model of one input, exact because ``delta = tau(x)``.
+
+    Every image of D(x) that some boundary separates must be separated by P, so P must hit the
+    minimal separation patterns of D(x) (rows ``hit``); boundaries in none of them never help (P
+    keeps to ``columns``). An image outside D(x) is always covered when no kept boundary
+    separates it, never when its pattern contains one of ``hit``; the others, merged by pattern
+    (rows ``cover``, with counts ``weight``), are what the MILP decides. ``constant`` counts the
+    always-covered images, those of D(x) no boundary separates included.
+    """
+    separated = sep.any(1)
+    hit = _minimal(sep[separated & other])
+    columns = np.flatnonzero(hit.any(0))
+    hit = hit[:, columns]
+    rows = sep[~other][:, columns]
+    free = ~rows.any(1)
+    alive = _count_contained(rows, hit) == 0
+    constant = int(free.sum()) + int((other & ~separated).sum())
+    cover, weight = np.unique(rows[alive & ~free], axis=0, return_counts=True)
+    return columns, constant, cover, weight, hit
+
+
+def _minimal(patterns: np.ndarray) -> np.ndarray:
     """The distinct rows of a bool matrix that contain no other row (as sets of columns)."""
     rows = np.unique(patterns, axis=0)
-    f = rows.astype(np.float32)  # exact for counts below 2**24
-    size = f.sum(1)
-    keep = np.ones(len(rows), dtype=bool)
-    step = max(1, max_cells // max(1, len(rows)))
-    for i in range(0, len(rows), step):
-        contains = f[i : i + step] @ f.T == size  # [a, j]: row j is inside row i + a
-        contains[np.arange(len(contains)), np.arange(i, i + len(contains))] = False
-        keep[i : i + step] = ~contains.any(1)
-    return rows[keep]
+    return rows[_count_contained(rows, rows) == 1]
+
+
+def _count_contained(rows: np.ndarray, sets: np.ndarray, max_cells: int = 1 << 22) -> np.ndarray:
+    """How many rows of ``sets`` each row of ``rows`` contains (bool matrices, as sets of
+    columns), by matrix products over chunks of at most ``max_cells`` cells."""
+    r, s = rows.astype(np.float32), sets.astype(np.float32)  # exact for counts below 2**24
+    size = s.sum(1)
+    counts = np.zeros(len(r), dtype=np.int64)
+    step = max(1, max_cells // max(1, len(s)))
+    for i in range(0, len(r), step):
+        counts[i : i + step] = (r[i : i + step] @ s.T == size).sum(1)
+    return counts

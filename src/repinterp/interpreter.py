@@ -15,9 +15,11 @@ from .boundaries import project
 from .cover import ExactCoverResult, exact_cover, greedy_cover, sides
 from .heatmap import channel_weights, heatmaps
 from .index import (
+    FEATURE_FILE,
     IndexLoadError,
     Reference,
     ReferenceIndex,
+    Shards,
     build_index,
     check_images,
 )
@@ -28,8 +30,8 @@ if TYPE_CHECKING:
 
 __all__ = ["FEATURE_FILE", "Interpretation", "RepresentativeInterpreter"]
 
-FEATURE_FILE = "features.npy"
 SOLVERS = ("greedy", "exact")
+SIMILARITY_METRICS = ("semantic", "euclidean", "cosine")
 
 
 def _model_device(model: nn.Module) -> torch.device:
@@ -117,6 +119,7 @@ class RepresentativeInterpreter:
         reference: Reference,
         class_names: list[str] | None = None,
         keep_features: bool = False,
+        shards: Shards | None = None,
     ) -> RepresentativeInterpreter:
         """Sample ``Q`` and index the reference set.
 
@@ -125,11 +128,19 @@ class RepresentativeInterpreter:
             class_names: optional names of the classes, kept in the index.
             keep_features: also keep the reference feature maps, in a memory-mapped file on
                 disk (needed by :meth:`regions` and the evaluation protocols).
+            shards: write the index in shards to ``shards.directory`` as it goes (the feature
+                maps too), so that a killed fit resumes (see :class:`repinterp.index.Shards`).
 
         Returns:
             self.
         """
-        feature_dir = tempfile.TemporaryDirectory(prefix="repinterp-") if keep_features else None
+        feature_dir = None
+        if keep_features and shards is None:
+            feature_dir = tempfile.TemporaryDirectory(prefix="repinterp-")
+        feature_file = None
+        if keep_features:
+            folder = shards.directory if shards is not None else Path(feature_dir.name)
+            feature_file = folder / FEATURE_FILE
         index = build_index(
             self.split,
             reference,
@@ -139,10 +150,9 @@ class RepresentativeInterpreter:
             device=self.device,
             progress=self.progress,
             num_workers=self.num_workers,
-            feature_file=Path(feature_dir.name) / FEATURE_FILE if feature_dir else None,
+            feature_file=feature_file,
+            shards=shards,
         )
-        if feature_dir is not None:
-            index.files[FEATURE_FILE] = Path(feature_dir.name) / FEATURE_FILE
         self._feature_dir = feature_dir
         if len(index.boundaries) < self.n_boundaries:
             import warnings
@@ -212,8 +222,11 @@ class RepresentativeInterpreter:
         return torch.cat(parts)
 
     @torch.inference_mode()
-    def _forward(self, images: Tensor) -> tuple[Tensor, Tensor]:
-        """Logits (N x classes) and projections on ``Q`` (N x |Q|) of ``images``."""
+    def _forward(
+        self, images: Tensor, features: list[Tensor] | None = None
+    ) -> tuple[Tensor, Tensor]:
+        """Logits (N x classes) and projections on ``Q`` (N x |Q|) of ``images``; each batch's
+        flattened feature maps are appended to ``features`` when it is given."""
         index = self.fitted_index
         self._check(images)
         logits, proj = [], []
@@ -221,6 +234,8 @@ class RepresentativeInterpreter:
             t = self.split.psi(images[i : i + self.batch_size].to(self.device))
             logits.append(self.split.head(t))
             proj.append(project(t, index.boundaries))
+            if features is not None:
+                features.append(t.flatten(1).float().cpu())
         return torch.cat(logits), torch.cat(proj)
 
     # ------------------------------------------------------------------ explaining
@@ -241,21 +256,33 @@ class RepresentativeInterpreter:
         Args:
             solver: ``"greedy"`` or ``"exact"``; None means the interpreter's.
         """
-        logits, proj = self._forward(images)
-        return self._interpret(logits, proj, solver)
+        features = [] if FEATURE_FILE in self.fitted_index.files else None
+        logits, proj = self._forward(images, features)
+        return self._interpret(logits, proj, solver, torch.cat(features) if features else None)
 
     def explain_reference(
         self, indices: Tensor | list[int], solver: str | None = None
     ) -> list[Interpretation]:
-        """Interpret reference images from the index alone, with no forward pass."""
+        """Interpret reference images from the index alone, with no forward pass.
+
+        Args:
+            solver: ``"greedy"`` or ``"exact"``; None means the interpreter's.
+        """
         index = self.fitted_index
         rows = torch.as_tensor(indices, dtype=torch.long, device=index.projections.device)
         if rows.numel() and (int(rows.min()) < 0 or int(rows.max()) >= len(index)):
             raise IndexError(f"reference indices must lie in [0, {len(index)})")
-        return self._interpret(index.logits[rows], index.projections[rows], solver)
+        features = None
+        if FEATURE_FILE in index.files:
+            features = self.reference_features[rows.cpu()]
+        return self._interpret(index.logits[rows], index.projections[rows], solver, features)
 
     def _interpret(
-        self, logits: Tensor, proj: Tensor, solver: str | None = None
+        self,
+        logits: Tensor,
+        proj: Tensor,
+        solver: str | None = None,
+        features: Tensor | None = None,
     ) -> list[Interpretation]:
         index = self.fitted_index
         solver = self.solver if solver is None else _check_solver(solver)
@@ -286,6 +313,7 @@ class RepresentativeInterpreter:
                     n_reference=len(index),
                     interpreter=self,
                     solver=solver,
+                    features=None if features is None else features[i],
                     **(_exact_fields(result, i) if isinstance(result, ExactCoverResult) else {}),
                 )
             )
@@ -364,6 +392,8 @@ class Interpretation:
         gap: (exact) ``(bound - representativeness) / max(representativeness, 1)`` for a proven
             upper bound on the optimum; 0 when optimal.
         greedy_representativeness: (exact) what Algorithm 1 covers for the same input.
+        features: (K h w,) the input's flattened feature map, kept when the interpreter keeps
+            the reference feature maps (for ``similar(metric="euclidean" | "cosine")``).
     """
 
     predicted_class: int
@@ -380,6 +410,7 @@ class Interpretation:
     optimal: bool | None = None
     gap: float | None = None
     greedy_representativeness: int | None = None
+    features: Tensor | None = field(default=None, repr=False)
 
     @property
     def representativeness(self) -> int:
@@ -418,14 +449,46 @@ class Interpretation:
         ref = index.projections[self.covered][:, p]
         return (ref - self.projections[p]).abs().sum(1)
 
-    def similar(self, k: int | None = None) -> Tensor:
-        """Covered reference indices, most similar first (by ``Dist``; ties by lower index).
+    def feature_distances(self, metric: str = "euclidean", chunk: int = 1024) -> Tensor:
+        """Euclidean (or cosine: Euclidean between unit vectors) distance of each covered
+        reference image's flattened feature map to the input's, in ``covered``'s order (CPU).
+
+        Raises:
+            RuntimeError: the interpreter was fitted without ``keep_features=True``.
+        """
+        if self.features is None:
+            raise RuntimeError(
+                f"metric {metric!r} needs the feature maps: fit with keep_features=True"
+            )
+        reference = self.interpreter.reference_features
+        query = self.features.cpu().float().unsqueeze(0)
+        if metric == "cosine":
+            query = torch.nn.functional.normalize(query, dim=1)
+        parts = []
+        for rows in self.covered.cpu().split(chunk):
+            ref = reference[rows]
+            if metric == "cosine":
+                ref = torch.nn.functional.normalize(ref, dim=1)
+            parts.append(torch.cdist(query, ref, compute_mode="donot_use_mm_for_euclid_dist")[0])
+        return torch.cat(parts) if parts else query.new_zeros(0)
+
+    def similar(self, k: int | None = None, metric: str = "semantic") -> Tensor:
+        """Covered reference indices, most similar first (ties by lower index).
 
         Args:
             k: how many; None means all covered images.
+            metric: ``"semantic"``, the paper's ``Dist`` (§5.2); or ``"euclidean"`` /
+                ``"cosine"``, the distance of the feature maps (see `feature_distances`), which
+                ranked the input's sub-concept higher on the ``shapes`` data set
+                (docs/results.md).
         """
-        order = torch.sort(self.distances(), stable=True).indices
-        return self.covered[order][:k]
+        if metric not in SIMILARITY_METRICS:
+            raise ValueError(
+                f"unknown metric {metric!r}; choose one of {', '.join(SIMILARITY_METRICS)}"
+            )
+        distances = self.distances() if metric == "semantic" else self.feature_distances(metric)
+        order = torch.sort(distances, stable=True).indices
+        return self.covered[order.to(self.covered.device)][:k]
 
     def heatmap(self, images: Tensor) -> Tensor:
         """Heat maps of ``P(x)`` on N images (N x C x H x W), reusing ``x``'s channel weights.

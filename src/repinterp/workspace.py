@@ -17,7 +17,7 @@ from PIL import Image, UnidentifiedImageError
 from torch import Tensor
 
 from .data import Images, Normalization, Split, load_dataset
-from .index import IndexLoadError, ReferenceIndex
+from .index import IndexLoadError, ReferenceIndex, Shards
 from .interpreter import RepresentativeInterpreter
 from .zoo import build_model, default_target_layer
 
@@ -74,6 +74,8 @@ def fit_workspace(
     batch_size: int = 64,
     progress: bool = True,
     keep_features: bool = True,
+    num_workers: int = 0,
+    shards: Shards | None = None,
 ) -> Workspace:
     """Build the model, load the data set and fit an interpreter on its reference part.
 
@@ -89,6 +91,9 @@ def fit_workspace(
         batch_size: images per forward pass.
         progress: show progress bars.
         keep_features: keep the reference feature maps (for regions and protocols).
+        num_workers: DataLoader worker processes reading the reference images.
+        shards: write the index in shards as it goes, to resume a killed fit (see
+            :class:`repinterp.index.Shards`).
     """
     data = load_dataset(dataset, seed=data_seed)
     sample = data.reference[0][0]
@@ -109,9 +114,13 @@ def fit_workspace(
         device=device or "cpu",
         batch_size=batch_size,
         progress=progress,
+        num_workers=num_workers,
     )
     ri.fit(
-        data.reference, class_names=list(data.reference.class_names), keep_features=keep_features
+        data.reference,
+        class_names=list(data.reference.class_names),
+        keep_features=keep_features,
+        shards=shards,
     )
     ri.fitted_index.meta["recipe"] = recipe
     return Workspace(ri, data, recipe)

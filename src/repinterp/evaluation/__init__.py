@@ -1,4 +1,5 @@
-"""Evaluation: the paper's metrics and the CAM baselines with reused channel weights."""
+"""Evaluation: the paper's metrics, the CAM baselines with reused channel weights, ACE, and the
+protocols that compare them (``evaluate``)."""
 
 from .metrics import (
     AverageDropIncrease,
@@ -11,6 +12,19 @@ from .metrics import (
 )
 
 _BASELINES = ("CAM_METHODS", "ReusableCAM", "channel_weights", "euclidean_neighbours", "reused_cam")
+_ACE = ("ACE", "Concept")
+_PROTOCOLS = (
+    "METHODS",
+    "PROTOCOLS",
+    "Method",
+    "Options",
+    "Setup",
+    "evaluate",
+    "load_setup",
+    "register_method",
+    "results_markdown",
+    "write_results",
+)
 
 __all__ = [
     "AverageDropIncrease",
@@ -21,6 +35,8 @@ __all__ = [
     "kept_pixel_count",
     "region_metrics",
     *_BASELINES,
+    *_ACE,
+    *_PROTOCOLS,
 ]
 
 
@@ -30,4 +46,14 @@ def __getattr__(name: str) -> object:
         from . import baselines
 
         return getattr(baselines, name)
+    # ACE needs scikit-image (also in `eval`): likewise.
+    if name in _ACE:
+        from . import ace
+
+        return getattr(ace, name)
+    # The protocols use the baselines: likewise.
+    if name in _PROTOCOLS:
+        from . import protocols
+
+        return getattr(protocols, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

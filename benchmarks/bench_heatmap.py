@@ -1,0 +1,124 @@
+"""Heat maps of unseen images from one fitted region set against pytorch-grad-cam.
+
+Once fitted, a covered image needs only a forward pass to the target layer for its heat map
+(``RegionSet.heatmap``: psi, the region lookup, the weighted sum); Grad-CAM and Grad-CAM++
+need a forward and a backward pass, Score-CAM one forward pass per channel. All on the same
+images, model, target layer and batch size, timed in turns with a plain forward pass of the
+whole model. Model: VGG-11 (random weights, last bias balanced so that it predicts every
+class), ``--size`` px inputs, target layer ``features.19`` (its last ReLU); regions: k-means
+on ``--n-reference`` random reference images. Score-CAM runs on ``--n-score-cam`` images only
+(it is slow) and is reported per image. Goal: RI / Grad-CAM <= 0.5.
+
+Usage: python benchmarks/bench_heatmap.py [--n-unseen 1000] [--size 64] [--threads 1]
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+from common import RandomImages, balance, interleaved, parser, ratios, table, vgg11, write
+from pytorch_grad_cam import GradCAM, GradCAMPlusPlus, ScoreCAM
+
+from repinterp import RepresentativeInterpreter
+
+GOAL = 0.5
+LAYER = "features.19"
+
+
+def main() -> None:
+    p = parser(__doc__, "heatmap")
+    p.add_argument("--n-unseen", type=int, default=1000, help="images given heat maps (1000)")
+    p.add_argument("--n-reference", type=int, default=1000, help="|R| (1000)")
+    p.add_argument("--n-score-cam", type=int, default=4, help="images for Score-CAM (4)")
+    p.add_argument("--regions", type=int, default=100, help="k-means regions (100)")
+    p.add_argument("--size", type=int, default=64, help="input side, px (64)")
+    p.add_argument("--batch-size", type=int, default=64, help="images per pass, all methods (64)")
+    p.add_argument("--repeats", type=int, default=1, help="rounds (1)")
+    p.add_argument("--threads", type=int, default=1, help="torch threads (1)")
+    args = p.parse_args()
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    shape, batch = (3, args.size, args.size), args.batch_size
+
+    reference = RandomImages(args.n_reference, shape, seed=0)
+    unseen_set = RandomImages(args.n_unseen, shape, seed=1)
+    unseen = torch.stack([unseen_set[i] for i in range(len(unseen_set))])
+    model = balance(vgg11(), torch.stack([reference[i] for i in range(min(256, len(reference)))]))
+    start = time.perf_counter()
+    ri = RepresentativeInterpreter(model, LAYER, n_boundaries=50, batch_size=batch, progress=False)
+    ri.fit(reference, keep_features=True)
+    regions = ri.regions(n_regions=args.regions, seed=0)
+    setup_s = time.perf_counter() - start
+    layer = [model.get_submodule(LAYER)]
+
+    def cam_maps(method: type) -> None:
+        with method(model=model, target_layers=layer) as cam:
+            for i in range(0, len(unseen), batch):
+                cam(input_tensor=unseen[i : i + batch], targets=None)
+
+    @torch.inference_mode()
+    def forward() -> None:
+        for i in range(0, len(unseen), batch):
+            model(unseen[i : i + batch])
+
+    times = interleaved(
+        {
+            "forward": forward,
+            "ri": lambda: regions.heatmap(unseen),
+            "gradcam": lambda: cam_maps(GradCAM),
+            "gradcampp": lambda: cam_maps(GradCAMPlusPlus),
+        },
+        args.repeats,
+    )
+    r = ratios(times, "gradcam")
+    with ScoreCAM(model=model, target_layers=layer) as cam:
+        cam.batch_size = batch
+        start = time.perf_counter()
+        cam(input_tensor=unseen[: args.n_score_cam], targets=None)
+        score_cam_per_image = (time.perf_counter() - start) / args.n_score_cam
+
+    per_image = {k: 1000 * min(v) / len(unseen) for k, v in times.items()}
+    per_image["scorecam"] = 1000 * score_cam_per_image
+    table(
+        ["method", "ms per image", "/ Grad-CAM", "/ forward"],
+        [
+            [
+                name,
+                per_image[key],
+                per_image[key] / per_image["gradcam"],
+                per_image[key] / per_image["forward"],
+            ]
+            for name, key in [
+                ("forward pass of the model (no heat map)", "forward"),
+                ("RI (RegionSet.heatmap)", "ri"),
+                ("Grad-CAM", "gradcam"),
+                ("Grad-CAM++", "gradcampp"),
+                (f"Score-CAM ({args.n_score_cam} images)", "scorecam"),
+            ]
+        ],
+    )
+    print(
+        f"RI / Grad-CAM = {r['ri_ratio']:.3f} (paired {r['ri_paired_ratio']:.3f}); goal <= {GOAL}"
+    )
+    write(
+        {
+            "goal": GOAL,
+            "model": f"VGG-11, random weights, {args.size} px, layer {LAYER}",
+            "n_unseen": args.n_unseen,
+            "n_reference": args.n_reference,
+            "n_regions": len(regions),
+            "n_score_cam": args.n_score_cam,
+            "batch_size": batch,
+            "threads": args.threads,
+            "repeats": args.repeats,
+            "fit_and_regions_s": setup_s,
+            "ms_per_image": per_image,
+            **r,
+        },
+        args.out,
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,148 @@
+"""What the benchmarks share: models, image sets, timers, the machine's description, output.
+
+Every benchmark reports ratios against a peer measured in the same run (the machine may be
+shared, so absolute times drift; interleaved best-of-n timings cancel most of the drift).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+import torchvision
+from torch import Tensor, nn
+from torch.utils.data import Dataset
+
+RESULTS = Path(__file__).resolve().parent.parent / "docs" / "bench"
+
+
+def small_cnn(classes: int = 10, width: int = 32) -> nn.Sequential:
+    """A ReLU CNN for 1 x 28 x 28 images; target layer ``relu2`` gives ``width`` x 7 x 7."""
+    return nn.Sequential(
+        OrderedDict(
+            conv1=nn.Conv2d(1, 16, 3, padding=1),
+            relu1=nn.ReLU(),
+            pool1=nn.MaxPool2d(2),
+            conv2=nn.Conv2d(16, width, 3, padding=1),
+            relu2=nn.ReLU(),
+            pool2=nn.MaxPool2d(2),
+            flatten=nn.Flatten(),
+            fc1=nn.Linear(width * 7 * 7, 128),
+            relu3=nn.ReLU(),
+            fc2=nn.Linear(128, classes),
+        )
+    ).eval()
+
+
+def vgg11(classes: int = 10) -> nn.Module:
+    """torchvision's VGG-11 with random weights (target layer ``features.19``, its last ReLU)."""
+    return torchvision.models.vgg11(weights=None, num_classes=classes).eval()
+
+
+def balance(model: nn.Module, images: Tensor, batch_size: int = 64) -> nn.Module:
+    """Shift the last Linear's bias so that random weights predict every class about as often
+    on ``images`` (else ``D(x)`` is often empty and there is nothing to interpret)."""
+    last = [m for m in model.modules() if isinstance(m, nn.Linear)][-1]
+    with torch.inference_mode():
+        logits = torch.cat(
+            [model(images[i : i + batch_size]) for i in range(0, len(images), batch_size)]
+        )
+    with torch.no_grad():
+        last.bias -= logits.mean(0)
+    return model
+
+
+class RandomImages(Dataset):
+    """``n`` images of ``shape`` drawn from N(0, 1), made when asked (never all in memory);
+    image ``i`` is the same every time."""
+
+    def __init__(self, n: int, shape: Sequence[int], seed: int = 0) -> None:
+        self.n, self.shape, self.seed = n, tuple(shape), seed
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> Tensor:
+        generator = torch.Generator().manual_seed(self.seed * 1_000_003 + i)
+        return torch.randn(self.shape, generator=generator)
+
+
+def interleaved(fns: dict[str, Callable[[], object]], repeats: int) -> dict[str, list[float]]:
+    """Wall times in seconds of each function over ``repeats`` rounds, the functions taking
+    turns within a round so that a change of load on a shared machine hits them alike."""
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            start = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - start)
+    return times
+
+
+def ratios(times: dict[str, list[float]], peer: str) -> dict[str, float]:
+    """For each timed function: its best time (``NAME_s``), and against ``peer`` the ratio of
+    the best times (``NAME_ratio``) and the median of the ratios within a round
+    (``NAME_paired_ratio``, the steadier one on a noisy machine)."""
+    out = {f"{name}_s": min(t) for name, t in times.items()}
+    for name, t in times.items():
+        if name != peer:
+            out[f"{name}_ratio"] = min(t) / min(times[peer])
+            paired = [a / b for a, b in zip(t, times[peer], strict=True)]
+            out[f"{name}_paired_ratio"] = statistics.median(paired)
+    return out
+
+
+def machine() -> dict[str, Any]:
+    """The CPU (``lscpu`` model name), its cores, torch's threads and version, the load."""
+    try:
+        lscpu = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
+        model = next(
+            line.split(":", 1)[1].strip() for line in lscpu.splitlines() if "Model name" in line
+        )
+    except (OSError, subprocess.CalledProcessError, StopIteration):
+        model = platform.processor() or platform.machine()
+    return {
+        "cpu": model,
+        "cores": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "load_average_1min": os.getloadavg()[0],
+    }
+
+
+def parser(doc: str, name: str) -> argparse.ArgumentParser:
+    """An argument parser with the shared ``--out`` (JSON results) option."""
+    p = argparse.ArgumentParser(description=doc.splitlines()[0])
+    p.add_argument(
+        "--out", type=Path, default=RESULTS / f"{name}.json", help="JSON results file (%(default)s)"
+    )
+    return p
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    """Print a Markdown table (floats with 3 significant digits)."""
+
+    def cell(value: Any) -> str:
+        return f"{value:.3g}" if isinstance(value, float) else str(value)
+
+    print("| " + " | ".join(headers) + " |")
+    print("|" + "---|" * len(headers))
+    for row in rows:
+        print("| " + " | ".join(cell(v) for v in row) + " |")
+
+
+def write(results: dict[str, Any], path: Path) -> None:
+    """Write ``results`` with the machine's description as JSON."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"machine": machine(), **results}, indent=2) + "\n")
+    print(f"\nresults written to {path}")

@@ -1,0 +1,124 @@
+"""One figure of the four speed and memory benchmarks, from their JSON results.
+
+Usage: python benchmarks/plot.py [--results docs/bench] [--out docs/performance.png]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+from common import RESULTS
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--results", type=Path, default=RESULTS, help="folder of the JSON results")
+    p.add_argument("--out", type=Path, default=RESULTS.parent / "performance.png")
+    args = p.parse_args()
+    load = {
+        name: json.loads((args.results / f"{name}.json").read_text())
+        for name in ("engine", "heatmap", "explain", "memory")
+    }
+    fig, ((a, b), (c, d)) = plt.subplots(2, 2, figsize=(12, 9))
+
+    engine = load["engine"]
+    kinds = [("fit", "in memory"), ("fit_sharded", "shards on disk"), ("fit_dataset", "Dataset")]
+    for i, case in enumerate(engine["cases"].values()):
+        for j, (key, label) in enumerate(kinds):
+            if f"{key}_ratio" in case:
+                a.bar(
+                    i + 0.27 * (j - 1),
+                    case[f"{key}_ratio"],
+                    0.25,
+                    color=f"C{j}",
+                    label=label if i == 0 else None,
+                )
+    a.axhline(engine["goal"], color="k", ls="--", lw=1, label=f"goal {engine['goal']}")
+    a.set_xticks(
+        range(len(engine["cases"])),
+        [f"{n}\n|R| = {c['n_reference']}" for n, c in engine["cases"].items()],
+    )
+    a.set_ylabel("fit time / forward time")
+    a.set_ylim(0, max(1.3, a.get_ylim()[1]))
+    a.set_title("fit against a plain forward pass")
+    a.legend(fontsize=8)
+
+    heat = load["heatmap"]
+    names = {
+        "forward": "forward\n(no map)",
+        "ri": "RI",
+        "gradcam": "Grad-CAM",
+        "gradcampp": "Grad-CAM++",
+        "scorecam": "Score-CAM",
+    }
+    ms = heat["ms_per_image"]
+    b.bar(range(len(names)), [ms[k] for k in names], color=["grey", "C0", "C1", "C2", "C3"])
+    b.set_xticks(range(len(names)), list(names.values()))
+    b.set_yscale("log")
+    b.axhline(
+        heat["goal"] * ms["gradcam"],
+        color="k",
+        ls="--",
+        lw=1,
+        label=f"goal: {heat['goal']} x Grad-CAM",
+    )
+    b.set_ylabel("ms per image")
+    b.set_title(f"heat maps, {heat['model']}", fontsize=9)
+    b.legend(fontsize=8)
+
+    cover = load["explain"]["cover"]
+    sizes = [int(n) for n in cover]
+    c.loglog(sizes, [cover[str(n)]["single_ms"] for n in sizes], "o-", label="one input per call")
+    c.loglog(
+        sizes,
+        [cover[str(n)]["batch_ms_per_input"] for n in sizes],
+        "s-",
+        label="per input, many per call",
+    )
+    last = cover[str(sizes[-1])]["single_ms"]
+    c.loglog(sizes, [last * n / sizes[-1] for n in sizes], "k:", lw=1, label="linear")
+    c.plot([10_000], [load["explain"]["goal_ms"]], "r*", ms=12, label="goal at 10k")
+    c.set_xlabel("|R|")
+    c.set_ylabel("greedy cover, ms")
+    c.set_title(f"cover latency, random sides, |Q| = {load['explain']['n_boundaries']}")
+    c.legend(fontsize=8)
+
+    runs = load["memory"]["runs"]
+    for i, features in enumerate(sorted({r["features"] for r in runs})):
+        for on_disk, style in ((False, "o-"), (True, "s--")):
+            mine = [r for r in runs if (r["features"], r["on_disk"]) == (features, on_disk)]
+            d.plot(
+                [r["n_reference"] for r in mine],
+                [r["growth_mib"] for r in mine],
+                style,
+                color=f"C{i}",
+                label=f"{features} features" + (", shards + features on disk" if on_disk else ""),
+            )
+    index = [r for r in runs if r["features"] == runs[0]["features"] and not r["on_disk"]]
+    d.plot(
+        [r["n_reference"] for r in index],
+        [r["index_mib"] for r in index],
+        "k:",
+        label="the index itself",
+    )
+    d.set_xlabel("|R|")
+    d.set_ylabel("peak RSS growth during fit, MiB")
+    d.set_title("memory of fit")
+    d.legend(fontsize=8)
+
+    cpu = engine["machine"]
+    fig.suptitle(
+        f"repinterp speed and memory: {cpu['cpu']}, {cpu['cores']} cores (shared), "
+        f"{engine['threads']} torch thread(s), torch {cpu['torch']}",
+        fontsize=10,
+    )
+    fig.tight_layout()
+    fig.savefig(args.out, dpi=110)
+    print(f"figure written to {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,175 @@
+"""Plots of the evaluation protocols' results (``repinterp.evaluation.protocols.evaluate``).
+
+Every function takes the results dict and a PNG path; `save_plots` picks those of a protocol.
+Error bars are one standard deviation over the runs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+__all__ = ["save_plots"]
+
+DPI = 90
+
+
+def _pyplot() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _nan(values: Any) -> Any:
+    """JSON's None back to NaN, for plotting."""
+    if isinstance(values, list):
+        return [_nan(v) for v in values]
+    return float("nan") if values is None else values
+
+
+def _bars(ax: Any, names: list[str], blocks: list[dict[str, Any]], key: str, title: str) -> None:
+    """One bar per block: ``block[key]`` with ``block[key + "_std"]`` as error bar."""
+    means = [_nan(b[key]) for b in blocks]
+    stds = [_nan(b[f"{key}_std"]) for b in blocks]
+    colours = [f"C{i}" for i in range(len(names))]
+    ax.bar(range(len(names)), means, yerr=stds, capsize=3, color=colours)
+    ax.set_xticks(range(len(names)), names, rotation=20, ha="right", fontsize=8)
+    ax.set_title(title, fontsize=9)
+    ax.grid(axis="y", alpha=0.3)
+
+
+def _save(fig: Any, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=DPI)
+    _pyplot().close(fig)
+    return path
+
+
+def _title(results: dict[str, Any]) -> str:
+    return f"{results['dataset']}, {results['runs']} run(s)"
+
+
+def plot_unseen(results: dict[str, Any], path: Path) -> Path:
+    """mAD and mAI of every method on the unseen set (bars)."""
+    plt = _pyplot()
+    methods = results["methods"]
+    fig, axes = plt.subplots(1, 2, figsize=(7, 2.8))
+    for ax, key, better in zip(axes, ("mAD", "mAI"), ("lower", "higher"), strict=True):
+        _bars(ax, list(methods), list(methods.values()), key, f"{key} (%), {better} is better")
+    fig.suptitle(f"Unseen images: {_title(results)}", fontsize=9)
+    return _save(fig, path)
+
+
+def plot_coverage(results: dict[str, Any], path: Path) -> Path:
+    """ACU-GT, ACU-MD and CVR of the regions on the reference and unseen sets (bars), with the
+    model's accuracy dashed."""
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, 2, figsize=(7, 2.8), sharey=True)
+    keys = ["ACU-GT", "ACU-MD", "CVR"]
+    for ax, part in zip(axes, ("reference", "unseen"), strict=True):
+        block = results[part]
+        bars = [{"value": block[k], "value_std": block[f"{k}_std"]} for k in keys]
+        _bars(ax, keys, bars, "value", f"{part} set (%)")
+        ax.axhline(block["model_acc"], ls="--", color="k", lw=1, label="ACU-GT of F")
+        finite = [v for v in _nan([block[k] for k in keys]) if v == v]
+        ax.set_ylim(max(0.0, min([*finite, block["model_acc"]]) - 5), 100.5)
+    axes[0].legend(fontsize=7, loc="lower left")
+    fig.suptitle(f"Regions of RI: {_title(results)}", fontsize=9)
+    return _save(fig, path)
+
+
+def _curves(
+    ax: Any, xs: list[int], series: dict[str, dict[str, Any]], key: str, title: str
+) -> None:
+    for i, (name, block) in enumerate(series.items()):
+        ax.errorbar(
+            xs,
+            _nan(block[key]),
+            yerr=_nan(block[f"{key}_std"]),
+            label=name,
+            color=f"C{i}",
+            marker="o",
+            ms=3,
+            capsize=2,
+            lw=1,
+        )
+    ax.set_title(title, fontsize=9)
+    ax.grid(alpha=0.3)
+
+
+def plot_reference(results: dict[str, Any], path: Path) -> Path:
+    """mAD and mAI against K, the number of similar reference images (Appendix C)."""
+    plt = _pyplot()
+    ks = results["options"]["ks"]
+    fig, axes = plt.subplots(1, 2, figsize=(7.5, 2.8))
+    for ax, key, better in zip(axes, ("mAD", "mAI"), ("lower", "higher"), strict=True):
+        _curves(ax, ks, results["methods"], key, f"{key} (%), {better} is better")
+        ax.set_xscale("log")
+        ax.set_xticks(ks, [str(k) for k in ks])
+        ax.set_xlabel("K (top-K similar images)", fontsize=8)
+    axes[1].legend(fontsize=7)
+    fig.suptitle(f"Reference images: {_title(results)}", fontsize=9)
+    return _save(fig, path)
+
+
+def plot_q_sweep(results: dict[str, Any], path: Path) -> Path:
+    """ACU-GT, ACU-MD and CVR of the regions against |Q|, with the model's dashed (Appendix E)."""
+    plt = _pyplot()
+    qs = results["options"]["q_values"]
+    fig, axes = plt.subplots(2, 3, figsize=(9, 4.6), sharex=True)
+    for row, part in zip(axes, ("reference", "unseen"), strict=True):
+        for ax, key in zip(row, ("ACU-GT", "ACU-MD", "CVR"), strict=True):
+            _curves(ax, qs, {"RI": results[part]}, key, f"{key} (%), {part} set")
+            model = results[part]["model_acc"] if key == "ACU-GT" else [100.0] * len(qs)
+            ax.plot(qs, model, "k--", lw=1, label="F")
+    for ax in axes[1]:
+        ax.set_xlabel("|Q|", fontsize=8)
+    axes[0][0].legend(fontsize=7)
+    fig.suptitle(f"|Q| sweep: {_title(results)}", fontsize=9)
+    return _save(fig, path)
+
+
+def plot_similar(results: dict[str, Any], path: Path) -> Path:
+    """Sub-concept purity@k of each ranking (lines) and heat-map energy in the mask (bars)."""
+    plt = _pyplot()
+    ks = results["options"]["purity_ks"]
+    fig, axes = plt.subplots(1, 2, figsize=(8, 2.8))
+    rankings = {
+        name: {
+            "purity": [block[f"purity@{k}"] for k in ks],
+            "purity_std": [block[f"purity@{k}_std"] for k in ks],
+        }
+        for name, block in results["rankings"].items()
+    }
+    _curves(axes[0], ks, rankings, "purity", "sub-concept purity@k (%)")
+    axes[0].set_xticks(ks, [str(k) for k in ks])
+    axes[0].set_xlabel("k", fontsize=8)
+    axes[0].legend(fontsize=6)
+    methods = results["methods"]
+    _bars(axes[1], list(methods), list(methods.values()), "energy", "heat energy in mask (%)")
+    axes[1].axhline(results["mask_area"], ls="--", color="k", lw=1, label="mask area")
+    axes[1].legend(fontsize=7)
+    fig.suptitle(f"Similar images and pointing: {_title(results)}", fontsize=9)
+    return _save(fig, path)
+
+
+_PLOTS = {
+    "unseen": plot_unseen,
+    "coverage": plot_coverage,
+    "reference": plot_reference,
+    "q-sweep": plot_q_sweep,
+    "similar": plot_similar,
+}
+
+
+def save_plots(results: dict[str, Any], out: str | Path) -> list[Path]:
+    """Write the PNG plots of ``results``' protocol into the folder ``out``.
+
+    Returns:
+        The files written (``<dataset>-<protocol>.png``).
+    """
+    name = f"{results['dataset'].replace(':', '-').replace('/', '_')}-{results['protocol']}.png"
+    return [_PLOTS[results["protocol"]](results, Path(out) / name)]

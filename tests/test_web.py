@@ -29,7 +29,6 @@ import torch
 import uvicorn
 from PIL import Image
 from starlette.applications import Starlette
-from threadpoolctl import threadpool_limits
 
 from repinterp.cli import build_parser
 from repinterp.web import create_app
@@ -53,14 +52,7 @@ def small_app() -> Starlette:
     return create_app(workspace, n_regions=N_REGIONS)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny models: one thread (torch, BLAS, OpenMP) is faster, and immune to a busy machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    with threadpool_limits(1):
-        yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @contextmanager

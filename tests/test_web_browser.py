@@ -19,13 +19,14 @@ from typing import Any
 
 import pytest
 
-from tests.test_web import (  # noqa: F401 (_one_thread is a fixture)
-    _one_thread,
+from tests.test_web import (
     as_uploaded,
     png_bytes,
     running,
     small_app,
 )
+
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [

@@ -8,13 +8,7 @@ OURS = {"mnist_cnn": (1, 28), "shapes_cnn": (3, 56), "digits_cnn": (1, 8)}
 TORCHVISION = [arch for arch in zoo.ARCHS if arch not in OURS]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """These models are tiny: one thread is faster, and immune to a busy machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _features_at(model: nn.Module, layer: str, x: torch.Tensor) -> torch.Tensor:

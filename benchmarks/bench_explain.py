@@ -41,7 +41,8 @@ def explain_times(n_ref: int, n_inputs: int, repeats: int) -> dict[str, float]:
             ri.explain(image)
 
     ri.explain_batch(inputs[:10])  # warm-up
-    times = interleaved({"batch": lambda: ri.explain_batch(inputs), "single": one_by_one}, repeats)
+    fns = {"batch": lambda: ri.explain_batch(inputs), "single": one_by_one}
+    times, _ = interleaved(fns, repeats)
     return {f"{name}_ms_per_input": 1000 * min(t) / n_inputs for name, t in times.items()}
 
 

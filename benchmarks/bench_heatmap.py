@@ -62,7 +62,7 @@ def main() -> None:
         for i in range(0, len(unseen), batch):
             model(unseen[i : i + batch])
 
-    times = interleaved(
+    times, cpu = interleaved(
         {
             "forward": forward,
             "ri": lambda: regions.heatmap(unseen),
@@ -71,7 +71,7 @@ def main() -> None:
         },
         args.repeats,
     )
-    r = ratios(times, "gradcam")
+    r = ratios(times, "gradcam") | ratios(cpu, "gradcam", "cpu_")
     with ScoreCAM(model=model, target_layers=layer) as cam:
         cam.batch_size = batch
         start = time.perf_counter()

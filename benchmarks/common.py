@@ -77,28 +77,43 @@ class RandomImages(Dataset):
         return torch.randn(self.shape, generator=generator)
 
 
-def interleaved(fns: dict[str, Callable[[], object]], repeats: int) -> dict[str, list[float]]:
-    """Wall times in seconds of each function over ``repeats`` rounds, the functions taking
-    turns within a round so that a change of load on a shared machine hits them alike."""
-    times: dict[str, list[float]] = {name: [] for name in fns}
+def cpu_seconds() -> float:
+    """User + system CPU time of this process and of its finished children (e.g. DataLoader
+    workers), in seconds: other processes on a shared machine stretch wall time, not this."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
+def interleaved(
+    fns: dict[str, Callable[[], object]], repeats: int
+) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """Wall and CPU times in seconds of each function over ``repeats`` rounds, the functions
+    taking turns within a round so that a change of load on a shared machine hits them alike.
+
+    Returns:
+        ``(wall, cpu)``, each a list of times per function.
+    """
+    wall: dict[str, list[float]] = {name: [] for name in fns}
+    cpu: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(repeats):
         for name, fn in fns.items():
-            start = time.perf_counter()
+            start, start_cpu = time.perf_counter(), cpu_seconds()
             fn()
-            times[name].append(time.perf_counter() - start)
-    return times
+            wall[name].append(time.perf_counter() - start)
+            cpu[name].append(cpu_seconds() - start_cpu)
+    return wall, cpu
 
 
-def ratios(times: dict[str, list[float]], peer: str) -> dict[str, float]:
+def ratios(times: dict[str, list[float]], peer: str, prefix: str = "") -> dict[str, float]:
     """For each timed function: its best time (``NAME_s``), and against ``peer`` the ratio of
     the best times (``NAME_ratio``) and the median of the ratios within a round
-    (``NAME_paired_ratio``, the steadier one on a noisy machine)."""
-    out = {f"{name}_s": min(t) for name, t in times.items()}
+    (``NAME_paired_ratio``, the steadier one on a noisy machine); keys start with ``prefix``."""
+    out = {f"{prefix}{name}_s": min(t) for name, t in times.items()}
     for name, t in times.items():
         if name != peer:
-            out[f"{name}_ratio"] = min(t) / min(times[peer])
+            out[f"{prefix}{name}_ratio"] = min(t) / min(times[peer])
             paired = [a / b for a, b in zip(t, times[peer], strict=True)]
-            out[f"{name}_paired_ratio"] = statistics.median(paired)
+            out[f"{prefix}{name}_paired_ratio"] = statistics.median(paired)
     return out
 
 

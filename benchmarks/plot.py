@@ -29,19 +29,23 @@ def main() -> None:
     for i, case in enumerate(engine["cases"].values()):
         for j, (key, label) in enumerate(kinds):
             if f"{key}_ratio" in case:
+                x = i + 0.27 * (j - 1)
                 a.bar(
-                    i + 0.27 * (j - 1),
-                    case[f"{key}_ratio"],
+                    x,
+                    case[f"cpu_{key}_paired_ratio"],
                     0.25,
                     color=f"C{j}",
                     label=label if i == 0 else None,
+                )
+                a.plot(
+                    x, case[f"{key}_paired_ratio"], "k.", label="wall time" if i == j == 0 else None
                 )
     a.axhline(engine["goal"], color="k", ls="--", lw=1, label=f"goal {engine['goal']}")
     a.set_xticks(
         range(len(engine["cases"])),
         [f"{n}\n|R| = {c['n_reference']}" for n, c in engine["cases"].items()],
     )
-    a.set_ylabel("fit time / forward time")
+    a.set_ylabel("fit / forward, CPU time (median of rounds)")
     a.set_ylim(0, max(1.3, a.get_ylim()[1]))
     a.set_title("fit against a plain forward pass")
     a.legend(fontsize=8)

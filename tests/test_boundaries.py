@@ -17,11 +17,16 @@ def _pattern(model, t: torch.Tensor) -> torch.Tensor:
     return torch.cat(states, 1)
 
 
-def test_boundary_equals_score_difference_in_linear_region() -> None:
-    model, images = random_setup(n=40, dtype=torch.float64)
+def split_features(n: int, dtype=torch.float64):
+    """A balanced tiny CNN, its split at "relu2", and the feature maps of n random images."""
+    model, images = random_setup(n=n, dtype=dtype)
     split = split_model(model, "relu2")
     with torch.no_grad():
-        t = split.psi(images)
+        return model, split, split.psi(images)
+
+
+def test_boundary_equals_score_difference_in_linear_region() -> None:
+    model, split, t = split_features(40)
     q = compute_boundaries(split.head, t)
     c1, c2 = q.top_classes[:, 0], q.top_classes[:, 1]
     rows = torch.arange(len(q))
@@ -47,10 +52,7 @@ def test_boundary_equals_score_difference_in_linear_region() -> None:
 
 
 def test_batched_equals_one_at_a_time() -> None:
-    model, images = random_setup(n=7, dtype=torch.float64)
-    split = split_model(model, "relu2")
-    with torch.no_grad():
-        t = split.psi(images)
+    _, split, t = split_features(7)
     batched = compute_boundaries(split.head, t)
     for i in range(len(t)):
         single = compute_boundaries(split.head, t[i : i + 1])
@@ -60,10 +62,8 @@ def test_batched_equals_one_at_a_time() -> None:
 
 
 def test_top_classes_are_the_two_largest_logits() -> None:
-    model, images = random_setup(n=20)
-    split = split_model(model, "relu2")
+    _, split, t = split_features(20, dtype=torch.float32)
     with torch.no_grad():
-        t = split.psi(images)
         logits = split.head(t)
     q = compute_boundaries(split.head, t)
     assert torch.equal(q.top_classes, logits.topk(2, dim=1).indices)

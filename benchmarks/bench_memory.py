@@ -148,7 +148,7 @@ def main() -> None:
             for s in slopes
         ],
     )
-    results = {"n_boundaries": N_BOUNDARIES, "classes": CLASSES, "batch_size": BATCH}
+    results = {"n_boundaries": N_BOUNDARIES, "classes": CLASSES, "batch_size": BATCH, "threads": 1}
     write({**results, "runs": runs, "slopes": slopes}, args.out)
 
 

@@ -1,4 +1,5 @@
-"""``torchrun -m repinterp fit`` with two processes (gloo) writes the one-process index."""
+"""``torchrun -m repinterp fit`` with two processes (gloo) writes the one-process index, also
+when it resumes a one-process fit that was killed."""
 
 import json
 import socket
@@ -13,6 +14,10 @@ from safetensors.torch import load_file
 from repinterp.cli import main
 from repinterp.distributed import broadcast, gather, init_from_env, rank_and_world
 from repinterp.index import FEATURE_FILE
+
+from .test_resume import interrupt_after_shards
+
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def free_port() -> int:
@@ -39,36 +44,52 @@ def test_one_process_helpers_are_identities(monkeypatch) -> None:
     assert gather(obj) == [obj]
 
 
-def test_torchrun_two_processes_write_the_one_process_index(weights, tmp_path) -> None:
-    # 1,400 reference images in shards of 256: shards 0, 2, 4 on rank 0 and 1, 3, 5 on rank 1
+@pytest.fixture(scope="module")
+def one_process(weights, tmp_path_factory) -> tuple[list[str], Path]:
+    """The fit command line (1,400 images in 6 shards of 256) and its one-process index."""
     fit = ["fit", "--model", "digits_cnn", "--weights", str(weights), "--reference", "digits"]
     fit += ["--boundaries", "20", "--shard-size", "256", "--quiet"]
-    main([*fit, "--out", str(tmp_path / "one")])
+    out = tmp_path_factory.mktemp("one") / "index"
+    main([*fit, "--out", str(out)])
+    return fit, out
 
-    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2"]
-    torchrun += ["--master-port", str(free_port()), "-m", "repinterp"]
-    result = subprocess.run(
-        [*torchrun, *fit, "--workers", "1", "--out", str(tmp_path / "two")],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+
+def torchrun(argv: list[str]) -> str:
+    """Run ``repinterp ARGV`` in two processes (gloo); its stdout."""
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2"]
+    command += ["--master-port", str(free_port()), "-m", "repinterp", *argv]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "with 2 process(es)" in result.stdout
-    assert result.stdout.count("indexed") == 1  # only rank 0 writes and reports
+    return result.stdout
 
-    one, two = tmp_path / "one", tmp_path / "two"
+
+def assert_same_index(one: Path, two: Path) -> None:
     tensors_one, tensors_two = (load_file(str(p / "index.safetensors")) for p in (one, two))
     assert tensors_one.keys() == tensors_two.keys()
     for name, tensor in tensors_one.items():
         assert tensor.dtype == tensors_two[name].dtype, name
         assert torch.equal(tensor, tensors_two[name]), name
     assert (one / FEATURE_FILE).read_bytes() == (two / FEATURE_FILE).read_bytes()
-    assert json.loads((one / "manifest.json").read_text()) == json.loads(
-        (two / "manifest.json").read_text()
-    )
-    assert sorted(p.name for p in two.iterdir()) == [
-        FEATURE_FILE,
-        "index.safetensors",
-        "manifest.json",
-    ]
+    manifests = [json.loads((p / "manifest.json").read_text()) for p in (one, two)]
+    assert manifests[0] == manifests[1]
+    assert sorted(p.name for p in two.iterdir()) == sorted(p.name for p in one.iterdir())
+
+
+def test_torchrun_two_processes_write_the_one_process_index(one_process, tmp_path) -> None:
+    fit, one = one_process  # shards 0, 2, 4 on rank 0 and 1, 3, 5 on rank 1
+    stdout = torchrun([*fit, "--workers", "1", "--out", str(tmp_path / "two")])
+    assert "with 2 process(es)" in stdout
+    assert stdout.count("indexed") == 1  # only rank 0 writes and reports
+    assert_same_index(one, tmp_path / "two")
+
+
+def test_torchrun_resumes_a_one_process_fit(one_process, tmp_path, monkeypatch) -> None:
+    fit, one = one_process
+    out = tmp_path / "index"
+    interrupt_after_shards(monkeypatch, 2)
+    with pytest.raises(SystemExit):
+        main([*fit, "--out", str(out)])
+    monkeypatch.undo()
+    torchrun([*fit, "--resume", "--out", str(out)])  # shards 2, 4 on rank 0; 3, 5 on rank 1
+    assert_same_index(one, out)
+    assert not (out / ".partial").exists()

@@ -6,10 +6,13 @@ from dataclasses import replace
 
 import pytest
 import torch
+from PIL import Image
 
+from repinterp.data import shapes
 from repinterp.evaluation import average_drop_increase_from_mask
 from repinterp.evaluation.protocols import (
     METHODS,
+    WEIGHTS_DIR,
     Method,
     Options,
     Run,
@@ -25,6 +28,8 @@ from repinterp.evaluation.protocols import (
 from repinterp.zoo import build_model, default_target_layer, save_weights
 
 from .test_cli import _assert_one_line_error, run
+
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 SMALL = Options(
     runs=1, n_regions=10, n_inputs=4, ks=(1, 3), q_values=(1, 5), purity_ks=(2, 4), progress=False
@@ -266,3 +271,18 @@ def test_other_models_load_from_their_weights(tmp_path) -> None:
         load_setup("digits", "digits_cnn", weights, layer="features.99")
     with pytest.raises(ValueError, match="needs --weights"):
         load_setup("digits", "digits_cnn")
+
+
+def test_image_folders_run_with_a_named_model(tmp_path) -> None:
+    data = shapes(24, seed=5, size=32)
+    for i, (image, label) in enumerate(zip(data.images, data.labels, strict=True)):
+        folder = tmp_path / data.class_names[int(label)]
+        folder.mkdir(exist_ok=True)
+        pixels = (image.permute(1, 2, 0) * 255).round().byte().numpy()
+        Image.fromarray(pixels).save(folder / f"{i}.png")
+    weights = WEIGHTS_DIR / "shapes_cnn.safetensors"
+    setup = load_setup(f"imagefolder:{tmp_path}", "shapes_cnn", weights, n_unseen=None)
+    assert (len(setup.reference), len(setup.unseen)) == (19, 5)
+    assert setup.pixels("unseen").shape == (5, 3, 224, 224)
+    results = evaluate(setup, "coverage", replace(SMALL, n_regions=3, n_boundaries=10))
+    assert all(_in_range(results[part]["CVR"]) for part in ("reference", "unseen"))

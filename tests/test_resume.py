@@ -12,10 +12,14 @@ from torch import Tensor
 from torch.utils.data import Dataset
 
 from repinterp import RepresentativeInterpreter
+from repinterp import index as index_module
 from repinterp.cli import main
 from repinterp.index import FEATURE_FILE, Shards
+from repinterp.zoo import build_model, save_weights
 
 from .nets import random_setup
+
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 N, BATCH, SHARD, N_Q = 300, 32, 64, 20  # shards of 64 images: 5 shards, the last one of 44
 
@@ -175,31 +179,34 @@ def fit_argv(weights: Path, out: Path, *extra: str) -> list[str]:
     ]
 
 
-def test_cli_fit_interrupted_then_resumed(tmp_path, capsys, monkeypatch) -> None:
-    from repinterp import index as index_module
-    from repinterp.zoo import build_model, save_weights
-
-    weights = tmp_path / "digits.safetensors"
-    save_weights(build_model("digits_cnn", num_classes=10, in_channels=1, seed=0), weights)
-    main(fit_argv(weights, tmp_path / "plain"))
-
+def interrupt_after_shards(monkeypatch: pytest.MonkeyPatch, n: int) -> None:
+    """Make the next sharded fit raise KeyboardInterrupt (what Ctrl-C raises) once ``n`` shards
+    are saved; ``monkeypatch.undo()`` ends it."""
     save_shard = index_module._Partial.save_shard
     saved = []
 
-    def killed_after_two(self, k, tensors, features_sha):
-        if len(saved) == 2:
+    def save_then_interrupt(self, k, tensors, features_sha):
+        if len(saved) == n:
             raise KeyboardInterrupt
         saved.append(k)
         save_shard(self, k, tensors, features_sha)
 
-    monkeypatch.setattr(index_module._Partial, "save_shard", killed_after_two)
+    monkeypatch.setattr(index_module._Partial, "save_shard", save_then_interrupt)
+
+
+def test_cli_fit_interrupted_then_resumed(tmp_path, capsys, monkeypatch) -> None:
+    weights = tmp_path / "digits.safetensors"
+    save_weights(build_model("digits_cnn", num_classes=10, in_channels=1, seed=0), weights)
+    main(fit_argv(weights, tmp_path / "plain"))
+
     out = tmp_path / "index"
+    interrupt_after_shards(monkeypatch, 2)
     with pytest.raises(SystemExit) as exit_info:
         main(fit_argv(weights, out))
+    monkeypatch.undo()
     assert exit_info.value.code == 130
     assert "run the same command with --resume" in capsys.readouterr().err
     assert len(list((out / ".partial").glob("shard-*"))) == 2
-    monkeypatch.setattr(index_module._Partial, "save_shard", save_shard)
 
     main(fit_argv(weights, out, "--resume"))
     assert not (out / ".partial").exists()

@@ -918,8 +918,9 @@ def results_markdown(results: dict[str, Any], plots: list[str] | None = None) ->
         f"|Q| = {options['n_boundaries']}, |V| = {results['n_regions']}; "
         f"{results['runs']} run(s) with seeds {results['seeds']}; mean ± std; "
         f"{results['time_s']:.0f} s in all on {setup['device']} ({_machine(results)}); per run, "
-        f"RI's index took {results['ri_fit_s']:.1f} s and k-means {results['kmeans_s']:.1f} s "
-        "(not in the methods' times, which cover making the explanations, not scoring them).",
+        f"RI's index took {results['ri_fit_s']:.1f} s"
+        + (f" and k-means {results['kmeans_s']:.1f} s" if results["kmeans_s"] else "")
+        + " (not in the methods' times, which cover making the explanations, not scoring them).",
         "",
         *([f"Command: `{results['command']}`", ""] if "command" in results else []),
         *_MARKDOWN[results["protocol"]](results),

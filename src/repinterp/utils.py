@@ -1,0 +1,171 @@
+"""Small helpers shared by the engine, the evaluation and the viewer.
+
+They stand at the bottom of the package: this module imports nothing from repinterp.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+import torch
+from torch import Tensor, nn
+
+__all__ = [
+    "check_images",
+    "eval_mode",
+    "file_sha256",
+    "model_device",
+    "nearest_rows",
+    "resolve_module",
+    "tensor_sha256",
+]
+
+
+def model_device(model: nn.Module) -> torch.device:
+    """The device of the model's first parameter or buffer (CPU for a model with neither)."""
+    for tensor in (*model.parameters(), *model.buffers()):
+        return tensor.device
+    return torch.device("cpu")
+
+
+@contextmanager
+def eval_mode(model: nn.Module) -> Iterator[nn.Module]:
+    """Put every module of ``model`` in eval mode; restore each module's own mode on exit."""
+    modes = [(module, module.training) for module in model.modules()]
+    model.eval()
+    try:
+        yield model
+    finally:
+        for module, training in modes:
+            module.training = training
+
+
+def check_images(
+    images: Tensor,
+    shape: Sequence[int] | None = None,
+    what: str = "images",
+    pixels: bool = False,
+    nonempty: bool = False,
+) -> None:
+    """Raise ``ValueError`` unless ``images`` is a finite floating N x C x H x W batch.
+
+    Args:
+        images: the batch.
+        shape: the expected C x H x W, if known.
+        what: how to name the batch in the message.
+        pixels: the values must also lie in [0, 1] (pixel space, before normalisation).
+        nonempty: N must be at least 1.
+    """
+    if not isinstance(images, Tensor):
+        raise TypeError(f"{what} must be a tensor, got {type(images).__name__}")
+    if images.ndim != 4:
+        raise ValueError(f"{what} must be N x C x H x W, got shape {tuple(images.shape)}")
+    if not images.is_floating_point():
+        raise ValueError(f"{what} must be floating point, got {images.dtype}")
+    if nonempty and images.shape[0] == 0:
+        raise ValueError(f"{what} holds no image")
+    if shape is not None and tuple(images.shape[1:]) != tuple(shape):
+        raise ValueError(
+            f"{what} have C x H x W = {tuple(images.shape[1:])}, expected {tuple(shape)}"
+        )
+    if pixels:
+        inside = ((images >= 0) & (images <= 1)).flatten(1).all(1)
+        if not bool(inside.all()):
+            bad = (~inside).nonzero().flatten()[:5].tolist()
+            raise ValueError(
+                f"{what} must be in [0, 1] pixel space, before normalisation (NaN or values "
+                f"outside it at batch positions {bad})"
+            )
+        return
+    finite = torch.isfinite(images).flatten(1).all(1)
+    if not bool(finite.all()):
+        bad = (~finite).nonzero().flatten()[:5].tolist()
+        raise ValueError(f"{what} contain NaN or Inf values (batch positions {bad})")
+
+
+def resolve_module(model: nn.Module, layer: str | nn.Module) -> tuple[str, nn.Module]:
+    """The dotted name and the module of ``layer`` (a name from ``named_modules()`` or the
+    module itself) in ``model``.
+
+    Raises:
+        ValueError: the layer is not part of the model (the message lists similar names).
+    """
+    modules = dict(model.named_modules())
+    if isinstance(layer, nn.Module):
+        for name, module in modules.items():
+            if module is layer and name:
+                return name, module
+        raise ValueError("target_layer is a module that is not part of the model")
+    if not isinstance(layer, str) or not layer or layer not in modules:
+        first = str(layer).split(".")[0]
+        close = [n for n in modules if n and n.split(".")[0] == first]
+        hint = f"; layers starting alike: {', '.join(close[-6:])}" if close else ""
+        raise ValueError(f"target_layer {layer!r} is not a module of the model{hint}")
+    return layer, modules[layer]
+
+
+def tensor_sha256(tensor: Tensor) -> str:
+    """SHA-256 of a tensor's raw bytes (on the CPU, contiguous)."""
+    flat = tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8)
+    return hashlib.sha256(flat.numpy().tobytes()).hexdigest()
+
+
+def file_sha256(path: str | Path) -> str:
+    """SHA-256 of a file, read in 1 MiB blocks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def nearest_rows(
+    queries: Tensor, rows: Tensor, k: int = 1, chunk: int = 1024
+) -> tuple[Tensor, Tensor]:
+    """The ``k`` rows (M x d) nearest each query (N x d) in Euclidean distance.
+
+    Distances are exact pairwise differences (not the matrix-product shortcut), so a query that
+    is also a row finds itself at distance 0; equal distances go to the lower row index.
+
+    Args:
+        queries: N x d (or N x ..., flattened).
+        rows: M x d (or M x ..., flattened), with the same d.
+        k: neighbours per query, 1 <= k <= M.
+        chunk: queries per distance computation (memory ``chunk x M``).
+
+    Returns:
+        N x k row indices (long) and N x k distances, nearest first, on the CPU.
+
+    Raises:
+        ValueError: mismatched shapes, a bad ``k`` or ``chunk``, or NaN / Inf values.
+    """
+    query = queries.flatten(1) if queries.ndim > 2 else queries
+    ref = rows.flatten(1) if rows.ndim > 2 else rows
+    if query.ndim != 2 or ref.ndim != 2 or query.shape[1] != ref.shape[1]:
+        raise ValueError(
+            f"features must be N x d and M x d with the same d, got "
+            f"{tuple(queries.shape)} and {tuple(rows.shape)}"
+        )
+    if not 1 <= k <= ref.shape[0]:
+        raise ValueError(f"k must be in [1, {ref.shape[0]}] (number of rows), got {k}")
+    if chunk < 1:
+        raise ValueError(f"chunk must be >= 1, got {chunk}")
+    dtype = torch.promote_types(torch.promote_types(query.dtype, ref.dtype), torch.float32)
+    query, ref = query.to(dtype).cpu(), ref.to(dtype).cpu()
+    if not (bool(torch.isfinite(query).all()) and bool(torch.isfinite(ref).all())):
+        raise ValueError("features contain NaN or Inf")
+    best_i, best_d = [], []
+    for part in query.split(chunk):
+        d = torch.cdist(part, ref, compute_mode="donot_use_mm_for_euclid_dist")
+        if k == 1:  # min returns the first minimum: the lower index on ties
+            value, index = d.min(1, keepdim=True)
+        else:
+            value, index = torch.sort(d, dim=1, stable=True)
+        best_i.append(index[:, :k])
+        best_d.append(value[:, :k])
+    if not best_i:
+        return torch.empty(0, k, dtype=torch.long), torch.empty(0, k, dtype=dtype)
+    return torch.cat(best_i), torch.cat(best_d)

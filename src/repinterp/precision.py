@@ -1,0 +1,119 @@
+"""Full float32 precision for the engine, whatever the user's TF32 settings.
+
+On Ampere and later GPUs PyTorch may run float32 convolutions (cuDNN, on by default) and matrix
+products (cuBLAS, when allowed) in TF32, with a 10-bit mantissa; oneDNN on the CPU can likewise be
+told to use TF32 or bfloat16 for float32 work. Signs of projections near a boundary then differ
+from the CPU's, and with them ``P(x)``. :func:`exact_float32` switches all of these off for the
+duration of a block and restores the user's settings afterwards, also after an exception.
+
+PyTorch has two interfaces for these flags: the legacy one (``torch.backends.cuda.matmul.
+allow_tf32``, ``torch.backends.cudnn.allow_tf32``, ``torch.set_float32_matmul_precision``) and,
+since 2.9, the ``fp32_precision`` attributes. Mixing them leaves a state in which reading a legacy
+flag (and, on CUDA, a matrix product) raises. Inside the block the flags are set through the
+legacy setters, which keep both interfaces consistent; on exit the legacy values that were
+readable on entry are put back through the legacy setters, then every ``fp32_precision``
+attribute is put back as it was, so the user's state is restored through the interface they used.
+The flags are process-wide: other threads running float32 work at the same time see them too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+
+__all__ = ["exact_float32", "tf32_allowed"]
+
+# The backends whose float32 precision PyTorch lets users lower, parents before children.
+_NODES = (
+    "",
+    "cuda.matmul",
+    "cudnn",
+    "cudnn.conv",
+    "cudnn.rnn",
+    "mkldnn",
+    "mkldnn.matmul",
+    "mkldnn.conv",
+    "mkldnn.rnn",
+)
+
+
+def _node(path: str) -> Any:
+    node: Any = torch.backends
+    for part in path.split(".") if path else ():
+        node = getattr(node, part, None)
+        if node is None:
+            return None
+    return node
+
+
+def _new_api() -> dict[str, str]:
+    """The ``fp32_precision`` of every backend node this torch has (none before torch 2.9)."""
+    values = {}
+    for path in _NODES:
+        node = _node(path)
+        if node is not None and hasattr(node, "fp32_precision"):
+            values[path] = node.fp32_precision
+    return values
+
+
+def _read(getter: Any) -> Any:
+    try:
+        return getter()
+    except RuntimeError:  # the user mixed the two interfaces for this flag
+        return None
+
+
+def _effective(path: str, values: dict[str, str]) -> str:
+    """A node's precision, following ``"none"`` up to its parents."""
+    while True:
+        value = values.get(path, "none")
+        if value != "none" or not path:
+            return "ieee" if value == "none" else value
+        path = path.rpartition(".")[0]
+
+
+def tf32_allowed() -> dict[str, bool]:
+    """Whether float32 work may run in lower precision, per backend: ``cublas`` (CUDA matrix
+    products), ``cudnn`` (CUDA convolutions), ``onednn_matmul`` and ``onednn_conv`` (CPU)."""
+    values = _new_api()
+    if values:
+        lowered = {path: _effective(path, values) != "ieee" for path in _NODES}
+        return {
+            "cublas": lowered["cuda.matmul"],
+            "cudnn": lowered["cudnn.conv"],
+            "onednn_matmul": lowered["mkldnn.matmul"],
+            "onednn_conv": lowered["mkldnn.conv"],
+        }
+    matmul = torch.get_float32_matmul_precision() != "highest"
+    return {
+        "cublas": matmul,
+        "cudnn": bool(torch.backends.cudnn.allow_tf32),
+        "onednn_matmul": matmul,
+        "onednn_conv": False,
+    }
+
+
+@contextmanager
+def exact_float32() -> Iterator[None]:
+    """Run the block with every float32 operation in full float32 precision (no TF32, no
+    bfloat16 shortcuts), on CUDA and on the CPU; the user's settings come back on exit."""
+    matmul = _read(torch.get_float32_matmul_precision)
+    cudnn = _read(lambda: torch.backends.cudnn.allow_tf32)
+    saved = _new_api()
+    try:
+        torch.set_float32_matmul_precision("highest")
+        torch.backends.cudnn.allow_tf32 = False
+        for path, value in _new_api().items():
+            if value not in ("none", "ieee"):
+                _node(path).fp32_precision = "ieee"
+        yield
+    finally:
+        if matmul is not None:
+            torch.set_float32_matmul_precision(matmul)
+        if cudnn is not None:
+            torch.backends.cudnn.allow_tf32 = cudnn
+        for path, value in saved.items():
+            _node(path).fp32_precision = value

@@ -12,18 +12,14 @@ import torch
 from torch import Tensor, nn
 
 from .boundaries import project
+from .build import build_index
 from .cover import ExactCoverResult, exact_cover, greedy_cover, sides
 from .heatmap import channel_weights, heatmaps
-from .index import (
-    FEATURE_FILE,
-    IndexLoadError,
-    Reference,
-    ReferenceIndex,
-    Shards,
-    build_index,
-    check_images,
-)
+from .index import FEATURE_FILE, IndexLoadError, ReferenceIndex
+from .inputs import Reference
 from .model import model_fingerprint, split_model
+from .shards import Shards
+from .utils import check_images
 
 if TYPE_CHECKING:
     from .regions import RegionSet
@@ -129,7 +125,7 @@ class RepresentativeInterpreter:
             keep_features: also keep the reference feature maps, in a memory-mapped file on
                 disk (needed by :meth:`regions` and the evaluation protocols).
             shards: write the index in shards to ``shards.directory`` as it goes (the feature
-                maps too), so that a killed fit resumes (see :class:`repinterp.index.Shards`).
+                maps too), so that a killed fit resumes (see :class:`repinterp.shards.Shards`).
 
         Returns:
             self.
@@ -208,7 +204,7 @@ class RepresentativeInterpreter:
 
     # ------------------------------------------------------------------ features
     def _check(self, images: Tensor) -> Tensor:
-        check_images(images, self.fitted_index.input_shape)
+        check_images(images, self.fitted_index.input_shape, expected_by="the index")
         return images
 
     @torch.inference_mode()

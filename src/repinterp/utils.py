@@ -49,6 +49,7 @@ def check_images(
     what: str = "images",
     pixels: bool = False,
     nonempty: bool = False,
+    expected_by: str | None = None,
 ) -> None:
     """Raise ``ValueError`` unless ``images`` is a finite floating N x C x H x W batch.
 
@@ -58,6 +59,8 @@ def check_images(
         what: how to name the batch in the message.
         pixels: the values must also lie in [0, 1] (pixel space, before normalisation).
         nonempty: N must be at least 1.
+        expected_by: who expects ``shape``, to say so in the message (e.g. ``"the index"``:
+            "... the index expects (1, 28, 28)"); None: "... expected (1, 28, 28)".
     """
     if not isinstance(images, Tensor):
         raise TypeError(f"{what} must be a tensor, got {type(images).__name__}")
@@ -68,8 +71,9 @@ def check_images(
     if nonempty and images.shape[0] == 0:
         raise ValueError(f"{what} holds no image")
     if shape is not None and tuple(images.shape[1:]) != tuple(shape):
+        expects = f"{expected_by} expects" if expected_by else "expected"
         raise ValueError(
-            f"{what} have C x H x W = {tuple(images.shape[1:])}, expected {tuple(shape)}"
+            f"{what} have C x H x W = {tuple(images.shape[1:])}, {expects} {tuple(shape)}"
         )
     if pixels:
         inside = ((images >= 0) & (images <= 1)).flatten(1).all(1)

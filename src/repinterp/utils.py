@@ -20,6 +20,7 @@ __all__ = [
     "model_device",
     "nearest_rows",
     "resolve_module",
+    "tensor_bytes",
     "tensor_sha256",
 ]
 
@@ -111,10 +112,14 @@ def resolve_module(model: nn.Module, layer: str | nn.Module) -> tuple[str, nn.Mo
     return layer, modules[layer]
 
 
+def tensor_bytes(tensor: Tensor) -> bytes:
+    """A tensor's raw bytes: its values on the CPU, contiguous, in row-major order."""
+    return tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
+
+
 def tensor_sha256(tensor: Tensor) -> str:
-    """SHA-256 of a tensor's raw bytes (on the CPU, contiguous)."""
-    flat = tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8)
-    return hashlib.sha256(flat.numpy().tobytes()).hexdigest()
+    """SHA-256 of a tensor's raw bytes (see :func:`tensor_bytes`)."""
+    return hashlib.sha256(tensor_bytes(tensor)).hexdigest()
 
 
 def file_sha256(path: str | Path) -> str:

@@ -18,7 +18,7 @@ from repinterp.index import FEATURE_FILE
 from repinterp.shards import Shards
 from repinterp.zoo import build_model, save_weights
 
-from .nets import random_setup
+from .models import random_setup
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

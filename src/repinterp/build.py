@@ -19,10 +19,10 @@ from tqdm.auto import tqdm
 from .boundaries import Boundaries, compute_boundaries, project
 from .distributed import broadcast, gather, rank_and_world
 from .index import FORMAT_VERSION, ReferenceIndex
-from .inputs import Reference, gather_images, iter_batches, reference_size
+from .inputs import Reference, check_batch, gather_images, iter_batches, reference_size
 from .model import SplitModel, model_fingerprint
 from .shards import DEFAULT_SHARD_SIZE, Shards, _FeatureFile, _Partial, _Plan
-from .utils import check_images, tensor_sha256
+from .utils import tensor_sha256
 
 __all__ = ["build_index", "sample_sources"]
 
@@ -98,7 +98,7 @@ def _prepare(
     the input shape and the partial folder."""
     sources = sample_sources(plan.n, n_boundaries, seed)
     source_images = gather_images(reference, sources).to(device)
-    check_images(source_images, what="reference images")
+    check_batch(source_images, what="reference images")
     partial = q = None
     if shards is not None:
         config = _config(split, plan, n_boundaries, seed, source_images, device, features)
@@ -137,12 +137,7 @@ def _index_shard(
     for first, last in plan.batches([k]):
         images, labels = next(batches)
         images = images.to(device, non_blocking=True)
-        check_images(
-            images,
-            input_shape,
-            what=f"reference images {first}..{last - 1}",
-            expected_by="the index",
-        )
+        check_batch(images, input_shape, what=f"reference images {first}..{last - 1}")
         with torch.inference_mode():
             t = split.psi(images)
             logits = split.head(t)

@@ -1,11 +1,12 @@
-"""The reference set as the engine reads it: its size, its batches and single images.
+"""What the engine reads: reference sets (their size, batches and single images) and batches
+of images, checked.
 
 A reference set is what :func:`repinterp.build.build_index` indexes: an N x C x H x W tensor,
 or a map-style Dataset of images or ``(image, label)`` pairs (read with a DataLoader). Every
 kind of reference set is handled by the three functions here (:func:`reference_size`,
 :func:`iter_batches`, :func:`gather_images`) and nowhere else, so that accepting another kind
 (a DataLoader, a NumPy array, a list of images) means one more branch in each of them.
-Checking the images themselves is :func:`repinterp.utils.check_images`.
+Every batch the engine computes on passes :func:`check_batch`.
 """
 
 from __future__ import annotations
@@ -17,7 +18,9 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-__all__ = ["Reference", "gather_images", "iter_batches", "reference_size"]
+from .utils import check_images
+
+__all__ = ["Reference", "check_batch", "gather_images", "iter_batches", "reference_size"]
 
 Reference = Tensor | Dataset
 
@@ -30,6 +33,12 @@ def reference_size(reference: Reference) -> int:
         return len(reference)  # type: ignore[arg-type]
     except TypeError as exc:
         raise TypeError("the reference Dataset must define __len__") from exc
+
+
+def check_batch(images: Tensor, shape: Sequence[int] | None = None, what: str = "images") -> None:
+    """Raise ``ValueError`` unless ``images`` is a finite floating N x C x H x W batch (and of
+    the index's C x H x W ``shape``, if given); see :func:`repinterp.utils.check_images`."""
+    check_images(images, shape, what=what, expected_by="the index")
 
 
 def _split_item(item: Any) -> tuple[Tensor, Tensor | None]:

@@ -19,12 +19,12 @@ from .build import build_index
 from .cover import ExactCoverResult, exact_cover, greedy_cover, sides
 from .heatmap import channel_weights
 from .index import FEATURE_FILE, IndexLoadError, ReferenceIndex
-from .inputs import Reference
+from .inputs import Reference, check_batch
 from .interpretation import Interpretation
 from .model import model_fingerprint, split_model
 from .regions import RegionSet
 from .shards import Shards
-from .utils import check_images, model_device
+from .utils import model_device
 
 __all__ = ["FEATURE_FILE", "Interpretation", "RepresentativeInterpreter"]
 
@@ -199,7 +199,7 @@ class RepresentativeInterpreter:
 
     # ------------------------------------------------------------------ features
     def _check(self, images: Tensor) -> Tensor:
-        check_images(images, self.fitted_index.input_shape, expected_by="the index")
+        check_batch(images, self.fitted_index.input_shape)
         return images
 
     @torch.inference_mode()

@@ -21,7 +21,7 @@ from common import RandomImages, interleaved, parser, ratios, small_cnn, table, 
 from torch import nn
 
 from repinterp import RepresentativeInterpreter
-from repinterp.index import Shards
+from repinterp.shards import Shards
 
 GOAL = 1.05
 N_BOUNDARIES = 50

@@ -3,7 +3,7 @@ import torch
 from repinterp.boundaries import compute_boundaries, project
 from repinterp.model import split_model
 
-from .nets import random_setup
+from .models import random_setup
 
 
 def _pattern(model, t: torch.Tensor) -> torch.Tensor:

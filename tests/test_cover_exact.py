@@ -10,7 +10,7 @@ import torch
 from repinterp import RepresentativeInterpreter
 from repinterp.cover import exact_cover, greedy_cover, sides
 
-from .nets import random_setup
+from .models import random_setup
 
 
 def random_instance(seed: int, n_q: int, n_ref: int, n_in: int = 2, n_patterns: int | None = None):

@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from repinterp import RepresentativeInterpreter
 from repinterp.index import IndexLoadError
 
-from .nets import random_setup, tiny_cnn, triangle_model
+from .models import randn, random_setup, tiny_mlp_cnn, triangle_model
 
 
 @pytest.fixture(scope="module")
@@ -137,10 +137,10 @@ def test_paper_figure_1_triangle() -> None:
 
 
 def test_degenerate_single_class() -> None:
-    model = tiny_cnn()
+    model = tiny_mlp_cnn()
     with torch.no_grad():
         model.fc3.bias.copy_(torch.tensor([100.0, 0, 0, 0]))
-    images = torch.randn(50, 1, 12, 12)
+    images = randn(50, 1, 12, 12)
     ri = RepresentativeInterpreter(model, "relu2", n_boundaries=10, progress=False).fit(images)
     e = ri.explain(images[0])
     assert e.boundaries.numel() == 0 and e.representativeness == 50

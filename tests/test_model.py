@@ -7,7 +7,7 @@ from torch import nn
 
 from repinterp.model import model_fingerprint, resolve_layer, split_model
 
-from .nets import tiny_cnn, triangle_model
+from .models import randn, tiny_mlp_cnn, triangle_model
 
 
 @pytest.mark.parametrize(
@@ -20,10 +20,11 @@ from .nets import tiny_cnn, triangle_model
 )
 @pytest.mark.parametrize("batch", [1, 3])
 def test_split_torchvision_models(arch: str, layer: str, size: int, batch: int) -> None:
-    torch.manual_seed(0)
-    model = getattr(torchvision.models, arch)(weights=None, num_classes=5).eval()
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        model = getattr(torchvision.models, arch)(weights=None, num_classes=5).eval()
     split = split_model(model, layer)
-    x = torch.randn(batch, 3, size, size)
+    x = randn(batch, 3, size, size)
     with torch.no_grad():
         t = split.psi(x)
         assert torch.equal(split.head(t), model(x))
@@ -33,8 +34,8 @@ def test_split_torchvision_models(arch: str, layer: str, size: int, batch: int) 
 
 
 def test_split_sequential_accepts_module_and_name() -> None:
-    model = tiny_cnn()
-    x = torch.randn(4, 1, 12, 12)
+    model = tiny_mlp_cnn()
+    x = randn(4, 1, 12, 12)
     by_name = split_model(model, "relu2")
     by_module = split_model(model, model.relu2)
     assert by_module.layer == "relu2"
@@ -44,12 +45,12 @@ def test_split_sequential_accepts_module_and_name() -> None:
 
 
 def test_head_does_not_run_trunk() -> None:
-    model = tiny_cnn()
+    model = tiny_mlp_cnn()
     split = split_model(model, "relu2")
     calls = []
     handle = model.conv1.register_forward_hook(lambda *_: calls.append(1))
     try:
-        split.head(torch.randn(2, 8, 6, 6))
+        split.head(randn(2, 8, 6, 6))
     finally:
         handle.remove()
     assert calls == []
@@ -120,7 +121,7 @@ def test_custom_functional_head_is_accepted() -> None:
 
 
 def test_fingerprint_follows_weights() -> None:
-    a, b = tiny_cnn(seed=0), tiny_cnn(seed=0)
+    a, b = tiny_mlp_cnn(seed=0), tiny_mlp_cnn(seed=0)
     assert model_fingerprint(a) == model_fingerprint(b)
     with torch.no_grad():
         b.fc3.bias[0] += 1e-6

@@ -16,8 +16,9 @@ from typing import Any
 import torch
 
 from .data import DATASET_CHOICES, load_dataset
-from .index import DEFAULT_SHARD_SIZE, IndexLoadError
+from .index import IndexLoadError
 from .interpreter import Interpretation
+from .shards import DEFAULT_SHARD_SIZE
 from .zoo import ARCHS, build_model, save_weights
 
 __all__ = ["main"]
@@ -71,7 +72,7 @@ def _train(args: argparse.Namespace) -> None:
 # ----------------------------------------------------------------------------- fit
 def _fit(args: argparse.Namespace) -> None:
     from .distributed import init_from_env, rank_and_world, shutdown
-    from .index import Shards
+    from .shards import Shards
     from .workspace import fit_workspace
 
     start = time.perf_counter()

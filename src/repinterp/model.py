@@ -15,6 +15,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, fx, nn
 
+from .utils import resolve_module, tensor_bytes
+
 __all__ = ["SplitModel", "model_fingerprint", "resolve_layer", "split_model"]
 
 # Modules that are piecewise linear in eval mode. BatchNorm and Dropout only in eval mode.
@@ -109,19 +111,9 @@ def resolve_layer(model: nn.Module, target_layer: str | nn.Module) -> str:
         target_layer: a name from ``model.named_modules()`` or the module itself.
 
     Raises:
-        ValueError: the layer is not in the model.
+        ValueError: the layer is not in the model (the message lists similar names).
     """
-    names = dict(model.named_modules())
-    if isinstance(target_layer, nn.Module):
-        for name, module in names.items():
-            if module is target_layer and name:
-                return name
-        raise ValueError("target_layer is a module that is not part of the model")
-    if target_layer not in names or not target_layer:
-        close = [n for n in names if n and n.split(".")[0] == str(target_layer).split(".")[0]]
-        hint = f"; layers starting alike: {', '.join(close[-6:])}" if close else ""
-        raise ValueError(f"target_layer {target_layer!r} is not a module of the model{hint}")
-    return target_layer
+    return resolve_module(model, target_layer)[0]
 
 
 class _LeafTracer(fx.Tracer):
@@ -313,7 +305,5 @@ def model_fingerprint(model: nn.Module) -> str:
     digest = hashlib.sha256()
     for name, tensor in sorted(model.state_dict().items()):
         digest.update(f"{name}:{tuple(tensor.shape)}:{tensor.dtype};".encode())
-        digest.update(
-            tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
-        )
+        digest.update(tensor_bytes(tensor))
     return digest.hexdigest()

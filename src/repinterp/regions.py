@@ -18,22 +18,21 @@ from torch import Tensor
 from .boundaries import project
 from .cover import sides
 from .heatmap import heatmaps
-from .interpreter import Interpretation, RepresentativeInterpreter
+from .interpretation import Explainer, Interpretation
+from .utils import nearest_rows as _nearest_rows
 
-__all__ = ["Assignment", "RegionSet", "nearest_rows"]
+__all__ = ["Assignment", "RegionSet"]
 
 
 def nearest_rows(queries: Tensor, rows: Tensor, chunk: int = 4096) -> tuple[Tensor, Tensor]:
     """For each query (N x d), the index of the nearest row (M x d) in Euclidean distance
-    (ties to the lower index) and that distance."""
-    best_i, best_d = [], []
-    rows = rows.to(torch.float32)
-    for part in queries.to(torch.float32).split(chunk):
-        d = torch.cdist(part, rows, compute_mode="donot_use_mm_for_euclid_dist")
-        value, index = d.min(1)
-        best_i.append(index)
-        best_d.append(value)
-    return torch.cat(best_i), torch.cat(best_d)
+    (ties to the lower index) and that distance, both N long (in float32).
+
+    Kept for :mod:`repinterp.evaluation.protocols`; new code calls
+    :func:`repinterp.utils.nearest_rows`, which this wraps.
+    """
+    index, distance = _nearest_rows(queries.to(torch.float32), rows.to(torch.float32), chunk=chunk)
+    return index[:, 0], distance[:, 0]
 
 
 @dataclass
@@ -62,7 +61,7 @@ class RegionSet:
 
     def __init__(
         self,
-        interpreter: RepresentativeInterpreter,
+        interpreter: Explainer,
         inputs: Tensor,
         regions: list[Interpretation],
         centres: Tensor,
@@ -82,7 +81,7 @@ class RegionSet:
 
     @classmethod
     def build(
-        cls, interpreter: RepresentativeInterpreter, n_regions: int | None = None, seed: int = 0
+        cls, interpreter: Explainer, n_regions: int | None = None, seed: int = 0
     ) -> RegionSet:
         """k-means (``k = n_regions``, default 10 x classes) on the reference feature maps.
 
@@ -96,9 +95,7 @@ class RegionSet:
             raise ValueError(f"n_regions must lie in [1, |R| = {len(index)}], got {k}")
         kmeans = KMeans(n_clusters=k, random_state=seed, n_init=3).fit(np.asarray(features))
         centres = torch.from_numpy(kmeans.cluster_centers_).float()
-        inputs = torch.stack(
-            [nearest_rows(centre.unsqueeze(0), features)[0][0] for centre in centres]
-        )
+        inputs = _nearest_rows(centres, features)[0][:, 0]
         return cls(interpreter, inputs, interpreter.explain_reference(inputs), centres)
 
     def __len__(self) -> int:
@@ -111,7 +108,7 @@ class RegionSet:
         covering = ~(differs & self._mask.unsqueeze(0)).any(2)  # N x V
         score = torch.where(covering, self._size.unsqueeze(0), -1)
         best = score.max(1)  # the first maximum: ties go to the lower region index
-        nearest, _ = nearest_rows(features.flatten(1).cpu(), self.centres)
+        nearest = _nearest_rows(features.flatten(1).float(), self.centres)[0][:, 0]
         covered = best.values >= 0
         region = torch.where(covered, best.indices, nearest.to(covered.device))
         return Assignment(region=region, covered=covered)

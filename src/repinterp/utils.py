@@ -20,6 +20,7 @@ __all__ = [
     "model_device",
     "nearest_rows",
     "resolve_module",
+    "tensor_bytes",
     "tensor_sha256",
 ]
 
@@ -49,6 +50,7 @@ def check_images(
     what: str = "images",
     pixels: bool = False,
     nonempty: bool = False,
+    expected_by: str | None = None,
 ) -> None:
     """Raise ``ValueError`` unless ``images`` is a finite floating N x C x H x W batch.
 
@@ -58,6 +60,8 @@ def check_images(
         what: how to name the batch in the message.
         pixels: the values must also lie in [0, 1] (pixel space, before normalisation).
         nonempty: N must be at least 1.
+        expected_by: who expects ``shape``, to say so in the message (e.g. ``"the index"``:
+            "... the index expects (1, 28, 28)"); None: "... expected (1, 28, 28)".
     """
     if not isinstance(images, Tensor):
         raise TypeError(f"{what} must be a tensor, got {type(images).__name__}")
@@ -68,8 +72,9 @@ def check_images(
     if nonempty and images.shape[0] == 0:
         raise ValueError(f"{what} holds no image")
     if shape is not None and tuple(images.shape[1:]) != tuple(shape):
+        expects = f"{expected_by} expects" if expected_by else "expected"
         raise ValueError(
-            f"{what} have C x H x W = {tuple(images.shape[1:])}, expected {tuple(shape)}"
+            f"{what} have C x H x W = {tuple(images.shape[1:])}, {expects} {tuple(shape)}"
         )
     if pixels:
         inside = ((images >= 0) & (images <= 1)).flatten(1).all(1)
@@ -107,10 +112,14 @@ def resolve_module(model: nn.Module, layer: str | nn.Module) -> tuple[str, nn.Mo
     return layer, modules[layer]
 
 
+def tensor_bytes(tensor: Tensor) -> bytes:
+    """A tensor's raw bytes: its values on the CPU, contiguous, in row-major order."""
+    return tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
+
+
 def tensor_sha256(tensor: Tensor) -> str:
-    """SHA-256 of a tensor's raw bytes (on the CPU, contiguous)."""
-    flat = tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8)
-    return hashlib.sha256(flat.numpy().tobytes()).hexdigest()
+    """SHA-256 of a tensor's raw bytes (see :func:`tensor_bytes`)."""
+    return hashlib.sha256(tensor_bytes(tensor)).hexdigest()
 
 
 def file_sha256(path: str | Path) -> str:

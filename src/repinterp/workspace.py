@@ -17,8 +17,9 @@ from PIL import Image, UnidentifiedImageError
 from torch import Tensor
 
 from .data import Images, Normalization, Split, load_dataset
-from .index import IndexLoadError, ReferenceIndex, Shards
+from .index import IndexLoadError, ReferenceIndex
 from .interpreter import RepresentativeInterpreter
+from .shards import Shards
 from .zoo import build_model, default_target_layer
 
 __all__ = ["Workspace", "fit_workspace", "load_image_file", "open_index", "resolve_images"]
@@ -93,7 +94,7 @@ def fit_workspace(
         keep_features: keep the reference feature maps (for regions and protocols).
         num_workers: DataLoader worker processes reading the reference images.
         shards: write the index in shards as it goes, to resume a killed fit (see
-            :class:`repinterp.index.Shards`).
+            :class:`repinterp.shards.Shards`).
     """
     data = load_dataset(dataset, seed=data_seed)
     sample = data.reference[0][0]

@@ -38,7 +38,7 @@ class CaseStudy:
 
 
 def _class_scores(explanation: Interpretation, inputs: Tensor) -> list[float]:
-    logits, _ = explanation.interpreter._forward(inputs)
+    logits, _ = explanation.interpreter.forward(inputs)
     return logits.float().softmax(1)[:, explanation.predicted_class].tolist()
 
 

@@ -302,9 +302,9 @@ def test_bad_arguments_are_refused():
     model = tiny_cnn()
     with pytest.raises(ValueError, match="n_random"):
         ACE(model, "conv2", None, n_random=1)
-    with pytest.raises(ValueError, match="submodule"):
+    with pytest.raises(ValueError, match="not part of the model"):
         ACE(model, nn.ReLU(), None)
-    with pytest.raises(ValueError, match="no layer named"):
+    with pytest.raises(ValueError, match="is not a module of the model"):
         ACE(model, "conv9", None)
     with pytest.raises(ValueError, match=r"\[0, 1\]"):
         ACE(model, "conv2", None).fit(squares(2, seed=0) * 2)

@@ -84,7 +84,8 @@ from sklearn.linear_model import SGDClassifier
 from sklearn.model_selection import train_test_split
 from torch import Tensor, nn
 
-from .metrics import Normalize, eval_mode, model_device
+from ..utils import check_images, eval_mode, model_device, resolve_module
+from .metrics import Normalize
 
 __all__ = [
     "ACE",
@@ -145,7 +146,9 @@ def unique_segments(
 
 def _slic_label_maps(image01: Tensor) -> np.ndarray:
     """R x H x W SLIC label maps of a C x H x W image, one per resolution of ACE."""
-    _check_image(image01)
+    if not isinstance(image01, Tensor) or image01.ndim != 3:
+        raise ValueError("image01 must be a floating C x H x W tensor in [0, 1]")
+    check_images(image01.unsqueeze(0), what="image01", pixels=True)
     pixels = image01.detach().cpu().double().numpy().transpose(1, 2, 0)
     if pixels.shape[2] == 1:
         pixels = np.repeat(pixels, 3, axis=2)
@@ -347,15 +350,7 @@ class ACE:
         seed: int = 0,
         batch_size: int = 64,
     ) -> None:
-        if isinstance(target_layer, str):
-            try:
-                self.layer = model.get_submodule(target_layer)
-            except AttributeError:
-                raise ValueError(f"model has no layer named {target_layer!r}") from None
-        elif any(module is target_layer for module in model.modules()):
-            self.layer = target_layer
-        else:
-            raise ValueError("target_layer is not a submodule of model")
+        _, self.layer = resolve_module(model, target_layer)
         if min_imgs < 1 or max_imgs < 2 or n_random < 2 or n_concepts < 1 or batch_size < 1:
             raise ValueError(
                 "need min_imgs >= 1, max_imgs >= 2, n_random >= 2, n_concepts >= 1, batch_size >= 1"
@@ -397,12 +392,12 @@ class ACE:
             ``self``, with ``concepts``, ``candidates``, ``random_tcav_scores`` and
             ``target_class`` set.
         """
-        _check_images(discovery_images01, "discovery_images01")
+        check_images(discovery_images01, what="discovery_images01", pixels=True, nonempty=True)
         images = discovery_images01.detach().cpu()
         n_images = images.shape[0]
         self.input_shape = tuple(images.shape[1:])
         if random_images01 is not None:
-            _check_images(random_images01, "random_images01")
+            check_images(random_images01, what="random_images01", pixels=True, nonempty=True)
             if random_images01.shape[1:] != images.shape[1:] or random_images01.shape[0] < 2:
                 raise ValueError(
                     f"random_images01 must be R x {tuple(images.shape[1:])} with R >= 2, "
@@ -478,7 +473,7 @@ class ACE:
         """
         if self.input_shape is None:
             raise RuntimeError("call fit(discovery_images01) before keep_masks()")
-        _check_images(images01, "images01")
+        check_images(images01, what="images01", pixels=True, nonempty=True)
         if images01.shape[1] != self.input_shape[0]:
             raise ValueError(
                 f"images01 must have {self.input_shape[0]} channels, got {images01.shape[1]}"
@@ -666,17 +661,3 @@ def _tcav(
     # Label 0 is the concept: the CAV points against the coefficients (tcav's cavs[0]).
     cav = -model.coef_[0] / np.linalg.norm(model.coef_[0])
     return float(np.mean(gradients @ cav > 0)), float(model.score(x_test, y_test))
-
-
-def _check_image(image01: Tensor) -> None:
-    if not isinstance(image01, Tensor) or image01.ndim != 3 or not image01.is_floating_point():
-        raise ValueError("image01 must be a floating C x H x W tensor in [0, 1]")
-
-
-def _check_images(images01: Tensor, name: str) -> None:
-    if not isinstance(images01, Tensor) or images01.ndim != 4 or not images01.is_floating_point():
-        raise ValueError(f"{name} must be a floating N x C x H x W tensor in [0, 1]")
-    if images01.shape[0] == 0:
-        raise ValueError(f"{name} holds no image")
-    if not bool(((images01 >= 0) & (images01 <= 1)).all()):
-        raise ValueError(f"{name} must be in [0, 1] pixel space (before normalisation)")

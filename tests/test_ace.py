@@ -12,8 +12,6 @@ from torch import nn
 from repinterp.evaluation.ace import (
     ACE,
     GREY_FILL,
-    _slic_label_maps,
-    _tcav,
     assign_to_concepts,
     grey_patch,
     keep_segments,
@@ -21,6 +19,7 @@ from repinterp.evaluation.ace import (
     segment,
     unique_segments,
 )
+from repinterp.evaluation.ace_steps import _slic_label_maps, tcav_score
 
 
 def normalize(x: torch.Tensor) -> torch.Tensor:
@@ -173,11 +172,11 @@ def test_tcav_counts_positive_derivatives_along_the_concept():
     concept = rng.normal(0, 0.1, (20, 3)) + axis
     random = rng.normal(0, 0.1, (20, 3)) - axis
     toward = np.tile([1.0, 0.2, 0.0], (7, 1))
-    score, accuracy = _tcav(concept, random, toward, seed=0)
+    score, accuracy = tcav_score(concept, random, toward, seed=0)
     assert score == 1.0 and accuracy == 1.0
-    assert _tcav(concept, random, -toward, seed=0)[0] == 0.0
+    assert tcav_score(concept, random, -toward, seed=0)[0] == 0.0
     mixed = np.concatenate([toward[:3], -toward[:4]])
-    assert _tcav(concept, random, mixed, seed=0)[0] == pytest.approx(3 / 7)
+    assert tcav_score(concept, random, mixed, seed=0)[0] == pytest.approx(3 / 7)
 
 
 @pytest.mark.parametrize("output", ["logit", "log_prob"])
@@ -302,9 +301,9 @@ def test_bad_arguments_are_refused():
     model = tiny_cnn()
     with pytest.raises(ValueError, match="n_random"):
         ACE(model, "conv2", None, n_random=1)
-    with pytest.raises(ValueError, match="submodule"):
+    with pytest.raises(ValueError, match="not part of the model"):
         ACE(model, nn.ReLU(), None)
-    with pytest.raises(ValueError, match="no layer named"):
+    with pytest.raises(ValueError, match="is not a module of the model"):
         ACE(model, "conv9", None)
     with pytest.raises(ValueError, match=r"\[0, 1\]"):
         ACE(model, "conv2", None).fit(squares(2, seed=0) * 2)

@@ -195,10 +195,10 @@ def test_frozen_models_work_and_flags_are_restored():
     ("call", "message"),
     [
         (lambda m, x: channel_weights("CAM", m, m[3], x), "unknown CAM method"),
-        (lambda m, x: channel_weights("Grad-CAM", m, nn.ReLU(), x), "not a submodule"),
-        (lambda m, x: channel_weights("Grad-CAM", m, "9", x), "no layer named '9'"),
+        (lambda m, x: channel_weights("Grad-CAM", m, nn.ReLU(), x), "not part of the model"),
+        (lambda m, x: channel_weights("Grad-CAM", m, "9", x), "'9' is not a module"),
         (lambda m, x: channel_weights("Grad-CAM", m, m[3], x[0]), "N x C x H x W"),
-        (lambda m, x: channel_weights("Grad-CAM", m, m[3], x[:0]), "at least one image"),
+        (lambda m, x: channel_weights("Grad-CAM", m, m[3], x[:0]), "holds no image"),
         (lambda m, x: channel_weights("Grad-CAM", m, m[3], x, [0]), "must be 2 integers"),
         (lambda m, x: channel_weights("Grad-CAM", m, m[3], x, batch_size=0), "batch_size"),
         (lambda m, x: reused_cam("Grad-CAM", m, m[3], x, torch.ones(5)), "target layer has 8"),

@@ -162,6 +162,15 @@ def test_bad_inputs_end_with_one_line(digits_index, tmp_path, capsys) -> None:
     _assert_one_line_error(code, err, "cannot read")
 
 
+def test_report_needs_the_feature_maps(digits_index, tmp_path, capsys) -> None:
+    weights, _ = digits_index
+    index = tmp_path / "index"
+    fit = ["fit", "--model", "digits_cnn", "--weights", str(weights), "--reference", "digits"]
+    main([*fit, "--boundaries", "5", "--no-features", "--out", str(index), "--quiet"])
+    code, _, err = run(["report", "--index", str(index), "--out", str(tmp_path), "--quiet"], capsys)
+    _assert_one_line_error(code, err, "feature maps were not kept")
+
+
 def test_index_for_other_weights_is_refused(digits_index, tmp_path, capsys) -> None:
     _, index = digits_index
     copy = tmp_path / "index"

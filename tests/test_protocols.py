@@ -10,21 +10,11 @@ from PIL import Image
 
 from repinterp.data import shapes
 from repinterp.evaluation import average_drop_increase_from_mask
-from repinterp.evaluation.protocols import (
-    METHODS,
-    WEIGHTS_DIR,
-    Method,
-    Options,
-    Run,
-    Setup,
-    drop_increase,
-    energy_in_mask,
-    evaluate,
-    load_setup,
-    purity_at_k,
-    register_method,
-    self_first,
-)
+from repinterp.evaluation.methods import METHODS, Method
+from repinterp.evaluation.metrics import energy_in_mask, purity_at_k
+from repinterp.evaluation.protocols import Options, drop_increase, evaluate
+from repinterp.evaluation.run import Run, self_first
+from repinterp.evaluation.setup import WEIGHTS_DIR, Setup, load_setup
 from repinterp.zoo import build_model, default_target_layer, save_weights
 
 from .test_cli import _assert_one_line_error, run
@@ -130,19 +120,20 @@ class _Corner(Method):
         return similar, self._keep(run.setup.pixels("reference", similar))
 
 
-def test_registered_methods_may_give_kept_pixels(mnist: Setup, monkeypatch) -> None:
-    register = {**METHODS}
-    monkeypatch.setattr("repinterp.evaluation.protocols.METHODS", register)
-    register_method(_Corner())
-    assert "corner" in register
-    results = evaluate(mnist, "unseen", replace(SMALL, methods=("corner",)))
+def test_methods_of_ones_own_may_give_kept_pixels(mnist: Setup) -> None:
+    corner = _Corner()
+    assert "corner" not in METHODS  # given to the protocols, not registered
+    with pytest.raises(TypeError):
+        METHODS["corner"] = corner  # the built-in methods are read-only
+    results = evaluate(mnist, "unseen", replace(SMALL, methods=(corner,)))
+    assert results["options"]["methods"] == ["corner"]
     images01 = mnist.unseen_pixels
     expected = average_drop_increase_from_mask(
         mnist.model, images01, _Corner._keep(images01), mnist.normalize
     )
     assert results["methods"]["corner"]["mAD"] == pytest.approx(expected.ad)
     assert results["methods"]["corner"]["mAI"] == pytest.approx(expected.ai)
-    results = evaluate(mnist, "reference", replace(SMALL, methods=("corner",)))
+    results = evaluate(mnist, "reference", replace(SMALL, methods=(corner,)))
     assert results["methods"]["corner"]["similar"] == [1.0, 3.0]
 
 
@@ -190,7 +181,7 @@ def test_similar_by_feature_distance(mnist: Setup) -> None:
     with pytest.raises(ValueError, match="unknown metric"):
         explanation.similar(metric="manhattan")
     plain = Run(mnist, 0, SMALL).fit(10)  # fitted without the feature maps
-    with pytest.raises(RuntimeError, match="keep_features"):
+    with pytest.raises(ValueError, match="keep_features"):
         plain.explain_reference([7])[0].similar(metric="cosine")
     assert plain.explain_reference([7])[0].similar(3).numel() == 3
 

@@ -335,7 +335,7 @@ def test_broken_uploads_are_400_and_the_server_keeps_serving(client, monkeypatch
 
 
 def test_uploads_are_kept_in_a_bounded_store(client, viewer, monkeypatch):
-    monkeypatch.setattr(viewer._uploads, "size", 2)
+    monkeypatch.setattr(viewer, "max_uploads", 2)
     keys = [
         client.post("/api/upload", content=png_bytes(np.full((28, 28), v))).json()["key"]
         for v in (0.0, 0.5, 1.0)

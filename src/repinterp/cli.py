@@ -2,6 +2,9 @@
 
 Every subcommand ends a bad input (a missing file, an unknown architecture or layer, weights
 that do not fit, an index made for another model) with a one-line error and exit status 2.
+Bad inputs are the errors the package raises for them: ``ValueError`` (``IndexLoadError`` is
+one) and ``FileNotFoundError``. Anything else (out of memory, a bug) is not the user's doing
+and ends with its traceback.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -21,7 +24,13 @@ from .interpreter import Interpretation
 from .shards import DEFAULT_SHARD_SIZE
 from .zoo import ARCHS, build_model, save_weights
 
+if TYPE_CHECKING:
+    from .workspace import Workspace
+
 __all__ = ["main"]
+
+# The errors that mean a bad input (see the module docstring).
+INPUT_ERRORS = (ValueError, IndexLoadError, FileNotFoundError)
 
 DEMO_WEIGHTS = "mnist_cnn.safetensors"
 
@@ -118,7 +127,7 @@ def _fit(args: argparse.Namespace) -> None:
 
 # ----------------------------------------------------------------------------- explain
 def explain_to_files(
-    workspace: Any, pixels: torch.Tensor, names: list[str], out: Path, top_k: int
+    workspace: Workspace, pixels: torch.Tensor, names: list[str], out: Path, top_k: int
 ) -> list[dict[str, Any]]:
     """Explain images (N x C x H x W in [0, 1]); write a case-study PNG and a JSON each.
 
@@ -257,16 +266,10 @@ def _evaluate_command(args: argparse.Namespace, runs: int, n_inputs: int) -> str
 
 
 def _evaluate(args: argparse.Namespace) -> None:
-    from .evaluation.protocols import (
-        FULL,
-        METHODS,
-        QUICK,
-        Options,
-        check_protocol,
-        evaluate,
-        load_setup,
-        write_results,
-    )
+    from .evaluation.methods import METHODS
+    from .evaluation.protocols import FULL, QUICK, Options, check_protocol, evaluate
+    from .evaluation.setup import load_setup
+    from .report import write_results
 
     check_protocol(args.protocol)
     sizes = QUICK if args.quick else FULL
@@ -422,7 +425,7 @@ def main(argv: list[str] | None = None) -> None:
         torch.manual_seed(args.seed)
     try:
         args.func(args)
-    except (ValueError, OSError, IndexLoadError, RuntimeError) as exc:
+    except INPUT_ERRORS as exc:
         message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         print(f"repinterp: error: {message}", file=sys.stderr)
         raise SystemExit(2) from None

@@ -146,10 +146,10 @@ class Interpretation:
         reference image's flattened feature map to the input's, in ``covered``'s order (CPU).
 
         Raises:
-            RuntimeError: the interpreter was fitted without ``keep_features=True``.
+            ValueError: the interpreter was fitted without ``keep_features=True``.
         """
         if self.features is None:
-            raise RuntimeError(
+            raise ValueError(
                 f"metric {metric!r} needs the feature maps: fit with keep_features=True"
             )
         reference = self.interpreter.reference_features

@@ -188,12 +188,13 @@ class RepresentativeInterpreter:
         """|R| x (K h w) flattened reference feature maps, memory-mapped from disk (CPU).
 
         Raises:
-            RuntimeError: the interpreter was fitted without ``keep_features=True``.
+            ValueError: the interpreter was fitted without ``keep_features=True``.
         """
         path = self.fitted_index.files.get(FEATURE_FILE)
         if path is None:
-            raise RuntimeError(
-                "the reference feature maps were not kept: fit with keep_features=True"
+            raise ValueError(
+                "the reference feature maps were not kept: fit with keep_features=True "
+                "(repinterp fit without --no-features)"
             )
         return torch.from_numpy(np.load(path, mmap_mode="c"))
 

@@ -19,20 +19,9 @@ from .boundaries import project
 from .cover import sides
 from .heatmap import heatmaps
 from .interpretation import Explainer, Interpretation
-from .utils import nearest_rows as _nearest_rows
+from .utils import nearest_rows
 
 __all__ = ["Assignment", "RegionSet"]
-
-
-def nearest_rows(queries: Tensor, rows: Tensor, chunk: int = 4096) -> tuple[Tensor, Tensor]:
-    """For each query (N x d), the index of the nearest row (M x d) in Euclidean distance
-    (ties to the lower index) and that distance, both N long (in float32).
-
-    Kept for :mod:`repinterp.evaluation.protocols`; new code calls
-    :func:`repinterp.utils.nearest_rows`, which this wraps.
-    """
-    index, distance = _nearest_rows(queries.to(torch.float32), rows.to(torch.float32), chunk=chunk)
-    return index[:, 0], distance[:, 0]
 
 
 @dataclass
@@ -86,7 +75,7 @@ class RegionSet:
         """k-means (``k = n_regions``, default 10 x classes) on the reference feature maps.
 
         Raises:
-            RuntimeError: the interpreter was fitted without ``keep_features=True``.
+            ValueError: the interpreter was fitted without ``keep_features=True``.
         """
         index = interpreter.fitted_index
         features = interpreter.reference_features
@@ -95,7 +84,7 @@ class RegionSet:
             raise ValueError(f"n_regions must lie in [1, |R| = {len(index)}], got {k}")
         kmeans = KMeans(n_clusters=k, random_state=seed, n_init=3).fit(np.asarray(features))
         centres = torch.from_numpy(kmeans.cluster_centers_).float()
-        inputs = _nearest_rows(centres, features)[0][:, 0]
+        inputs = nearest_rows(centres, features)[0][:, 0]
         return cls(interpreter, inputs, interpreter.explain_reference(inputs), centres)
 
     def __len__(self) -> int:
@@ -108,7 +97,7 @@ class RegionSet:
         covering = ~(differs & self._mask.unsqueeze(0)).any(2)  # N x V
         score = torch.where(covering, self._size.unsqueeze(0), -1)
         best = score.max(1)  # the first maximum: ties go to the lower region index
-        nearest = _nearest_rows(features.flatten(1).float(), self.centres)[0][:, 0]
+        nearest = nearest_rows(features.flatten(1).float(), self.centres)[0][:, 0]
         covered = best.values >= 0
         region = torch.where(covered, best.indices, nearest.to(covered.device))
         return Assignment(region=region, covered=covered)

@@ -1,5 +1,11 @@
 """Evaluation: the paper's metrics, the CAM baselines with reused channel weights, ACE, and the
-protocols that compare them (``evaluate``)."""
+protocols that compare them (``evaluate``).
+
+Modules: ``metrics`` (AD / AI, region metrics, purity, pointing game), ``baselines`` (the CAMs
+through pytorch-grad-cam), ``ace`` (the ACE algorithm), ``setup`` (model and data), ``run``
+(one seeded run), ``methods`` (one module per compared method), ``protocols`` (the protocols
+and ``evaluate``). Reports of the results are written by :mod:`repinterp.report`.
+"""
 
 from .metrics import (
     AverageDropIncrease,
@@ -13,18 +19,9 @@ from .metrics import (
 
 _BASELINES = ("CAM_METHODS", "ReusableCAM", "channel_weights", "euclidean_neighbours", "reused_cam")
 _ACE = ("ACE", "Concept")
-_PROTOCOLS = (
-    "METHODS",
-    "PROTOCOLS",
-    "Method",
-    "Options",
-    "Setup",
-    "evaluate",
-    "load_setup",
-    "register_method",
-    "results_markdown",
-    "write_results",
-)
+_SETUP = ("Setup", "load_setup")
+_METHODS = ("METHODS", "Method")
+_PROTOCOLS = ("PROTOCOLS", "Options", "evaluate")
 
 __all__ = [
     "AverageDropIncrease",
@@ -36,6 +33,8 @@ __all__ = [
     "region_metrics",
     *_BASELINES,
     *_ACE,
+    *_SETUP,
+    *_METHODS,
     *_PROTOCOLS,
 ]
 
@@ -51,7 +50,15 @@ def __getattr__(name: str) -> object:
         from . import ace
 
         return getattr(ace, name)
-    # The protocols use the baselines: likewise.
+    # The setup, the methods and the protocols (the methods use the baselines): likewise.
+    if name in _SETUP:
+        from . import setup
+
+        return getattr(setup, name)
+    if name in _METHODS:
+        from . import methods
+
+        return getattr(methods, name)
     if name in _PROTOCOLS:
         from . import protocols
 

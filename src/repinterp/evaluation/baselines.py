@@ -18,19 +18,18 @@ library's hooks are removed before a call returns.
 """
 
 import contextlib
-import types
-import unittest.mock
+import io
+import warnings
 from collections.abc import Iterator
 
 import numpy as np
-import pytorch_grad_cam.score_cam as score_cam_module
 import torch
 from pytorch_grad_cam import GradCAM, GradCAMPlusPlus, ScoreCAM
 from pytorch_grad_cam.base_cam import BaseCAM
 from pytorch_grad_cam.utils.model_targets import ClassifierOutputTarget
 from torch import Tensor, nn
 
-from .metrics import eval_mode
+from ..utils import check_images, eval_mode, nearest_rows, resolve_module
 
 CAM_METHODS: dict[str, type[BaseCAM]] = {
     "Grad-CAM": GradCAM,
@@ -131,8 +130,8 @@ def reused_cam(
         docstring says.
     """
     name = _method_name(method)
-    layer = _resolve_layer(model, target_layer)
-    _check_images(images)
+    _, layer = resolve_module(model, target_layer)
+    check_images(images)
     _check_batch_size(batch_size)
     n = images.shape[0]
     weights = torch.as_tensor(weights).detach().cpu()
@@ -176,7 +175,7 @@ class ReusableCAM:
         """Args: as in ``channel_weights``; ``batch_size`` None uses 32 for ``heatmaps``."""
         self.method = _method_name(method)
         self.model = model
-        self.target_layer = _resolve_layer(model, target_layer)
+        self.target_layer = resolve_module(model, target_layer)[1]
         self.batch_size = batch_size
         self.progress = progress
         self.weights: Tensor | None = None
@@ -234,44 +233,14 @@ class ReusableCAM:
 def euclidean_neighbours(
     features_query: Tensor, features_ref: Tensor, k: int, chunk_size: int = 1024
 ) -> Tensor:
-    """The ``k`` reference images nearest each query by Euclidean distance of feature maps.
-
-    Distances are computed exactly (pairwise differences, not the matrix-product shortcut),
-    so a query that is also a reference image finds itself at distance 0.
-
-    Args:
-        features_query: N x d (or N x C x H x W, flattened) query features.
-        features_ref: M x d (or M x C x H x W) reference features.
-        k: neighbours per query, 1 <= k <= M.
-        chunk_size: queries per distance computation (memory ``chunk_size x M``).
+    """The ``k`` reference images nearest each query by Euclidean distance of feature maps:
+    ``utils.nearest_rows(features_query, features_ref, k, chunk_size)``'s indices.
 
     Returns:
-        N x k LongTensor of reference indices, nearest first; equal distances by lower index.
+        N x k LongTensor of reference indices (CPU), nearest first; equal distances by lower
+        index.
     """
-    query = features_query.flatten(1) if features_query.ndim > 2 else features_query
-    ref = features_ref.flatten(1) if features_ref.ndim > 2 else features_ref
-    if query.ndim != 2 or ref.ndim != 2 or query.shape[1] != ref.shape[1]:
-        raise ValueError(
-            f"features must be N x d and M x d with the same d, got "
-            f"{tuple(features_query.shape)} and {tuple(features_ref.shape)}"
-        )
-    if not 1 <= k <= ref.shape[0]:
-        raise ValueError(f"k must be in [1, {ref.shape[0]}] (number of references), got {k}")
-    if chunk_size < 1:
-        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
-    dtype = torch.promote_types(torch.promote_types(query.dtype, ref.dtype), torch.float32)
-    query, ref = query.to(dtype), ref.to(dtype)
-    if not (bool(torch.isfinite(query).all()) and bool(torch.isfinite(ref).all())):
-        raise ValueError("features contain NaN or inf")
-    neighbours = [
-        torch.sort(
-            torch.cdist(chunk, ref, compute_mode="donot_use_mm_for_euclid_dist"),
-            dim=1,
-            stable=True,
-        ).indices[:, :k]
-        for chunk in query.split(chunk_size)
-    ]
-    return torch.cat(neighbours)
+    return nearest_rows(features_query, features_ref, k, chunk_size)[0]
 
 
 def _fit(
@@ -285,11 +254,9 @@ def _fit(
 ) -> tuple[Tensor, Tensor]:
     """(N x K weights, (N,) classes explained), computed by the library's own method."""
     name = _method_name(method)
-    layer = _resolve_layer(model, target_layer)
-    _check_images(images)
+    _, layer = resolve_module(model, target_layer)
+    check_images(images, nonempty=True)
     n = images.shape[0]
-    if n == 0:
-        raise ValueError("images must hold at least one image")
     if target_classes is not None:
         target_classes = torch.as_tensor(target_classes).cpu()
         if target_classes.shape != (n,) or target_classes.is_floating_point():
@@ -308,7 +275,7 @@ def _fit(
         torch.enable_grad(),
         _frozen_parameters(model),
         _cam(_RECORDING[name], model, layer) as cam,
-        _score_cam_progress(progress),
+        _quiet(not progress and name == "Score-CAM"),
     ):
         cam.compute_input_gradient = cam.uses_gradients
         for start in range(0, n, batch_size):
@@ -355,12 +322,22 @@ def _cam(cls: type[BaseCAM], model: nn.Module, layer: nn.Module) -> Iterator[Bas
             cam.activations_and_grads.release()
 
 
-def _score_cam_progress(progress: bool) -> contextlib.AbstractContextManager:
-    """Silence Score-CAM's tqdm bars unless ``progress`` (the library offers no switch)."""
-    if progress:
-        return contextlib.nullcontext()
-    silent = types.SimpleNamespace(tqdm=lambda iterable, *args, **kwargs: iterable)
-    return unittest.mock.patch.object(score_cam_module, "tqdm", silent)
+@contextlib.contextmanager
+def _quiet(quiet: bool) -> Iterator[None]:
+    """Silence Score-CAM's per-image tqdm bars while in the block, if ``quiet``.
+
+    pytorch-grad-cam (1.5) offers no switch for them, and tqdm reads ``TQDM_DISABLE`` once, when
+    it is imported, so the bars are silenced where they go: ``sys.stderr`` is redirected for
+    the block (``contextlib.redirect_stderr``; process-wide while it lasts). Warnings raised in
+    the block are kept and shown after it.
+    """
+    if not quiet:
+        yield
+        return
+    with warnings.catch_warnings(record=True) as caught, contextlib.redirect_stderr(io.StringIO()):
+        yield
+    for w in caught:
+        warnings.showwarning(w.message, w.category, w.filename, w.lineno, w.file, w.line)
 
 
 def _method_name(method: CamMethod) -> str:
@@ -368,23 +345,6 @@ def _method_name(method: CamMethod) -> str:
         if method == name or method is cls:
             return name
     raise ValueError(f"unknown CAM method {method!r}; expected one of {list(CAM_METHODS)}")
-
-
-def _resolve_layer(model: nn.Module, layer: nn.Module | str) -> nn.Module:
-    if isinstance(layer, str):
-        try:
-            return model.get_submodule(layer)
-        except AttributeError:
-            raise ValueError(f"model has no layer named {layer!r}") from None
-    if not any(module is layer for module in model.modules()):
-        raise ValueError("target_layer is not a submodule of model")
-    return layer
-
-
-def _check_images(images: Tensor) -> None:
-    if not isinstance(images, Tensor) or images.ndim != 4 or not images.is_floating_point():
-        got = (images.dtype, tuple(images.shape)) if isinstance(images, Tensor) else type(images)
-        raise ValueError(f"images must be a floating N x C x H x W tensor, got {got}")
 
 
 def _check_batch_size(batch_size: int) -> None:

@@ -1,4 +1,5 @@
-"""Evaluation metrics of the paper: Average Drop / Increase (§6.2) and region metrics (App. D).
+"""Evaluation metrics: Average Drop / Increase (§6.2), the regions' accuracy and coverage
+(App. D), and the measurable case study's purity@k and energy-based pointing game.
 
 For images ``e`` in S, with ``e'`` the image keeping its 20% most important pixels (the
 rest black) and ``Y_c`` the softmax probability of the class ``c`` predicted on ``e``:
@@ -10,36 +11,24 @@ Average Drop and Average Increase follow the paper's equations, not pytorch-grad
 soft heat map and report an absolute (not relative) drop, so they are not used here.
 """
 
+from __future__ import annotations
+
 import math
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 from torch import Tensor, nn
 
+from ..utils import check_images, eval_mode, model_device
+
+if TYPE_CHECKING:
+    from ..regions import RegionSet
+
 # Maps a batch of images in [0, 1] pixel space to the model's input space.
 Normalize = Callable[[Tensor], Tensor]
-
-
-@contextmanager
-def eval_mode(model: nn.Module) -> Iterator[nn.Module]:
-    """Put every module of ``model`` in eval mode; restore each module's own mode on exit."""
-    modes = [(module, module.training) for module in model.modules()]
-    model.eval()
-    try:
-        yield model
-    finally:
-        for module, training in modes:
-            module.training = training
-
-
-def model_device(model: nn.Module) -> torch.device:
-    """The device of the model's first parameter or buffer (CPU for a model with neither)."""
-    for tensor in (*model.parameters(), *model.buffers()):
-        return tensor.device
-    return torch.device("cpu")
 
 
 def kept_pixel_count(height: int, width: int, fraction: float = 0.2) -> int:
@@ -69,7 +58,7 @@ def keep_top_pixels(
         to 0 (black), and the N x H x W bool mask of kept pixels. Normalise ``masked01``
         for the model afterwards, not before.
     """
-    _check_images01(images01)
+    check_images(images01, what="images01", pixels=True)
     heatmaps = torch.as_tensor(heatmaps)
     n, _, height, width = images01.shape
     if tuple(heatmaps.shape) != (n, height, width):
@@ -131,7 +120,7 @@ class DropIncrease:
         return {"AD": self.ad, "AI": self.ai, "n": self.n}
 
     @staticmethod
-    def concat(parts: list["DropIncrease"]) -> "DropIncrease":
+    def concat(parts: list[DropIncrease]) -> DropIncrease:
         """Join the per-image scores of several batches, in order."""
         if not parts:
             empty = torch.empty(0)
@@ -188,7 +177,7 @@ def average_drop_increase_from_mask(
     Returns:
         Per-image scores; ``.ad`` and ``.ai`` are the paper's AD and AI in %.
     """
-    _check_images01(images01)
+    check_images(images01, what="images01", pixels=True)
     n, _, height, width = images01.shape
     if keep_mask.dtype != torch.bool or tuple(keep_mask.shape) != (n, height, width):
         raise ValueError(
@@ -306,6 +295,67 @@ def region_metrics(
     return result
 
 
+def coverage_metrics(
+    regions: RegionSet, inputs: Iterable[Tensor], model_pred: Tensor, labels: Tensor
+) -> dict[str, float]:
+    """ACU-GT, ACU-MD, CVR of regions on a set of images, and the model's accuracy (all in %).
+
+    ACU-GT and ACU-MD count covered images only, as the paper's Appendix D. A covered image is
+    predicted by its region's class (see ``RegionSet.assign``).
+
+    Args:
+        regions: the regions.
+        inputs: the images' model inputs, batch by batch (e.g. ``Setup.chunks(part)``).
+        model_pred: (N,) the model's predicted class of each image.
+        labels: (N,) the images' true classes.
+    """
+    assigned = [regions.assign(x) for x in inputs]
+    region = torch.cat([a.region for a in assigned]).cpu()
+    covered = torch.cat([a.covered for a in assigned]).cpu()
+    region_pred = torch.where(covered, regions.classes.cpu()[region], -1)
+    metrics = region_metrics(region_pred, model_pred, labels)
+    return {
+        "ACU-GT": metrics["ACU-GT"],
+        "ACU-MD": metrics["ACU-MD"],
+        "CVR": metrics["CVR"],
+        "model_acc": 100.0 * float((model_pred == labels).double().mean()),
+    }
+
+
+def energy_in_mask(explanations: Tensor, masks: Tensor) -> Tensor:
+    """Energy-based pointing game: the share of each map's heat inside the mask.
+
+    Args:
+        explanations: N x H x W non-negative heat maps (bool: kept pixels, each worth 1).
+        masks: N x H x W bool ground-truth masks.
+
+    Returns:
+        (N,) ``sum(heat * mask) / sum(heat)`` in [0, 1]; NaN for a map with no heat.
+    """
+    heat = explanations.detach().float().cpu()
+    if heat.shape != masks.shape:
+        raise ValueError(f"maps {tuple(heat.shape)} and masks {tuple(masks.shape)} differ")
+    total = heat.flatten(1).sum(1)
+    inside = (heat * masks.cpu()).flatten(1).sum(1)
+    return torch.where(total > 0, inside / total, torch.nan)
+
+
+def purity_at_k(ranked_concepts: Tensor, concept: int, k: int) -> float:
+    """Share of the first ``k`` ranked images (all when fewer) of the given concept.
+
+    Args:
+        ranked_concepts: concept of each ranked image, most similar first (the input itself
+            excluded).
+        concept: the input's concept.
+        k: how many to look at.
+
+    Returns:
+        A share in [0, 1]; NaN when nothing is ranked.
+    """
+    top = ranked_concepts[:k]
+    return float((top == concept).double().mean()) if top.numel() else math.nan
+
+
 def _percent_mean(values: Tensor) -> float:
     if values.numel() == 0:
         return math.nan
@@ -315,19 +365,6 @@ def _percent_mean(values: Tensor) -> float:
 def _check_fraction(fraction: float) -> None:
     if not 0 < fraction <= 1:
         raise ValueError(f"fraction must be in (0, 1], got {fraction}")
-
-
-def _check_images01(images01: Tensor) -> None:
-    if not isinstance(images01, Tensor) or images01.ndim != 4:
-        shape = tuple(images01.shape) if isinstance(images01, Tensor) else type(images01).__name__
-        raise ValueError(f"images01 must be an N x C x H x W tensor, got {shape}")
-    if not images01.is_floating_point():
-        raise ValueError(f"images01 must be floating point in [0, 1], got {images01.dtype}")
-    if images01.numel() and not bool(((images01 >= 0) & (images01 <= 1)).all()):
-        raise ValueError(
-            "images01 must be in [0, 1] pixel space (NaN or values outside it found); "
-            "mask first, then normalise with `normalize`"
-        )
 
 
 def _check_classes(

@@ -1,4 +1,4 @@
-"""Plots of the evaluation protocols' results (``repinterp.evaluation.protocols.evaluate``).
+"""Plots of the evaluation protocols' results (``repinterp.evaluation.evaluate``).
 
 Every function takes the results dict and a PNG path; `save_plots` picks those of a protocol.
 Error bars are one standard deviation over the runs.

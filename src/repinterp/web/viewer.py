@@ -4,19 +4,22 @@ similar images ranked by ``Dist`` and heat maps as PNGs, and a gallery of region
 Images are named by keys, never by paths: ``r<i>`` is reference image ``i``, ``u<token>`` an
 upload (kept in a small bounded store under a random token). The explanation of an image has the
 same key as the image.
+
+Explanations of reference images and PNGs are kept in per-viewer LRU caches
+(``functools.lru_cache``); uploads in a store that forgets the oldest upload first.
 """
 
 from __future__ import annotations
 
+import functools
 import io
 import math
 import re
 import secrets
 import threading
 import warnings
-from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any
 
 import numpy as np
 import torch
@@ -46,11 +49,9 @@ MAX_PAGE = 60
 MAX_OFFSET = 10**9
 COVERED_SHOWN = 4
 DEFAULT_REGIONS = 20
+CACHED_EXPLANATIONS = 256
 
 KEY = re.compile(r"r(?P<reference>0|[1-9][0-9]{0,8})|u(?P<upload>[A-Za-z0-9_-]{16})")
-
-K = TypeVar("K")
-V = TypeVar("V")
 
 
 class NotFound(LookupError):
@@ -59,29 +60,6 @@ class NotFound(LookupError):
 
 class BadRequest(ValueError):
     """A request the viewer cannot serve as asked: a broken upload, a bad page (HTTP 400)."""
-
-
-class BoundedCache(Generic[K, V]):
-    """A mapping that keeps its ``size`` most recently used items."""
-
-    def __init__(self, size: int) -> None:
-        self.size = size
-        self._items: OrderedDict[K, V] = OrderedDict()
-
-    def get(self, key: K) -> V | None:
-        value = self._items.get(key)
-        if value is not None:
-            self._items.move_to_end(key)
-        return value
-
-    def put(self, key: K, value: V) -> None:
-        self._items[key] = value
-        self._items.move_to_end(key)
-        while len(self._items) > self.size:
-            self._items.popitem(last=False)
-
-    def __contains__(self, key: K) -> bool:
-        return key in self._items
 
 
 @dataclass(frozen=True)
@@ -163,7 +141,7 @@ class Viewer:
         n_regions: regions in the gallery (at most ``|R|``).
         seed: seed of the k-means.
         max_uploads: uploaded images kept; the oldest is forgotten first.
-        cache_size: PNG images kept in memory.
+        cache_size: PNG images kept in memory (the least recently used is dropped first).
     """
 
     def __init__(
@@ -181,9 +159,12 @@ class Viewer:
         self.labels = workspace.reference.labels
         self.version = secrets.token_hex(4)
         self._lock = threading.RLock()
-        self._entries: BoundedCache[str, Entry] = BoundedCache(256)
-        self._uploads: BoundedCache[str, Entry] = BoundedCache(max_uploads)
-        self._png: BoundedCache[tuple[str, str | None], bytes] = BoundedCache(cache_size)
+        self.max_uploads = max_uploads
+        self._uploads: dict[str, Entry] = {}  # oldest first
+        self._reference_entry = functools.lru_cache(maxsize=CACHED_EXPLANATIONS)(
+            self._explain_reference
+        )
+        self._png = functools.lru_cache(maxsize=cache_size)(self._render_png)
         self._gallery: list[dict[str, Any]] | None = None
         self._gallery_error: str | None = None
         self.n_regions = min(n_regions, len(self.index))
@@ -217,14 +198,11 @@ class Viewer:
 
     def _entry(self, key: str) -> Entry:
         i = self._reference(key)
-        if i is None:
-            return self._upload(key)
-        entry = self._entries.get(key)
-        if entry is None:
-            explanation = self.interpreter.explain_reference([i])[0]
-            entry = Entry.of(key, self.workspace.reference.pixels(i), explanation)
-            self._entries.put(key, entry)
-        return entry
+        return self._upload(key) if i is None else self._reference_entry(i)
+
+    def _explain_reference(self, i: int) -> Entry:
+        explanation = self.interpreter.explain_reference([i])[0]
+        return Entry.of(f"r{i}", self.workspace.reference.pixels(i), explanation)
 
     # ------------------------------------------------------------------ JSON
     def url(self, key: str, heat: str | None = None) -> str:
@@ -289,8 +267,6 @@ class Viewer:
             entry = self._entry(key)
             e = entry.explanation
             similar = self._similar(entry, start, count)
-            if e.has_heatmap:
-                self._render_heat(entry, [key] + [item["key"] for item in similar])
             i = self._reference(key)
             summary = e.to_dict(top_k=0)
             summary.update(
@@ -321,7 +297,9 @@ class Viewer:
         normalized = self.workspace.normalization(pixels).to(self.interpreter.device)
         with self._lock:
             key = f"u{secrets.token_urlsafe(12)}"
-            self._uploads.put(key, Entry.of(key, pixels, self.interpreter.explain(normalized)))
+            self._uploads[key] = Entry.of(key, pixels, self.interpreter.explain(normalized))
+            while len(self._uploads) > self.max_uploads:
+                del self._uploads[next(iter(self._uploads))]
             return self.explanation(key)
 
     # ------------------------------------------------------------------ regions
@@ -338,9 +316,7 @@ class Viewer:
                 if ref in cards:
                     cards[ref]["regions"].append(v)
                     continue
-                key = f"r{ref}"
-                entry = Entry.of(key, self.workspace.reference.pixels(ref), e)
-                self._entries.put(key, entry)
+                entry = Entry.of(f"r{ref}", self.workspace.reference.pixels(ref), e)
                 covered = self._similar(entry, 0, COVERED_SHOWN + 1)
                 cards[ref] = {
                     **self._item(ref, entry),
@@ -369,16 +345,17 @@ class Viewer:
         return {"status": "ready", "message": None, "regions": self._gallery}
 
     # ------------------------------------------------------------------ images
-    def _render_heat(self, entry: Entry, keys: list[str]) -> None:
-        """Cache the overlays of ``entry``'s heat map on images ``keys``, in one batch."""
-        missing = [key for key in keys if (key, entry.key) not in self._png]
-        if not missing:
-            return
-        pixels = torch.stack([self._pixels(key) for key in missing])
-        inputs = self.workspace.normalization(pixels).to(self.interpreter.device)
-        heat = entry.explanation.heatmap(inputs)
-        for key, image, h in zip(missing, pixels, heat, strict=True):
-            self._png.put((key, entry.key), encode_png(overlay(image, h)))
+    def _render_png(self, key: str, heat: str | None) -> bytes:
+        """Image ``key`` as a PNG, or overlaid with the heat map of explanation ``heat``."""
+        pixels = self._pixels(key)
+        if heat is None:
+            image = pixels[0] if pixels.shape[0] == 1 else pixels.permute(1, 2, 0)
+            return encode_png(image.numpy())
+        entry = self._entry(heat)
+        if not entry.explanation.has_heatmap:
+            raise NotFound(f"no heat map for {heat}: {entry.explanation.message}")
+        inputs = self.workspace.normalization(pixels.unsqueeze(0)).to(self.interpreter.device)
+        return encode_png(overlay(pixels, entry.explanation.heatmap(inputs)[0]))
 
     def png(self, key: str, heat: str | None = None) -> bytes:
         """Image ``key`` as a PNG, or overlaid with the heat map of explanation ``heat``.
@@ -387,16 +364,4 @@ class Viewer:
             NotFound: no such image or explanation, or that explanation has no heat map.
         """
         with self._lock:
-            cached = self._png.get((key, heat))
-            if cached is not None:
-                return cached
-            if heat is None:
-                pixels = self._pixels(key)
-                image = pixels[0] if pixels.shape[0] == 1 else pixels.permute(1, 2, 0)
-                self._png.put((key, None), encode_png(image.numpy()))
-            else:
-                entry = self._entry(heat)
-                if not entry.explanation.has_heatmap:
-                    raise NotFound(f"no heat map for {heat}: {entry.explanation.message}")
-                self._render_heat(entry, [key])
-            return self._png.get((key, heat))
+            return self._png(key, heat)

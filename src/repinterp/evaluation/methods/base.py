@@ -1,0 +1,40 @@
+"""The interface of an interpretation method compared by the protocols."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import TYPE_CHECKING
+
+from torch import Tensor
+
+if TYPE_CHECKING:
+    from ..run import Run
+
+__all__ = ["Method"]
+
+
+class Method(ABC):
+    """An interpretation method compared by the protocols.
+
+    An explanation of N images is an N x H x W tensor: a heat map (float; AD/AI keep its 20%
+    hottest pixels) or the kept pixels themselves (bool, e.g. ACE's segments).
+
+    Built-in methods are in :data:`repinterp.evaluation.methods.METHODS`; another one is given
+    to the protocols as an instance in ``Options.methods``.
+    """
+
+    name: str
+
+    @abstractmethod
+    def unseen(self, run: Run, images01: Tensor) -> Tensor:
+        """Explanations of the unseen images (N x C x H x W in [0, 1]) by ``|V|`` reused
+        interpretations (§6.4)."""
+
+    @abstractmethod
+    def reference(self, run: Run, index: int, k: int) -> tuple[Tensor, Tensor]:
+        """The interpretation of reference image ``index`` reused on its top-``k`` similar
+        reference images (Appendix C).
+
+        Returns:
+            (the similar images' reference indices, ``index`` first; their explanations).
+        """

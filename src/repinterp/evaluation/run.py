@@ -1,0 +1,110 @@
+"""One seeded run of a protocol (`Run`): the interpreter fitted with the run's seed, and what
+the methods share from it (k-means regions, nearest centres, sampled inputs, neighbours)."""
+
+from __future__ import annotations
+
+import time
+from functools import cached_property
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from ..data import ImageSet
+from ..interpreter import RepresentativeInterpreter
+from ..regions import RegionSet
+from ..utils import nearest_rows
+from .setup import Setup
+
+if TYPE_CHECKING:
+    from .protocols import Options
+
+__all__ = ["Run", "self_first"]
+
+
+class Run:
+    """One seeded run: an interpreter with ``Q`` sampled by ``seed``, and what derives from it.
+
+    Attributes:
+        setup: the setup.
+        seed: the run's seed (``Q``, k-means, sampled inputs, ACE).
+        options: the options.
+        interpreter: fitted on the reference set, with its feature maps kept.
+        fit_s: seconds the fit took.
+        kmeans_s: seconds k-means and the regions' covers took (0 until ``regions`` is used).
+    """
+
+    def __init__(self, setup: Setup, seed: int, options: Options) -> None:
+        self.setup = setup
+        self.seed = seed
+        self.options = options
+        start = time.perf_counter()
+        self.interpreter = self.fit(options.n_boundaries, keep_features=True)
+        self.fit_s = time.perf_counter() - start
+        self.kmeans_s = 0.0
+        self._neighbours: dict[int, Tensor] = {}
+
+    def fit(self, n_boundaries: int, keep_features: bool = False) -> RepresentativeInterpreter:
+        """An interpreter with ``n_boundaries`` boundaries sampled with the run's seed."""
+        setup = self.setup
+        reference = setup.reference
+        ri = RepresentativeInterpreter(
+            setup.model,
+            setup.target_layer,
+            n_boundaries=n_boundaries,
+            seed=self.seed,
+            device=setup.device,
+            batch_size=setup.batch_size,
+            progress=False,
+        )
+        source = reference.inputs() if isinstance(reference, ImageSet) else reference
+        return ri.fit(source, list(reference.class_names), keep_features=keep_features)
+
+    @cached_property
+    def regions(self) -> RegionSet:
+        """``|V|`` k-means regions (k-means seeded with the run's seed)."""
+        start = time.perf_counter()
+        regions = self.interpreter.regions(self.options.n_regions, seed=self.seed)
+        self.kmeans_s = time.perf_counter() - start
+        return regions
+
+    @cached_property
+    def features(self) -> Tensor:
+        """|R| x d flattened reference feature maps (CPU, memory-mapped)."""
+        return self.interpreter.reference_features
+
+    @cached_property
+    def reference_centre(self) -> tuple[Tensor, Tensor]:
+        """Nearest k-means centre of every reference image, and the distance to it."""
+        index, distance = nearest_rows(self.features, self.regions.centres)
+        return index[:, 0], distance[:, 0]
+
+    @cached_property
+    def unseen_centre(self) -> Tensor:
+        """Nearest k-means centre of every unseen image (CPU long)."""
+        features = torch.cat([self.interpreter.features(x) for x in self.setup.chunks("unseen")])
+        return nearest_rows(features.flatten(1).cpu(), self.regions.centres)[0][:, 0]
+
+    @cached_property
+    def inputs(self) -> Tensor:
+        """``n_inputs`` reference indices drawn with the run's seed, without replacement."""
+        n = min(self.options.n_inputs, len(self.setup.reference))
+        rng = np.random.default_rng(self.seed)
+        return torch.from_numpy(rng.choice(len(self.setup.reference), n, replace=False))
+
+    def neighbours(self, k: int) -> Tensor:
+        """n_inputs x min(k, |R|): each input's Euclidean nearest reference images in feature
+        space, the input first (ties by lower index)."""
+        k = min(k, len(self.setup.reference))
+        if k not in self._neighbours:
+            near = nearest_rows(self.features[self.inputs], self.features, k)[0]
+            self._neighbours[k] = torch.stack(
+                [self_first(row, int(i), k) for row, i in zip(near, self.inputs, strict=True)]
+            )
+        return self._neighbours[k]
+
+
+def self_first(ranking: Tensor, index: int, k: int | None = None) -> Tensor:
+    """``ranking`` with ``index`` moved (or added) to the front, cut to ``k``."""
+    return torch.cat([ranking.new_tensor([index]), ranking[ranking != index]])[:k]

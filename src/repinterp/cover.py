@@ -201,7 +201,7 @@ def exact_cover(
     greedy: CoverResult | None = None,
     reduce: bool = True,
 ) -> ExactCoverResult:
-    """Eq. 4 solved to optimality (or to a certified gap) by a MILP, one input at a time.
+    """Eq. 3 solved to optimality (or to a certified gap) by a MILP, one input at a time.
 
     Maximise the reference images covered by ``P ⊆ Q`` subject to ``|P ∩ D| <= delta``, with
     ``delta = tau(x)`` as in :func:`greedy_cover`. Variables: a binary ``y_h`` per boundary (in

@@ -49,7 +49,7 @@ class RepresentativeInterpreter:
     """Finds representative interpretations of a CNN classifier (Lam, Chu et al., ICCV 2021).
 
     ``fit`` samples ``|Q|`` linear boundaries of the head ``G`` from the reference set and indexes
-    every reference image's side of them; ``explain`` solves the cover problem (Eq. 4) for an input
+    every reference image's side of them; ``explain`` solves the cover problem (Eq. 3) for an input
     and returns its polytope ``P(x)`` as an :class:`Interpretation`.
 
     Args:

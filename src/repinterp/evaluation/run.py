@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 from functools import cached_property
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 import torch
@@ -17,10 +17,17 @@ from ..regions import RegionSet
 from ..utils import nearest_rows
 from .setup import Setup
 
-if TYPE_CHECKING:
-    from .protocols import Options
+__all__ = ["Run", "RunOptions", "self_first"]
 
-__all__ = ["Run", "self_first"]
+
+class RunOptions(Protocol):
+    """What a run reads of the protocol's options (:class:`repinterp.evaluation.protocols.
+    Options` has these)."""
+
+    n_boundaries: int
+    n_regions: int | None
+    n_inputs: int
+    ace_images: int
 
 
 class Run:
@@ -35,7 +42,7 @@ class Run:
         kmeans_s: seconds k-means and the regions' covers took (0 until ``regions`` is used).
     """
 
-    def __init__(self, setup: Setup, seed: int, options: Options) -> None:
+    def __init__(self, setup: Setup, seed: int, options: RunOptions) -> None:
         self.setup = setup
         self.seed = seed
         self.options = options

@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv browser test lint demo bench clean
+.PHONY: venv browser test lint demo docs bench clean
 
 venv: $(STAMP)
 
@@ -29,8 +29,12 @@ test: lint browser
 demo: venv
 	$(BIN)/repinterp demo
 
+# The documentation site, built offline into site/ (strict: no broken link or reference).
+docs: venv
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
 bench: venv
 	$(BIN)/python benchmarks/bench_engine.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info src/*.egg-info
+	rm -rf $(VENV) build site *.egg-info src/*.egg-info

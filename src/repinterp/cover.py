@@ -7,8 +7,10 @@ boundary of ``P``; it is *separated* by ``h`` when its side on ``h`` differs fro
 
 from __future__ import annotations
 
+import functools
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -17,7 +19,14 @@ from scipy import sparse
 from scipy.optimize import Bounds, LinearConstraint, milp
 from torch import Tensor
 
-__all__ = ["CoverResult", "ExactCoverResult", "exact_cover", "greedy_cover", "sides"]
+__all__ = [
+    "CoverIndex",
+    "CoverResult",
+    "ExactCoverResult",
+    "exact_cover",
+    "greedy_cover",
+    "sides",
+]
 
 
 def sides(projections: Tensor) -> Tensor:
@@ -47,11 +56,85 @@ class CoverResult:
         return row[row >= 0]
 
 
+class CoverIndex:
+    """Reference sides prepared once for :func:`greedy_cover`; build one per index and reuse it.
+
+    The structures are built on first use, for the path that needs them:
+
+    - incremental path (host): per boundary ``h`` and side value ``v``, the bit set of the
+      images whose side on ``h`` is not ``v`` and their count, and every image's fields (its side
+      is +1, its side is 0, 1) packed two bits each, for summing rows with an embedding bag;
+    - masked path (the sides' device): the same fields as an int8 matrix, and the sides
+      transposed (one boundary's sides contiguous).
+
+    Args:
+        reference_sides: |R| x |Q| int8 sides of the reference images (see :func:`sides`).
+    """
+
+    def __init__(self, reference_sides: Tensor) -> None:
+        if reference_sides.ndim != 2:
+            raise ValueError(
+                f"reference_sides must be |R| x |Q|, got {tuple(reference_sides.shape)}"
+            )
+        self.sides = reference_sides
+        self.has_zero = bool((reference_sides == 0).any())
+        self._bits: _BitIndex | None = None
+        self._dense: tuple[Tensor, Tensor] | None = None
+
+    @property
+    def shape(self) -> torch.Size:
+        """``(|R|, |Q|)``."""
+        return self.sides.shape
+
+    @property
+    def device(self) -> torch.device:
+        """The device of the sides (and of the masked path's structures)."""
+        return self.sides.device
+
+    @property
+    def n_fields(self) -> int:
+        """Per image: |Q| fields "side is +1", |Q| fields "side is 0" if any side is 0, and 1."""
+        return self.shape[1] * (2 if self.has_zero else 1) + 1
+
+    def fields(self, rows: Tensor) -> Tensor:
+        """The 0/1 fields of some reference images (n x :attr:`n_fields`, uint8)."""
+        parts = [rows > 0] + ([rows == 0] if self.has_zero else [])
+        parts.append(torch.ones(rows.shape[0], 1, dtype=torch.bool, device=rows.device))
+        return torch.cat(parts, 1).to(torch.uint8)
+
+    def bits(self) -> _BitIndex:
+        """The incremental path's host structures (built on first call)."""
+        if self._bits is None:
+            self._bits = _BitIndex.build(self)
+        return self._bits
+
+    def dense(self) -> tuple[Tensor, Tensor]:
+        """The masked path's structures on :attr:`device` (built on first call): the fields as
+        an int8 ``F x |R|'`` matrix (|R| and F rounded up to multiples of 8 with zeros, as
+        ``torch._int_mm`` needs) and the sides transposed with a row of zeros appended
+        (``|Q| + 1`` x |R|; the zero row is a boundary no image is separated by)."""
+        if self._dense is None:
+            n_ref = self.shape[0]
+            fields = torch.zeros(
+                _round_up(self.n_fields, 8),
+                _round_up(max(n_ref, 1), 8),
+                dtype=torch.int8,
+                device=self.device,
+            )
+            for start in range(0, n_ref, _ROWS_PER_BUILD):
+                rows = self.sides[start : start + _ROWS_PER_BUILD]
+                fields[: self.n_fields, start : start + rows.shape[0]] = self.fields(rows).T
+            columns = torch.cat([self.sides.T, self.sides.new_zeros(1, n_ref)])
+            self._dense = fields, columns.contiguous()
+        return self._dense
+
+
 def greedy_cover(
-    reference_sides: Tensor,
+    reference_sides: Tensor | CoverIndex,
     input_sides: Tensor,
     other_class: Tensor,
     max_elements: int = 1 << 26,
+    method: str = "auto",
 ) -> CoverResult:
     """Algorithm 1 for B inputs at once.
 
@@ -61,41 +144,65 @@ def greedy_cover(
     numerators the largest denominator wins), then to the lower index. Ratios are compared as
     float64 quotients of integers below 2**26, which order exactly like the fractions.
 
-    The counts are kept incrementally: each removed image is subtracted once, so one input costs
-    O(|R| |Q|) plus O(|Q|) small steps.
+    Two implementations, with the same results:
+
+    - ``"incremental"``, one input at a time on the host: the counts start from the index's
+      per-boundary counts and are then updated with only the images each step removes (or
+      recounted on those it keeps, when fewer), found on bit sets; each image is counted about
+      once, so one input costs O(|R| |Q| / 64 per step + |R| + |Q| per step).
+    - ``"masked"``, all inputs at once on the index's device: every step recounts with one int8
+      matrix product, inputs that are done are masked, and the host waits on the device once per
+      8 steps only.
+
+    ``"auto"`` takes the incremental path on the host for single inputs and small batches, and
+    the masked one for large batches and on CUDA (see :func:`_auto_method`).
 
     Args:
-        reference_sides: |R| x |Q| int8 sides of the reference images (see :func:`sides`).
+        reference_sides: |R| x |Q| int8 sides of the reference images (see :func:`sides`), or a
+            :class:`CoverIndex` of them (build it once per index: it holds what every call
+            would otherwise rebuild).
         input_sides: B x |Q| int8 sides of the inputs.
         other_class: B x |R| bool, ``D(x)``: reference images predicted another class.
-        max_elements: inputs are processed in chunks of at most this many B x |R| x |Q| cells.
+        max_elements: the masked path takes inputs in chunks of ``max_elements / (4 |R|)``.
+        method: ``"auto"``, ``"incremental"`` or ``"masked"``.
 
     Returns:
-        A :class:`CoverResult`.
+        A :class:`CoverResult` on the reference sides' device.
     """
-    _check_shapes(reference_sides, input_sides, other_class)
-    n_ref, n_q = reference_sides.shape
-    indicators = _side_indicators(reference_sides)
-    chunk = max(1, max_elements // max(1, n_ref * 4))
-    parts = [
-        _greedy_chunk(
-            reference_sides, indicators, input_sides[i : i + chunk], other_class[i : i + chunk]
-        )
-        for i in range(0, input_sides.shape[0], chunk)
-    ]
-    if not parts:
-        device = reference_sides.device
+    index = (
+        reference_sides if isinstance(reference_sides, CoverIndex) else CoverIndex(reference_sides)
+    )
+    _check_shapes(index.shape, input_sides, other_class)
+    n_ref, n_q = index.shape
+    if input_sides.shape[0] == 0:
+        device = index.device
         return CoverResult(
             order=torch.empty(0, n_q, dtype=torch.long, device=device),
             covered=torch.empty(0, n_ref, dtype=torch.bool, device=device),
             delta=torch.empty(0, dtype=torch.long, device=device),
             conflicts=torch.empty(0, dtype=torch.long, device=device),
         )
-    return CoverResult(*(torch.cat(field) for field in zip(*parts, strict=True)))
+    if method == "auto":
+        method = _auto_method(index, input_sides.shape[0])
+    if method == "incremental":
+        result = _greedy_incremental(index, input_sides, other_class)
+        return CoverResult(*(t.to(index.device) for t in vars(result).values()))
+    if method == "masked":
+        return _greedy_masked(index, input_sides, other_class, max_elements)
+    raise ValueError(f"method must be 'auto', 'incremental' or 'masked', got {method!r}")
 
 
-def _check_shapes(reference_sides: Tensor, input_sides: Tensor, other_class: Tensor) -> None:
-    n_ref, n_q = reference_sides.shape
+def _auto_method(index: CoverIndex, n_inputs: int) -> str:
+    """The faster path for ``n_inputs`` inputs against ``index`` (measured by
+    ``benchmarks/bench_cover.py``)."""
+    n_ref = index.shape[0]
+    if index.device.type == "cpu":
+        return "masked" if n_inputs * 2048 > n_ref * 64 else "incremental"
+    return "masked"
+
+
+def _check_shapes(shape: torch.Size, input_sides: Tensor, other_class: Tensor) -> None:
+    n_ref, n_q = shape
     if input_sides.ndim != 2 or input_sides.shape[1] != n_q:
         raise ValueError(f"input_sides must be B x {n_q}, got {tuple(input_sides.shape)}")
     if other_class.shape != (input_sides.shape[0], n_ref):
@@ -104,72 +211,297 @@ def _check_shapes(reference_sides: Tensor, input_sides: Tensor, other_class: Ten
         )
 
 
-def _side_indicators(reference_sides: Tensor) -> tuple[Tensor, Tensor]:
-    """|R| x |Q| 0/1 matrices of the reference sides -1 and +1, in a dtype whose sums of |R|
-    ones are exact."""
-    dtype = torch.float32 if reference_sides.shape[0] < (1 << 24) else torch.float64
-    return (reference_sides < 0).to(dtype), (reference_sides > 0).to(dtype)
+_ROWS_PER_BUILD = 1 << 16
+_FLOAT32_EXACT = 1 << 24  # float32 sums of 0/1 values are exact below this
 
 
-def _agreements(weights: Tensor, indicators: tuple[Tensor, Tensor], x_sides: Tensor) -> Tensor:
-    """B x |Q|: for each input b and boundary h, the sum of ``weights[b, r]`` over reference
-    images r on x_b's side of h. Two matrix products; side 0 is what -1 and +1 leave."""
-    negative, positive = indicators
-    on_neg, on_pos = weights @ negative, weights @ positive
-    on_zero = weights.sum(1, keepdim=True) - on_neg - on_pos
-    return torch.where(x_sides < 0, on_neg, torch.where(x_sides > 0, on_pos, on_zero))
+def _round_up(n: int, k: int) -> int:
+    return -(-n // k) * k
 
 
-def _greedy_chunk(
-    reference_sides: Tensor,
-    indicators: tuple[Tensor, Tensor],
+@functools.cache
+def _row_sum_op() -> Callable[..., Tensor] | None:
+    """``torch.ops.quantized.embedding_bag_2bit_rowwise_offsets`` if this build has it."""
+    try:
+        return torch.ops.quantized.embedding_bag_2bit_rowwise_offsets
+    except (AttributeError, RuntimeError):
+        return None
+
+
+@dataclass
+class _BitIndex:
+    """The incremental path's host structures for |R| images and |Q| boundaries, W words.
+
+    Attributes:
+        separated: 3 x |Q| x W uint64; bit r of ``separated[v + 1, h]`` is set when image r's
+            side on h is not v (bits past |R| are clear).
+        count: 3 x |Q| int64, the images with side v on h.
+        valid: W uint64, the bits of the |R| images.
+        table: |R| rows of the fields packed 2 bits each, then float16 scale 1 and bias 0 (the
+            layout of ``embedding_bag_2bit_rowwise_offsets``); None without that operator.
+        sides: |R| x |Q| int8, to sum the fields without the operator; None with it.
+    """
+
+    separated: np.ndarray
+    count: np.ndarray
+    valid: np.ndarray
+    table: Tensor | None
+    sides: np.ndarray | None
+    n_fields: int
+    has_zero: bool
+
+    @classmethod
+    def build(cls, index: CoverIndex) -> _BitIndex:
+        host = index.sides.cpu()
+        s = host.numpy()
+        n_ref, n_q = s.shape
+        n_words = -(-n_ref // _WORD)
+        separated = np.zeros((3, n_q, n_words), dtype=np.uint64)
+        columns = np.ascontiguousarray(s.T)
+        for v in (-1, 0, 1):
+            packed = np.packbits(columns != v, axis=1, bitorder="little")
+            separated[v + 1].view(np.uint8)[:, : packed.shape[1]] = packed
+        count = n_ref - np.bitwise_count(separated).sum(2, dtype=np.int64)
+        valid = _pack(np.ones(n_ref, dtype=bool))
+        table = None
+        if _row_sum_op() is not None:
+            width = _round_up(index.n_fields, 4) // 4
+            table = torch.zeros(n_ref, width + 4, dtype=torch.uint8)
+            table[:, width : width + 2] = torch.frombuffer(
+                bytearray(np.float16(1).tobytes()), dtype=torch.uint8
+            )
+            for start in range(0, n_ref, _ROWS_PER_BUILD):
+                f = index.fields(host[start : start + _ROWS_PER_BUILD])
+                f = torch.nn.functional.pad(f, (0, 4 * width - f.shape[1])).view(-1, width, 4)
+                table[start : start + f.shape[0], :width] = (
+                    f[..., 0] | f[..., 1] << 2 | f[..., 2] << 4 | f[..., 3] << 6
+                )
+        return cls(
+            separated=separated,
+            count=count,
+            valid=valid,
+            table=table,
+            sides=None if table is not None else s,
+            n_fields=index.n_fields,
+            has_zero=index.has_zero,
+        )
+
+    def field_sums(self, rows: np.ndarray, split: int) -> np.ndarray:
+        """2 x F float64: the sums of the fields of ``rows[:split]`` and of ``rows[split:]``."""
+        if self.table is None:
+            assert self.sides is not None
+            out = np.zeros((2, self.n_fields))
+            for i, part in enumerate((rows[:split], rows[split:])):
+                s = self.sides[part]
+                n_q = s.shape[1]
+                out[i, :n_q] = np.count_nonzero(s > 0, axis=0)
+                if self.has_zero:
+                    out[i, n_q : 2 * n_q] = np.count_nonzero(s == 0, axis=0)
+                out[i, -1] = len(part)
+            return out
+        op = _row_sum_op()
+        assert op is not None
+        out = np.zeros((2, self.n_fields))
+        if len(rows) < _FLOAT32_EXACT:
+            parts = [(torch.from_numpy(rows), torch.tensor([0, split]))]
+        else:  # one bag per chunk, summed here in float64
+            parts = []
+            for i, part in enumerate((rows[:split], rows[split:])):
+                for start in range(0, len(part), _FLOAT32_EXACT - 1):
+                    chunk = torch.from_numpy(part[start : start + _FLOAT32_EXACT - 1])
+                    offsets = torch.tensor([0, 0] if i else [0, len(chunk)])
+                    parts.append((chunk, offsets))
+        for idx, offsets in parts:
+            sums = op(self.table, idx, offsets, False, 0, False, None, None, False)
+            out += sums[:, : self.n_fields].numpy()
+        return out
+
+
+_WORD = 64
+
+
+def _pack(mask: np.ndarray) -> np.ndarray:
+    """A bool vector as little-endian bits in uint64 words (the last one padded with zeros)."""
+    words = np.zeros(-(-len(mask) // _WORD), dtype=np.uint64)
+    packed = np.packbits(mask, bitorder="little")
+    words.view(np.uint8)[: len(packed)] = packed
+    return words
+
+
+def _bit_indices(words: np.ndarray) -> np.ndarray:
+    """Positions of the set bits of uint64 words, ascending (cost: words / 8 + set bits)."""
+    octets = words.view(np.uint8)
+    nonzero = np.flatnonzero(octets)
+    bits = np.flatnonzero(np.unpackbits(octets[nonzero], bitorder="little"))
+    out = nonzero[bits >> 3]
+    out <<= 3
+    out |= bits & 7
+    return out
+
+
+def _separation_weights(x_sides: np.ndarray, n_fields: int, has_zero: bool) -> np.ndarray:
+    """F x |Q| float64 ``M`` such that ``field sums @ M`` counts, per boundary, the summed
+    images it separates from x (side +1: 1 - [+1]; side -1: [+1] + [0]; side 0: 1 - [0])."""
+    n_q = len(x_sides)
+    m = np.zeros((n_fields, n_q))
+    h = np.arange(n_q)
+    m[h, h] = -x_sides
+    if has_zero:
+        m[n_q + h, h] = (x_sides < 0).astype(np.float64) - (x_sides == 0)
+    m[-1] = x_sides >= 0
+    return m
+
+
+def _greedy_one(
+    bits: _BitIndex, x_sides: np.ndarray, other: np.ndarray
+) -> tuple[list[int], np.ndarray, int]:
+    """Algorithm 1 for one input with incremental counts on bit sets.
+
+    Returns:
+        The chosen boundaries in order, the covered images as bits (W uint64), and delta.
+    """
+    n_q = len(x_sides)
+    n_ref = len(other)
+    n_words = bits.valid.shape[0]
+    # planes[h]: the images h separates from x
+    planes = bits.separated[x_sides.astype(np.intp) + 1, np.arange(n_q)]
+    d = _pack(other)
+    # tau(x): the images of D that no boundary separates from x.
+    delta = int(np.bitwise_count(d & ~np.bitwise_or.reduce(planes, axis=0)).sum())
+    conflicts = int(np.bitwise_count(d).sum())
+    num = (n_ref - bits.count[x_sides.astype(np.intp) + 1, np.arange(n_q)]).astype(np.float64)
+    den = np.bitwise_count(planes & d).sum(1).astype(np.float64)
+    weights = _separation_weights(x_sides, bits.n_fields, bits.has_zero)
+    covered = bits.valid.copy()
+    n_covered = n_ref
+    order: list[int] = []
+    with np.errstate(divide="ignore", invalid="ignore"):
+        while conflicts > delta:
+            # min num/den (den = 0 gives inf or nan, sorted last), then max den, then min h
+            h = int(np.lexsort((-den, num / den))[0])
+            if not den[h] > 0:
+                raise RuntimeError("no boundary removes an image of D(x) although |P ∩ D| > delta")
+            order.append(h)
+            removed = covered & planes[h]
+            covered ^= removed
+            n_removed, n_removed_other = int(num[h]), int(den[h])
+            n_covered -= n_removed
+            conflicts -= n_removed_other
+            if conflicts <= delta:
+                break
+            # subtract what the removed images counted, or recount what stays: the smaller
+            recount = n_covered < n_removed
+            rows, n_other = (covered, conflicts) if recount else (removed, n_removed_other)
+            rows_other = rows & d
+            where = _bit_indices(np.concatenate((rows_other, rows ^ rows_other)))
+            where[n_other:] -= n_words * _WORD
+            sums = bits.field_sums(where, n_other) @ weights  # 2 x |Q|: D, not D
+            if recount:
+                den = sums[0]
+                num = den + sums[1]
+            else:
+                den -= sums[0]
+                num -= sums[0] + sums[1]
+    return order, covered, delta
+
+
+def _greedy_incremental(index: CoverIndex, input_sides: Tensor, other_class: Tensor) -> CoverResult:
+    """:func:`greedy_cover` one input at a time on the host (see :func:`_greedy_one`)."""
+    bits = index.bits()
+    n_ref, n_q = index.shape
+    x_all = input_sides.cpu().numpy()
+    other_all = other_class.cpu().numpy().astype(bool, copy=False)
+    n_in = x_all.shape[0]
+    order = np.full((n_in, n_q), -1, dtype=np.int64)
+    covered = np.empty((n_in, n_ref), dtype=bool)
+    delta = np.empty(n_in, dtype=np.int64)
+    for b in range(n_in):
+        chosen, words, delta[b] = _greedy_one(bits, x_all[b], other_all[b])
+        order[b, : len(chosen)] = chosen
+        covered[b] = np.unpackbits(words.view(np.uint8), count=n_ref, bitorder="little")
+    device = input_sides.device
+    return CoverResult(
+        order=torch.from_numpy(order).to(device),
+        covered=torch.from_numpy(covered).to(device),
+        delta=torch.from_numpy(delta).to(device),
+        conflicts=torch.from_numpy(delta.copy()).to(device),
+    )
+
+
+def _greedy_masked(
+    index: CoverIndex,
     input_sides: Tensor,
     other_class: Tensor,
-) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    n_in, n_q = input_sides.shape
-    device = reference_sides.device
-    dtype = indicators[0].dtype
-    other = other_class.to(torch.bool)
-    # tau(x): images of D(x) that agree with x on all |Q| boundaries.
-    negative, positive = indicators
-    x_neg, x_pos = (input_sides < 0).to(dtype), (input_sides > 0).to(dtype)
-    x_zero = 1 - x_neg - x_pos
-    zero = 1 - negative - positive
-    agree = x_neg @ negative.T + x_pos @ positive.T + x_zero @ zero.T  # B x R
-    delta = (other & (agree == n_q)).sum(1)
-    covered = torch.ones(other.shape, dtype=torch.bool, device=device)
-    conflicts = other.sum(1)
-    chosen = torch.zeros(n_in, n_q, dtype=torch.bool, device=device)
-    order = torch.full((n_in, n_q), -1, dtype=torch.long, device=device)
-    columns = reference_sides.T  # |Q| x |R|: one boundary's sides are a contiguous row
+    max_elements: int,
+    block: int = 8,
+) -> CoverResult:
+    """:func:`greedy_cover` for B inputs at once on :attr:`CoverIndex.device`, every count
+    recomputed at every step by one int8 matrix product, with no host synchronisation but one
+    per ``block`` steps (to stop when every input is done)."""
+    n_ref, _ = index.shape
+    device = index.device
+    chunk = max(1, max_elements // max(1, n_ref * 4))
+    parts = [
+        _masked_chunk(
+            index,
+            input_sides[i : i + chunk].to(device),
+            other_class[i : i + chunk].to(device),
+            block,
+        )
+        for i in range(0, input_sides.shape[0], chunk)
+    ]
+    return CoverResult(*(torch.cat(field) for field in zip(*parts, strict=True)))
 
-    for step in range(n_q + 1):
-        rows = (conflicts > delta).nonzero().squeeze(1)
-        if rows.numel() == 0:
+
+def _masked_chunk(
+    index: CoverIndex, x_sides: Tensor, other: Tensor, block: int
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    fields, columns = index.dense()
+    n_ref, n_q = index.shape
+    n_fields = index.n_fields
+    n_in = x_sides.shape[0]
+    device = fields.device
+    # rows 2b and 2b + 1: input b's covered images, and those of D (torch._int_mm on CUDA wants
+    # more than 16 rows); the columns past |R| stay 0.
+    a = torch.zeros(max(17, 2 * n_in), fields.shape[1], dtype=torch.int8, device=device)
+    covered, covered_other = a[0 : 2 * n_in : 2, :n_ref], a[1 : 2 * n_in : 2, :n_ref]
+    covered.fill_(1)
+    other8 = other.to(torch.int8)
+    weights = _separation_weights_batch(x_sides, n_fields, index.has_zero)
+    x_ext = torch.cat([x_sides, x_sides.new_zeros(n_in, 1)], 1)  # boundary |Q|: none separated
+    # among equal ratios: the larger den, then the lower h
+    tie_key = torch.arange(n_q, 0, -1, dtype=torch.float64, device=device)
+    order = torch.full((n_in, n_q), n_q, dtype=torch.long, device=device)
+    for start in range(0, n_q, block):
+        for step in range(start, min(start + block, n_q)):
+            torch.bitwise_and(covered, other8, out=covered_other)
+            counts = torch._int_mm(a, fields.T)[: 2 * n_in, :n_fields]
+            sep = torch.bmm(counts.view(n_in, 2, n_fields).double(), weights)
+            num, den = sep[:, 0], sep[:, 1]
+            ratio = torch.where(den > 0, num / den, torch.inf)
+            best = ratio.min(1, keepdim=True).values
+            key = torch.where(ratio == best, den * (n_q + 1) + tie_key, -1)
+            h = torch.where(best.squeeze(1) < torch.inf, key.argmax(1), n_q)
+            order[:, step] = h
+            covered &= columns[h] == x_ext.gather(1, h.unsqueeze(1))
+        if not bool((h < n_q).any()):
             break
-        if step == n_q:
-            raise RuntimeError("greedy cover did not terminate within |Q| steps")
-        x = input_sides[rows]
-        inside = covered[rows]
-        inside_other = inside & other[rows]
-        weights = torch.cat([inside, inside_other]).to(dtype)
-        kept = _agreements(weights, indicators, torch.cat([x, x]))
-        totals = weights.sum(1, keepdim=True)
-        num, den = (totals - kept).long().split(rows.numel())  # images each h would remove
-        candidate = (den > 0) & ~chosen[rows]
-        if not bool(candidate.any(1).all()):
-            raise RuntimeError("no boundary removes an image of D(x) although |P ∩ D| > delta")
-        ratio = torch.where(candidate, num.double() / den.clamp(min=1), torch.inf)
-        tie = candidate & (ratio == ratio.min(1, keepdim=True).values)
-        best_den = torch.where(tie, den, -1).max(1, keepdim=True).values
-        tie &= den == best_den
-        h = tie.to(torch.uint8).argmax(1)  # argmax returns the first maximum: lowest index
-        chosen[rows, h] = True
-        order[rows, step] = h
-        separated = columns[h] != x.gather(1, h.unsqueeze(1))  # rows x R
-        covered[rows] = inside & ~separated
-        conflicts[rows] -= (inside_other & separated).sum(1)
-    return order, covered, delta, conflicts
+    order.masked_fill_(order == n_q, -1)
+    delta = other8.logical_and(covered).sum(1)
+    return order, covered.bool(), delta, delta.clone()
+
+
+def _separation_weights_batch(x_sides: Tensor, n_fields: int, has_zero: bool) -> Tensor:
+    """B x F x |Q| float64: :func:`_separation_weights` of each input."""
+    n_in, n_q = x_sides.shape
+    m = x_sides.new_zeros(n_in, n_fields, n_q, dtype=torch.float64)
+    h = torch.arange(n_q, device=x_sides.device)
+    x = x_sides.double()
+    m[:, h, h] = -x
+    if has_zero:
+        m[:, n_q + h, h] = (x < 0).double() - (x == 0).double()
+    m[:, -1] = (x >= 0).double()
+    return m
 
 
 @dataclass
@@ -235,7 +567,7 @@ def exact_cover(
     Returns:
         An :class:`ExactCoverResult` on ``reference_sides``'s device.
     """
-    _check_shapes(reference_sides, input_sides, other_class)
+    _check_shapes(reference_sides.shape, input_sides, other_class)
     if greedy is None:
         greedy = greedy_cover(reference_sides, input_sides, other_class)
     n_in, n_q = input_sides.shape

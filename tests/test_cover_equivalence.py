@@ -56,7 +56,8 @@ def previous_greedy_cover(ref: torch.Tensor, x: torch.Tensor, other: torch.Tenso
 def instance(seed: int, n_ref: int, n_q: int, n_in: int, kind: str):
     """Random sides with correlated boundaries, classes, and D(x) = another class.
 
-    kinds: ``"plain"`` (sides +-1); ``"zero"`` (10% zeros, in the inputs too); ``"ties"`` (few
+    kinds: ``"plain"`` (sides +-1, and 0 where a hyperplane's own point rounds to 0); ``"zero"``
+    (10% zeros, in the inputs too); ``"few zeros"`` (zeros in a few reference rows); ``"ties"`` (few
     distinct reference rows and duplicated boundaries, so ratios tie); ``"delta"`` (inputs copy
     reference rows, so images of D agree with x on every boundary).
     """
@@ -76,6 +77,8 @@ def instance(seed: int, n_ref: int, n_q: int, n_in: int, kind: str):
     if kind == "zero":
         ref[torch.rand(ref.shape, generator=g) < 0.1] = 0
         x[torch.rand(x.shape, generator=g) < 0.1] = 0
+    elif kind == "few zeros":
+        ref[torch.randint(0, n_ref, (1 + seed % 5,), generator=g)] = 0
     elif kind == "ties":
         patterns = ref[torch.randint(0, n_ref, (4 + seed % 7,), generator=g)]
         ref = patterns[torch.randint(0, len(patterns), (n_ref,), generator=g)]
@@ -92,7 +95,7 @@ def instance(seed: int, n_ref: int, n_q: int, n_in: int, kind: str):
     return ref, x, other
 
 
-KINDS = ("plain", "zero", "ties", "delta")
+KINDS = ("plain", "zero", "few zeros", "ties", "delta")
 
 
 def assert_same(result: CoverResult, expected: CoverResult) -> None:

@@ -59,13 +59,16 @@ class CoverResult:
 class CoverIndex:
     """Reference sides prepared once for :func:`greedy_cover`; build one per index and reuse it.
 
-    The structures are built on first use, for the path that needs them:
+    What the two paths of :func:`greedy_cover` need is built on first use:
 
-    - incremental path (host): per boundary ``h`` and side value ``v``, the bit set of the
-      images whose side on ``h`` is not ``v`` and their count, and every image's fields (its side
-      is +1, its side is 0, 1) packed two bits each, for summing rows with an embedding bag;
-    - masked path (the sides' device): the same fields as an int8 matrix, and the sides
-      transposed (one boundary's sides contiguous).
+    - ``"incremental"`` (host): per boundary ``h`` and side value ``v``, the bit set of the
+      images whose side on ``h`` is not ``v`` and its size, and every image's *fields* ("side is
+      +1" per boundary, and 1) packed two bits each, whose sums over a set of images an embedding
+      bag computes in one call;
+    - ``"masked"`` (the sides' device): the fields as an int8 matrix, and the sides transposed.
+
+    Images with a side 0 (rare: a projection exactly 0) are listed apart, and their sides 0 are
+    counted apart.
 
     Args:
         reference_sides: |R| x |Q| int8 sides of the reference images (see :func:`sides`).
@@ -77,9 +80,9 @@ class CoverIndex:
                 f"reference_sides must be |R| x |Q|, got {tuple(reference_sides.shape)}"
             )
         self.sides = reference_sides
-        self.has_zero = bool((reference_sides == 0).any())
+        self.zero_rows = (reference_sides == 0).any(1).nonzero().squeeze(1)
         self._bits: _BitIndex | None = None
-        self._dense: tuple[Tensor, Tensor] | None = None
+        self._dense: _DenseIndex | None = None
 
     @property
     def shape(self) -> torch.Size:
@@ -88,44 +91,19 @@ class CoverIndex:
 
     @property
     def device(self) -> torch.device:
-        """The device of the sides (and of the masked path's structures)."""
+        """The device of the sides (where the masked path runs and results are returned)."""
         return self.sides.device
-
-    @property
-    def n_fields(self) -> int:
-        """Per image: |Q| fields "side is +1", |Q| fields "side is 0" if any side is 0, and 1."""
-        return self.shape[1] * (2 if self.has_zero else 1) + 1
-
-    def fields(self, rows: Tensor) -> Tensor:
-        """The 0/1 fields of some reference images (n x :attr:`n_fields`, uint8)."""
-        parts = [rows > 0] + ([rows == 0] if self.has_zero else [])
-        parts.append(torch.ones(rows.shape[0], 1, dtype=torch.bool, device=rows.device))
-        return torch.cat(parts, 1).to(torch.uint8)
 
     def bits(self) -> _BitIndex:
         """The incremental path's host structures (built on first call)."""
         if self._bits is None:
-            self._bits = _BitIndex.build(self)
+            self._bits = _BitIndex.build(self.sides.cpu(), self.zero_rows.cpu())
         return self._bits
 
-    def dense(self) -> tuple[Tensor, Tensor]:
-        """The masked path's structures on :attr:`device` (built on first call): the fields as
-        an int8 ``F x |R|'`` matrix (|R| and F rounded up to multiples of 8 with zeros, as
-        ``torch._int_mm`` needs) and the sides transposed with a row of zeros appended
-        (``|Q| + 1`` x |R|; the zero row is a boundary no image is separated by)."""
+    def dense(self) -> _DenseIndex:
+        """The masked path's structures on :attr:`device` (built on first call)."""
         if self._dense is None:
-            n_ref = self.shape[0]
-            fields = torch.zeros(
-                _round_up(self.n_fields, 8),
-                _round_up(max(n_ref, 1), 8),
-                dtype=torch.int8,
-                device=self.device,
-            )
-            for start in range(0, n_ref, _ROWS_PER_BUILD):
-                rows = self.sides[start : start + _ROWS_PER_BUILD]
-                fields[: self.n_fields, start : start + rows.shape[0]] = self.fields(rows).T
-            columns = torch.cat([self.sides.T, self.sides.new_zeros(1, n_ref)])
-            self._dense = fields, columns.contiguous()
+            self._dense = _DenseIndex.build(self.sides, self.zero_rows)
         return self._dense
 
 
@@ -213,10 +191,34 @@ def _check_shapes(shape: torch.Size, input_sides: Tensor, other_class: Tensor) -
 
 _ROWS_PER_BUILD = 1 << 16
 _FLOAT32_EXACT = 1 << 24  # float32 sums of 0/1 values are exact below this
+_WORD = 64
 
 
 def _round_up(n: int, k: int) -> int:
     return -(-n // k) * k
+
+
+def _fields(rows: Tensor) -> Tensor:
+    """n x (|Q| + 1) uint8 fields of n images: side is +1 on each boundary, and 1."""
+    ones = torch.ones(rows.shape[0], 1, dtype=torch.bool, device=rows.device)
+    return torch.cat([rows > 0, ones], 1).to(torch.uint8)
+
+
+def _separation_weights(x_sides: Tensor) -> tuple[Tensor, Tensor]:
+    """What turns field sums into separation counts, for B inputs (B x |Q| sides).
+
+    Returns:
+        ``(m, z)``: B x (|Q| + 1) x |Q| and B x |Q| float64 such that, over a set of images,
+        ``field sums @ m[b] + (sides 0 per boundary) * z[b]`` counts per boundary the images it
+        separates from input b (x side +1: 1 - [+1]; -1: [+1] + [0]; 0: 1 - [0]).
+    """
+    n_in, n_q = x_sides.shape
+    x = x_sides.double()
+    m = x.new_zeros(n_in, n_q + 1, n_q)
+    h = torch.arange(n_q, device=x.device)
+    m[:, h, h] = -x
+    m[:, n_q] = (x >= 0).double()
+    return m, (x < 0).double() - (x == 0).double()
 
 
 @functools.cache
@@ -229,8 +231,36 @@ def _row_sum_op() -> Callable[..., Tensor] | None:
 
 
 @dataclass
+class _DenseIndex:
+    """The masked path's structures, on the sides' device.
+
+    Attributes:
+        fields: F' x |R|' int8, the fields (|R| and F = |Q| + 1 rounded up to multiples of 8 with
+            zeros, as ``torch._int_mm`` wants).
+        columns: (|Q| + 1) x |R| int8, the sides transposed and a row of zeros (a boundary that
+            separates nothing from an input given side 0 on it).
+        zero_rows: the images with a side 0, and ``zero_sides``, theirs == 0 (float64).
+    """
+
+    fields: Tensor
+    columns: Tensor
+    zero_rows: Tensor
+    zero_sides: Tensor
+
+    @classmethod
+    def build(cls, sides: Tensor, zero_rows: Tensor) -> _DenseIndex:
+        n_ref, n_q = sides.shape
+        fields = sides.new_zeros(_round_up(n_q + 1, 8), _round_up(max(n_ref, 1), 8))
+        for start in range(0, n_ref, _ROWS_PER_BUILD):
+            rows = sides[start : start + _ROWS_PER_BUILD]
+            fields[: n_q + 1, start : start + rows.shape[0]] = _fields(rows).T
+        columns = torch.cat([sides.T, sides.new_zeros(1, n_ref)]).contiguous()
+        return cls(fields, columns, zero_rows, (sides[zero_rows] == 0).double())
+
+
+@dataclass
 class _BitIndex:
-    """The incremental path's host structures for |R| images and |Q| boundaries, W words.
+    """The incremental path's host structures, for |R| images in W 64-bit words.
 
     Attributes:
         separated: 3 x |Q| x W uint64; bit r of ``separated[v + 1, h]`` is set when image r's
@@ -238,8 +268,11 @@ class _BitIndex:
         count: 3 x |Q| int64, the images with side v on h.
         valid: W uint64, the bits of the |R| images.
         table: |R| rows of the fields packed 2 bits each, then float16 scale 1 and bias 0 (the
-            layout of ``embedding_bag_2bit_rowwise_offsets``); None without that operator.
-        sides: |R| x |Q| int8, to sum the fields without the operator; None with it.
+            layout of ``embedding_bag_2bit_rowwise_offsets``); None without that operator, and
+            ``sides`` (|R| x |Q| int8) instead.
+        zero_bits: 2W uint64, the images with a side 0, twice (None if none); ``zero_rows``,
+            their indices; ``zero_shifts`` their bits' places in a word, twice (uint64);
+            ``zero_sides``, their sides == 0 (float64).
     """
 
     separated: np.ndarray
@@ -247,13 +280,14 @@ class _BitIndex:
     valid: np.ndarray
     table: Tensor | None
     sides: np.ndarray | None
-    n_fields: int
-    has_zero: bool
+    zero_bits: np.ndarray | None
+    zero_rows: np.ndarray
+    zero_shifts: np.ndarray
+    zero_sides: np.ndarray
 
     @classmethod
-    def build(cls, index: CoverIndex) -> _BitIndex:
-        host = index.sides.cpu()
-        s = host.numpy()
+    def build(cls, sides: Tensor, zero_rows: Tensor) -> _BitIndex:
+        s = sides.numpy()
         n_ref, n_q = s.shape
         n_words = -(-n_ref // _WORD)
         separated = np.zeros((3, n_q, n_words), dtype=np.uint64)
@@ -261,63 +295,83 @@ class _BitIndex:
         for v in (-1, 0, 1):
             packed = np.packbits(columns != v, axis=1, bitorder="little")
             separated[v + 1].view(np.uint8)[:, : packed.shape[1]] = packed
-        count = n_ref - np.bitwise_count(separated).sum(2, dtype=np.int64)
-        valid = _pack(np.ones(n_ref, dtype=bool))
         table = None
         if _row_sum_op() is not None:
-            width = _round_up(index.n_fields, 4) // 4
+            width = _round_up(n_q + 1, 4) // 4
             table = torch.zeros(n_ref, width + 4, dtype=torch.uint8)
             table[:, width : width + 2] = torch.frombuffer(
                 bytearray(np.float16(1).tobytes()), dtype=torch.uint8
             )
             for start in range(0, n_ref, _ROWS_PER_BUILD):
-                f = index.fields(host[start : start + _ROWS_PER_BUILD])
+                f = _fields(sides[start : start + _ROWS_PER_BUILD])
                 f = torch.nn.functional.pad(f, (0, 4 * width - f.shape[1])).view(-1, width, 4)
                 table[start : start + f.shape[0], :width] = (
                     f[..., 0] | f[..., 1] << 2 | f[..., 2] << 4 | f[..., 3] << 6
                 )
+        zero_rows_np = zero_rows.numpy()
+        zero_mask = np.zeros(n_ref, dtype=bool)
+        zero_mask[zero_rows_np] = True
         return cls(
             separated=separated,
-            count=count,
-            valid=valid,
+            count=n_ref - np.bitwise_count(separated).sum(2, dtype=np.int64),
+            valid=_pack(np.ones(n_ref, dtype=bool)),
             table=table,
             sides=None if table is not None else s,
-            n_fields=index.n_fields,
-            has_zero=index.has_zero,
+            zero_bits=np.tile(_pack(zero_mask), 2) if len(zero_rows_np) else None,
+            zero_rows=zero_rows_np,
+            zero_shifts=np.tile(zero_rows_np & 63, 2).astype(np.uint64),
+            zero_sides=(s[zero_rows_np] == 0).astype(np.float64),
         )
 
     def field_sums(self, rows: np.ndarray, split: int) -> np.ndarray:
-        """2 x F float64: the sums of the fields of ``rows[:split]`` and of ``rows[split:]``."""
-        if self.table is None:
-            assert self.sides is not None
-            out = np.zeros((2, self.n_fields))
-            for i, part in enumerate((rows[:split], rows[split:])):
-                s = self.sides[part]
-                n_q = s.shape[1]
-                out[i, :n_q] = np.count_nonzero(s > 0, axis=0)
-                if self.has_zero:
-                    out[i, n_q : 2 * n_q] = np.count_nonzero(s == 0, axis=0)
-                out[i, -1] = len(part)
-            return out
+        """2 x (|Q| + 1): the field sums of ``rows[:split]`` and of ``rows[split:]``."""
+        n_q = self.count.shape[1]
         op = _row_sum_op()
-        assert op is not None
-        out = np.zeros((2, self.n_fields))
+        if self.table is None or op is None:
+            assert self.sides is not None
+            parts = (self.sides[rows[:split]], self.sides[rows[split:]])
+            return np.array([[*np.count_nonzero(p > 0, axis=0), len(p)] for p in parts], float)
         if len(rows) < _FLOAT32_EXACT:
-            parts = [(torch.from_numpy(rows), torch.tensor([0, split]))]
-        else:  # one bag per chunk, summed here in float64
-            parts = []
-            for i, part in enumerate((rows[:split], rows[split:])):
-                for start in range(0, len(part), _FLOAT32_EXACT - 1):
-                    chunk = torch.from_numpy(part[start : start + _FLOAT32_EXACT - 1])
-                    offsets = torch.tensor([0, 0] if i else [0, len(chunk)])
-                    parts.append((chunk, offsets))
-        for idx, offsets in parts:
-            sums = op(self.table, idx, offsets, False, 0, False, None, None, False)
-            out += sums[:, : self.n_fields].numpy()
+            offsets = torch.from_numpy(np.array((0, split)))
+            out = op(
+                self.table, torch.from_numpy(rows), offsets, False, 0, False, None, None, False
+            )
+            return out.numpy()[:, : n_q + 1]
+        # bags of fewer than 2**24 images, summed in float64
+        step = _FLOAT32_EXACT - 1
+        bags = [(rows[i : min(i + step, split)], step) for i in range(0, split, step)]
+        bags += [(rows[i : i + step], 0) for i in range(split, len(rows), step)]
+        total = np.zeros((2, n_q + 1))
+        for part, end in bags:
+            offsets = torch.from_numpy(np.array((0, min(end, len(part)))))
+            out = op(
+                self.table, torch.from_numpy(part), offsets, False, 0, False, None, None, False
+            )
+            total += out.numpy()[:, : n_q + 1]
+        return total
+
+    def zero_counts(self, words: np.ndarray) -> np.ndarray | None:
+        """2 x |Q|: per boundary, the sides 0 of the images in the first and in the second half
+        of ``words`` (2W words); None if no image has a side 0."""
+        n_zero = len(self.zero_rows)
+        if n_zero == 0:
+            return None
+        n_words = len(self.valid)
+        if n_zero * 4 <= n_words:  # few: test their bits
+            word = self.zero_rows >> 6
+            hits = (words[np.concatenate((word, word + n_words))] >> self.zero_shifts) & 1
+            return hits.reshape(2, n_zero) @ self.zero_sides
+        hits = words & self.zero_bits
+        if not hits.any():
+            return None
+        rows = _bit_indices(hits)
+        split = np.searchsorted(rows, n_words * _WORD)
+        rows[split:] -= n_words * _WORD
+        zeros = self.zero_sides[np.searchsorted(self.zero_rows, rows)]
+        out = np.empty((2, zeros.shape[1]))
+        np.sum(zeros[:split], axis=0, out=out[0])
+        np.sum(zeros[split:], axis=0, out=out[1])
         return out
-
-
-_WORD = 64
 
 
 def _pack(mask: np.ndarray) -> np.ndarray:
@@ -331,53 +385,46 @@ def _pack(mask: np.ndarray) -> np.ndarray:
 def _bit_indices(words: np.ndarray) -> np.ndarray:
     """Positions of the set bits of uint64 words, ascending (cost: words / 8 + set bits)."""
     octets = words.view(np.uint8)
-    nonzero = np.flatnonzero(octets)
-    bits = np.flatnonzero(np.unpackbits(octets[nonzero], bitorder="little"))
+    nonzero = np.flatnonzero(octets != 0)  # np.flatnonzero is several times faster on bools
+    bits = np.flatnonzero(np.unpackbits(octets[nonzero], bitorder="little").view(bool))
     out = nonzero[bits >> 3]
     out <<= 3
     out |= bits & 7
     return out
 
 
-def _separation_weights(x_sides: np.ndarray, n_fields: int, has_zero: bool) -> np.ndarray:
-    """F x |Q| float64 ``M`` such that ``field sums @ M`` counts, per boundary, the summed
-    images it separates from x (side +1: 1 - [+1]; side -1: [+1] + [0]; side 0: 1 - [0])."""
-    n_q = len(x_sides)
-    m = np.zeros((n_fields, n_q))
-    h = np.arange(n_q)
-    m[h, h] = -x_sides
-    if has_zero:
-        m[n_q + h, h] = (x_sides < 0).astype(np.float64) - (x_sides == 0)
-    m[-1] = x_sides >= 0
-    return m
-
-
 def _greedy_one(
-    bits: _BitIndex, x_sides: np.ndarray, other: np.ndarray
+    bits: _BitIndex, x_sides: np.ndarray, other: np.ndarray, weights: np.ndarray, zero: np.ndarray
 ) -> tuple[list[int], np.ndarray, int]:
-    """Algorithm 1 for one input with incremental counts on bit sets.
+    """Algorithm 1 for one input, with incremental counts on bit sets.
+
+    Args:
+        weights, zero: the input's :func:`_separation_weights`.
 
     Returns:
         The chosen boundaries in order, the covered images as bits (W uint64), and delta.
     """
     n_q = len(x_sides)
     n_ref = len(other)
-    n_words = bits.valid.shape[0]
-    # planes[h]: the images h separates from x
-    planes = bits.separated[x_sides.astype(np.intp) + 1, np.arange(n_q)]
+    n_words = len(bits.valid)
+    side = x_sides.astype(np.intp) + 1
+    planes = bits.separated[side, np.arange(n_q)]  # planes[h]: the images h separates from x
     d = _pack(other)
     # tau(x): the images of D that no boundary separates from x.
     delta = int(np.bitwise_count(d & ~np.bitwise_or.reduce(planes, axis=0)).sum())
     conflicts = int(np.bitwise_count(d).sum())
-    num = (n_ref - bits.count[x_sides.astype(np.intp) + 1, np.arange(n_q)]).astype(np.float64)
-    den = np.bitwise_count(planes & d).sum(1).astype(np.float64)
-    weights = _separation_weights(x_sides, bits.n_fields, bits.has_zero)
+    # counts[0, h]: covered images of D that h separates from x; counts[1, h]: the others
+    counts = np.empty((2, n_q))
+    counts[0] = np.bitwise_count(planes & d).sum(1)
+    counts[1] = n_ref - bits.count[side, np.arange(n_q)] - counts[0]
     covered = bits.valid.copy()
     n_covered = n_ref
+    both = np.empty(2 * n_words, dtype=np.uint64)  # images of D, then the others
     order: list[int] = []
     with np.errstate(divide="ignore", invalid="ignore"):
         while conflicts > delta:
             # min num/den (den = 0 gives inf or nan, sorted last), then max den, then min h
+            num, den = counts.sum(0), counts[0]
             h = int(np.lexsort((-den, num / den))[0])
             if not den[h] > 0:
                 raise RuntimeError("no boundary removes an image of D(x) although |P ∩ D| > delta")
@@ -389,19 +436,21 @@ def _greedy_one(
             conflicts -= n_removed_other
             if conflicts <= delta:
                 break
-            # subtract what the removed images counted, or recount what stays: the smaller
+            # subtract what the removed images counted, or recount those that stay: the fewer
             recount = n_covered < n_removed
             rows, n_other = (covered, conflicts) if recount else (removed, n_removed_other)
-            rows_other = rows & d
-            where = _bit_indices(np.concatenate((rows_other, rows ^ rows_other)))
+            np.bitwise_and(rows, d, out=both[:n_words])
+            np.bitwise_xor(rows, both[:n_words], out=both[n_words:])
+            where = _bit_indices(both)
             where[n_other:] -= n_words * _WORD
-            sums = bits.field_sums(where, n_other) @ weights  # 2 x |Q|: D, not D
+            sums = bits.field_sums(where, n_other) @ weights
+            zeros = bits.zero_counts(both)
+            if zeros is not None:
+                sums += zeros * zero
             if recount:
-                den = sums[0]
-                num = den + sums[1]
+                counts = sums
             else:
-                den -= sums[0]
-                num -= sums[0] + sums[1]
+                counts -= sums
     return order, covered, delta
 
 
@@ -409,22 +458,20 @@ def _greedy_incremental(index: CoverIndex, input_sides: Tensor, other_class: Ten
     """:func:`greedy_cover` one input at a time on the host (see :func:`_greedy_one`)."""
     bits = index.bits()
     n_ref, n_q = index.shape
-    x_all = input_sides.cpu().numpy()
+    x_all = input_sides.cpu()
+    weights, zero = (w.numpy() for w in _separation_weights(x_all))
+    x_all = x_all.numpy()
     other_all = other_class.cpu().numpy().astype(bool, copy=False)
-    n_in = x_all.shape[0]
+    n_in = len(x_all)
     order = np.full((n_in, n_q), -1, dtype=np.int64)
     covered = np.empty((n_in, n_ref), dtype=bool)
     delta = np.empty(n_in, dtype=np.int64)
     for b in range(n_in):
-        chosen, words, delta[b] = _greedy_one(bits, x_all[b], other_all[b])
+        chosen, words, delta[b] = _greedy_one(bits, x_all[b], other_all[b], weights[b], zero[b])
         order[b, : len(chosen)] = chosen
         covered[b] = np.unpackbits(words.view(np.uint8), count=n_ref, bitorder="little")
-    device = input_sides.device
     return CoverResult(
-        order=torch.from_numpy(order).to(device),
-        covered=torch.from_numpy(covered).to(device),
-        delta=torch.from_numpy(delta).to(device),
-        conflicts=torch.from_numpy(delta.copy()).to(device),
+        *(torch.from_numpy(a).to(index.device) for a in (order, covered, delta, delta.copy()))
     )
 
 
@@ -436,14 +483,14 @@ def _greedy_masked(
     block: int = 8,
 ) -> CoverResult:
     """:func:`greedy_cover` for B inputs at once on :attr:`CoverIndex.device`, every count
-    recomputed at every step by one int8 matrix product, with no host synchronisation but one
-    per ``block`` steps (to stop when every input is done)."""
-    n_ref, _ = index.shape
+    recomputed at every step by one int8 matrix product, the host waiting on the device once
+    per ``block`` steps only (to stop when every input is done)."""
+    n_ref = index.shape[0]
     device = index.device
     chunk = max(1, max_elements // max(1, n_ref * 4))
     parts = [
         _masked_chunk(
-            index,
+            index.dense(),
             input_sides[i : i + chunk].to(device),
             other_class[i : i + chunk].to(device),
             block,
@@ -454,54 +501,43 @@ def _greedy_masked(
 
 
 def _masked_chunk(
-    index: CoverIndex, x_sides: Tensor, other: Tensor, block: int
+    dense: _DenseIndex, x_sides: Tensor, other: Tensor, block: int
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    fields, columns = index.dense()
-    n_ref, n_q = index.shape
-    n_fields = index.n_fields
-    n_in = x_sides.shape[0]
-    device = fields.device
-    # rows 2b and 2b + 1: input b's covered images, and those of D (torch._int_mm on CUDA wants
-    # more than 16 rows); the columns past |R| stay 0.
-    a = torch.zeros(max(17, 2 * n_in), fields.shape[1], dtype=torch.int8, device=device)
+    n_in, n_q = x_sides.shape
+    n_ref = dense.columns.shape[1]
+    device = x_sides.device
+    # rows 2b and 2b + 1: input b's covered images, and those of D; torch._int_mm on CUDA wants
+    # more than 16 rows, and the columns past |R| stay 0.
+    a = torch.zeros(max(17, 2 * n_in), dense.fields.shape[1], dtype=torch.int8, device=device)
     covered, covered_other = a[0 : 2 * n_in : 2, :n_ref], a[1 : 2 * n_in : 2, :n_ref]
     covered.fill_(1)
     other8 = other.to(torch.int8)
-    weights = _separation_weights_batch(x_sides, n_fields, index.has_zero)
-    x_ext = torch.cat([x_sides, x_sides.new_zeros(n_in, 1)], 1)  # boundary |Q|: none separated
-    # among equal ratios: the larger den, then the lower h
-    tie_key = torch.arange(n_q, 0, -1, dtype=torch.float64, device=device)
+    weights, zero = _separation_weights(x_sides)
+    zero = zero.unsqueeze(1)
+    x_ext = torch.cat([x_sides, x_sides.new_zeros(n_in, 1)], 1)  # |Q|: the boundary of zeros
+    tie_key = torch.arange(n_q, 0, -1, dtype=torch.float64, device=device)  # lower h first
     order = torch.full((n_in, n_q), n_q, dtype=torch.long, device=device)
     for start in range(0, n_q, block):
         for step in range(start, min(start + block, n_q)):
             torch.bitwise_and(covered, other8, out=covered_other)
-            counts = torch._int_mm(a, fields.T)[: 2 * n_in, :n_fields]
-            sep = torch.bmm(counts.view(n_in, 2, n_fields).double(), weights)
+            counts = torch._int_mm(a, dense.fields.T)[: 2 * n_in, : n_q + 1]
+            sep = torch.bmm(counts.view(n_in, 2, n_q + 1).double(), weights)  # B x 2 x |Q|
+            if len(dense.zero_rows):
+                zeros = a[: 2 * n_in, dense.zero_rows].double() @ dense.zero_sides
+                sep += zeros.view(n_in, 2, n_q) * zero
             num, den = sep[:, 0], sep[:, 1]
             ratio = torch.where(den > 0, num / den, torch.inf)
             best = ratio.min(1, keepdim=True).values
+            # among equal ratios the larger den, then the lower h; inputs done take boundary |Q|
             key = torch.where(ratio == best, den * (n_q + 1) + tie_key, -1)
             h = torch.where(best.squeeze(1) < torch.inf, key.argmax(1), n_q)
             order[:, step] = h
-            covered &= columns[h] == x_ext.gather(1, h.unsqueeze(1))
+            covered &= dense.columns[h] == x_ext.gather(1, h.unsqueeze(1))
         if not bool((h < n_q).any()):
             break
     order.masked_fill_(order == n_q, -1)
     delta = other8.logical_and(covered).sum(1)
     return order, covered.bool(), delta, delta.clone()
-
-
-def _separation_weights_batch(x_sides: Tensor, n_fields: int, has_zero: bool) -> Tensor:
-    """B x F x |Q| float64: :func:`_separation_weights` of each input."""
-    n_in, n_q = x_sides.shape
-    m = x_sides.new_zeros(n_in, n_fields, n_q, dtype=torch.float64)
-    h = torch.arange(n_q, device=x_sides.device)
-    x = x_sides.double()
-    m[:, h, h] = -x
-    if has_zero:
-        m[:, n_q + h, h] = (x < 0).double() - (x == 0).double()
-    m[:, -1] = (x >= 0).double()
-    return m
 
 
 @dataclass

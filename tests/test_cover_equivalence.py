@@ -149,6 +149,21 @@ def test_degenerate_shapes() -> None:
         assert (none.order == -1).all() and none.covered.shape == (3, 0)
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("kind", KINDS)
+def test_cuda(kind: str) -> None:
+    """Both paths on a CUDA index, and the captured graph replayed on other inputs."""
+    for seed, n_ref, n_in in ((0, 50, 9), (1, 3000, 9), (2, 20_000, 3)):
+        ref, x, other = instance(seed, n_ref=n_ref, n_q=37, n_in=2 * n_in, kind=kind)
+        expected = previous_greedy_cover(ref, x, other)
+        index = CoverIndex(ref.cuda())
+        for method in ("masked", "incremental", "auto"):
+            for part in (slice(0, n_in), slice(n_in, 2 * n_in), slice(0, 1), slice(1, 2)):
+                result = greedy_cover(index, x[part].cuda(), other[part].cuda(), method=method)
+                assert result.order.is_cuda
+                assert_same(result, CoverResult(*(v[part] for v in vars(expected).values())))
+
+
 def test_auto_method() -> None:
     index = CoverIndex(torch.ones(100_000, 4, dtype=torch.int8))
     assert cover._auto_method(index, 1) == "incremental"

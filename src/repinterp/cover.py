@@ -83,6 +83,7 @@ class CoverIndex:
         self.zero_rows = (reference_sides == 0).any(1).nonzero().squeeze(1)
         self._bits: _BitIndex | None = None
         self._dense: _DenseIndex | None = None
+        self._states: dict[tuple[int, int], _MaskedState] = {}
 
     @property
     def shape(self) -> torch.Size:
@@ -105,6 +106,21 @@ class CoverIndex:
         if self._dense is None:
             self._dense = _DenseIndex.build(self.sides, self.zero_rows)
         return self._dense
+
+    def masked_state(self, n_inputs: int, block: int) -> _MaskedState:
+        """Buffers for the masked path; on CUDA, with their steps captured as a CUDA graph
+        and kept for the next calls with as many inputs (the last few sizes)."""
+        if self.device.type != "cuda":
+            return _MaskedState(self.dense(), n_inputs, block)
+        key = (n_inputs, block)
+        state = self._states.pop(key, None)
+        if state is None:
+            state = _MaskedState(self.dense(), n_inputs, block)
+            state.capture()
+        self._states[key] = state  # most recently used last
+        while len(self._states) > _KEPT_GRAPHS:
+            del self._states[next(iter(self._states))]
+        return state
 
 
 def greedy_cover(
@@ -171,12 +187,19 @@ def greedy_cover(
 
 
 def _auto_method(index: CoverIndex, n_inputs: int) -> str:
-    """The faster path for ``n_inputs`` inputs against ``index`` (measured by
-    ``benchmarks/bench_cover.py``)."""
+    """The faster path for ``n_inputs`` inputs against ``index``, as measured by
+    ``benchmarks/bench_cover.py``: on the host, the masked path for 8 inputs or more against
+    |R| <= 10,000 (it shares each step's Python overhead between the inputs), else the
+    incremental one; on CUDA, the masked path but for a few inputs against a small |R|, which
+    the host's incremental path does faster than the GPU's steps are launched."""
     n_ref = index.shape[0]
-    if index.device.type == "cpu":
-        return "masked" if n_inputs * 2048 > n_ref * 64 else "incremental"
-    return "masked"
+    if index.device.type == "cuda":
+        return (
+            "incremental"
+            if n_inputs <= _CUDA_HOST_MAX_INPUTS and n_ref <= _CUDA_HOST_MAX_REF
+            else "masked"
+        )
+    return "masked" if n_inputs >= 8 and n_ref <= 10_000 else "incremental"
 
 
 def _check_shapes(shape: torch.Size, input_sides: Tensor, other_class: Tensor) -> None:
@@ -190,6 +213,9 @@ def _check_shapes(shape: torch.Size, input_sides: Tensor, other_class: Tensor) -
 
 
 _ROWS_PER_BUILD = 1 << 16
+_CUDA_HOST_MAX_INPUTS = 4  # on CUDA, the host's incremental path for so few inputs...
+_CUDA_HOST_MAX_REF = 1 << 15  # ... against so few images
+_KEPT_GRAPHS = 4
 _FLOAT32_EXACT = 1 << 24  # float32 sums of 0/1 values are exact below this
 _WORD = 64
 
@@ -482,62 +508,108 @@ def _greedy_masked(
     max_elements: int,
     block: int = 8,
 ) -> CoverResult:
-    """:func:`greedy_cover` for B inputs at once on :attr:`CoverIndex.device`, every count
-    recomputed at every step by one int8 matrix product, the host waiting on the device once
-    per ``block`` steps only (to stop when every input is done)."""
-    n_ref = index.shape[0]
+    """:func:`greedy_cover` for B inputs at once on :attr:`CoverIndex.device`: every count is
+    recomputed at every step by one int8 matrix product, inputs that are done are masked, and the
+    host waits on the device once per ``block`` steps only (to stop when every input is done).
+    On CUDA the ``block`` steps are one CUDA graph, captured once per index and batch size."""
+    n_ref, n_q = index.shape
     device = index.device
     chunk = max(1, max_elements // max(1, n_ref * 4))
-    parts = [
-        _masked_chunk(
-            index.dense(),
-            input_sides[i : i + chunk].to(device),
-            other_class[i : i + chunk].to(device),
-            block,
-        )
-        for i in range(0, input_sides.shape[0], chunk)
-    ]
+    parts = []
+    for i in range(0, input_sides.shape[0], chunk):
+        x = input_sides[i : i + chunk].to(device)
+        state = index.masked_state(x.shape[0], block)
+        state.load(x, other_class[i : i + chunk].to(device))
+        order = torch.full(x.shape, -1, dtype=torch.long, device=device)
+        for start in range(0, n_q, block):
+            state.run_block()
+            width = min(block, n_q - start)
+            order[:, start : start + width] = state.h[:, :width]
+            if not bool((state.h[:, -1] < n_q).any()):
+                break
+        order.masked_fill_(order == n_q, -1)
+        delta = state.other.logical_and(state.covered).sum(1)
+        parts.append((order, state.covered.bool(), delta, delta.clone()))
     return CoverResult(*(torch.cat(field) for field in zip(*parts, strict=True)))
 
 
-def _masked_chunk(
-    dense: _DenseIndex, x_sides: Tensor, other: Tensor, block: int
-) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    n_in, n_q = x_sides.shape
-    n_ref = dense.columns.shape[1]
-    device = x_sides.device
-    # rows 2b and 2b + 1: input b's covered images, and those of D; torch._int_mm on CUDA wants
-    # more than 16 rows, and the columns past |R| stay 0.
-    a = torch.zeros(max(17, 2 * n_in), dense.fields.shape[1], dtype=torch.int8, device=device)
-    covered, covered_other = a[0 : 2 * n_in : 2, :n_ref], a[1 : 2 * n_in : 2, :n_ref]
-    covered.fill_(1)
-    other8 = other.to(torch.int8)
-    weights, zero = _separation_weights(x_sides)
-    zero = zero.unsqueeze(1)
-    x_ext = torch.cat([x_sides, x_sides.new_zeros(n_in, 1)], 1)  # |Q|: the boundary of zeros
-    tie_key = torch.arange(n_q, 0, -1, dtype=torch.float64, device=device)  # lower h first
-    order = torch.full((n_in, n_q), n_q, dtype=torch.long, device=device)
-    for start in range(0, n_q, block):
-        for step in range(start, min(start + block, n_q)):
-            torch.bitwise_and(covered, other8, out=covered_other)
-            counts = torch._int_mm(a, dense.fields.T)[: 2 * n_in, : n_q + 1]
-            sep = torch.bmm(counts.view(n_in, 2, n_q + 1).double(), weights)  # B x 2 x |Q|
+class _MaskedState:
+    """The masked path's buffers for B inputs against one :class:`_DenseIndex`, kept at fixed
+    addresses so that a CUDA graph can replay ``block`` steps on them.
+
+    Attributes:
+        a: the product's left side: rows 2b and 2b + 1 hold input b's covered images and those
+            of D (int8 0/1; ``torch._int_mm`` on CUDA wants more than 16 rows, and the columns
+            past |R| stay 0); ``covered`` and ``covered_other`` are views of them.
+        h: B x ``block``, the boundary each step of the last block chose (|Q| when done).
+    """
+
+    def __init__(self, dense: _DenseIndex, n_in: int, block: int) -> None:
+        n_q1, n_ref = dense.columns.shape
+        device = dense.fields.device
+        self.dense, self.n_in, self.block = dense, n_in, block
+        self.a = torch.zeros(
+            max(17, 2 * n_in), dense.fields.shape[1], dtype=torch.int8, device=device
+        )
+        self.covered = self.a[0 : 2 * n_in : 2, :n_ref]
+        self.covered_other = self.a[1 : 2 * n_in : 2, :n_ref]
+        self.other = torch.zeros(n_in, n_ref, dtype=torch.int8, device=device)
+        self.weights = torch.zeros(n_in, n_q1, n_q1 - 1, dtype=torch.float64, device=device)
+        self.zero = torch.zeros(n_in, 1, n_q1 - 1, dtype=torch.float64, device=device)
+        self.x_sides = torch.zeros(n_in, n_q1, dtype=torch.int8, device=device)  # last: 0
+        # among equal ratios the larger den wins, then the lower h
+        self.tie_key = torch.arange(n_q1 - 1, 0, -1, dtype=torch.float64, device=device)
+        self.h = torch.zeros(n_in, block, dtype=torch.long, device=device)
+        self.graph: torch.cuda.CUDAGraph | None = None
+
+    def capture(self) -> None:
+        """Record :meth:`run_block`'s steps as a CUDA graph (after a warm-up run)."""
+        stream = torch.cuda.Stream(self.a.device)
+        stream.wait_stream(torch.cuda.current_stream(self.a.device))
+        with torch.cuda.stream(stream):
+            self._steps()
+        torch.cuda.current_stream(self.a.device).wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            self._steps()
+        self.graph = graph
+
+    def load(self, x_sides: Tensor, other: Tensor) -> None:
+        """Start B new inputs: nothing chosen, every image covered."""
+        n_q = x_sides.shape[1]
+        self.a.zero_()
+        self.covered.fill_(1)
+        self.other.copy_(other)
+        weights, zero = _separation_weights(x_sides)
+        self.weights.copy_(weights)
+        self.zero.copy_(zero.unsqueeze(1))
+        self.x_sides[:, :n_q].copy_(x_sides)
+
+    def run_block(self) -> None:
+        """``block`` greedy steps (steps of inputs that are done change nothing)."""
+        if self.graph is None:
+            self._steps()
+        else:
+            self.graph.replay()
+
+    def _steps(self) -> None:
+        dense, n_in = self.dense, self.n_in
+        n_q = dense.columns.shape[0] - 1
+        for j in range(self.block):
+            torch.bitwise_and(self.covered, self.other, out=self.covered_other)
+            counts = torch._int_mm(self.a, dense.fields.T)[: 2 * n_in, : n_q + 1]
+            sep = torch.bmm(counts.view(n_in, 2, n_q + 1).double(), self.weights)  # B x 2 x |Q|
             if len(dense.zero_rows):
-                zeros = a[: 2 * n_in, dense.zero_rows].double() @ dense.zero_sides
-                sep += zeros.view(n_in, 2, n_q) * zero
+                zeros = self.a[: 2 * n_in, dense.zero_rows].double() @ dense.zero_sides
+                sep += zeros.view(n_in, 2, n_q) * self.zero
             num, den = sep[:, 0], sep[:, 1]
             ratio = torch.where(den > 0, num / den, torch.inf)
             best = ratio.min(1, keepdim=True).values
-            # among equal ratios the larger den, then the lower h; inputs done take boundary |Q|
-            key = torch.where(ratio == best, den * (n_q + 1) + tie_key, -1)
+            key = torch.where(ratio == best, den * (n_q + 1) + self.tie_key, -1)
+            # an input with no candidate left is done: boundary |Q|, the row of zeros
             h = torch.where(best.squeeze(1) < torch.inf, key.argmax(1), n_q)
-            order[:, step] = h
-            covered &= dense.columns[h] == x_ext.gather(1, h.unsqueeze(1))
-        if not bool((h < n_q).any()):
-            break
-    order.masked_fill_(order == n_q, -1)
-    delta = other8.logical_and(covered).sum(1)
-    return order, covered.bool(), delta, delta.clone()
+            self.h[:, j] = h
+            self.covered &= dense.columns[h] == self.x_sides.gather(1, h.unsqueeze(1))
 
 
 @dataclass

@@ -137,6 +137,19 @@ def test_row_sums_without_embedding_bags(kind: str, monkeypatch: pytest.MonkeyPa
     assert_same(greedy_cover(ref, x, other, method="incremental"), expected)
 
 
+def test_fallbacks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Float32 products (torch without ``_int_mm`` on the host) and byte-table popcounts
+    (numpy < 2)."""
+    ref, x, other = instance(5, n_ref=700, n_q=20, n_in=12, kind="few zeros")
+    expected = previous_greedy_cover(ref, x, other)
+    monkeypatch.setattr(cover, "_product_kind", lambda device: "float")
+    index = CoverIndex(ref)
+    assert index.dense().fields.dtype == torch.float32
+    assert_same(greedy_cover(index, x, other, method="masked"), expected)
+    monkeypatch.delattr(cover.np, "bitwise_count")
+    assert_same(greedy_cover(ref, x, other, method="incremental"), expected)
+
+
 def test_degenerate_shapes() -> None:
     ref, x, other = instance(0, n_ref=30, n_q=6, n_in=3, kind="plain")
     for method in ("incremental", "masked"):

@@ -217,6 +217,7 @@ _CUDA_HOST_MAX_INPUTS = 4  # on CUDA, the host's incremental path for so few inp
 _CUDA_HOST_MAX_REF = 1 << 15  # ... against so few images
 _KEPT_GRAPHS = 4
 _FLOAT32_EXACT = 1 << 24  # float32 sums of 0/1 values are exact below this
+_SENTINEL_RATIO = 1e300  # larger than any num / den, finite
 _WORD = 64
 
 
@@ -256,18 +257,39 @@ def _row_sum_op() -> Callable[..., Tensor] | None:
         return None
 
 
+@functools.cache
+def _product_kind(device: torch.device) -> str:
+    """How the masked path multiplies 0/1 matrices exactly on ``device``: ``"half"`` (CUDA:
+    float16 with float32 results; cuBLAS's int8 product is slow for so few rows), ``"int8"``
+    (host: ``torch._int_mm``), else ``"float"`` (float32, for older torch)."""
+    try:
+        if device.type == "cuda":
+            x = torch.zeros(17, 8, dtype=torch.float16, device=device)
+            torch.mm(x, x.T[:, :8], out_dtype=torch.float32)
+            return "half"
+        torch._int_mm(torch.zeros(17, 8, dtype=torch.int8), torch.zeros(8, 8, dtype=torch.int8))
+        return "int8"
+    except (TypeError, RuntimeError, NotImplementedError):
+        return "float"
+
+
+_PRODUCT_DTYPES = {"half": torch.float16, "int8": torch.int8, "float": torch.float32}
+
+
 @dataclass
 class _DenseIndex:
     """The masked path's structures, on the sides' device.
 
     Attributes:
-        fields: F' x |R|' int8, the fields (|R| and F = |Q| + 1 rounded up to multiples of 8 with
-            zeros, as ``torch._int_mm`` wants).
+        kind: how products are computed (see :func:`_product_kind`).
+        fields: F' x |R|' 0/1 in the dtype of ``kind``, the fields (|R| and F = |Q| + 1 rounded
+            up to multiples of 8 with zeros, as ``torch._int_mm`` wants).
         columns: (|Q| + 1) x |R| int8, the sides transposed and a row of zeros (a boundary that
             separates nothing from an input given side 0 on it).
         zero_rows: the images with a side 0, and ``zero_sides``, theirs == 0 (float64).
     """
 
+    kind: str
     fields: Tensor
     columns: Tensor
     zero_rows: Tensor
@@ -276,12 +298,30 @@ class _DenseIndex:
     @classmethod
     def build(cls, sides: Tensor, zero_rows: Tensor) -> _DenseIndex:
         n_ref, n_q = sides.shape
-        fields = sides.new_zeros(_round_up(n_q + 1, 8), _round_up(max(n_ref, 1), 8))
+        kind = _product_kind(sides.device)
+        fields = sides.new_zeros(
+            _round_up(n_q + 1, 8), _round_up(max(n_ref, 1), 8), dtype=_PRODUCT_DTYPES[kind]
+        )
         for start in range(0, n_ref, _ROWS_PER_BUILD):
             rows = sides[start : start + _ROWS_PER_BUILD]
             fields[: n_q + 1, start : start + rows.shape[0]] = _fields(rows).T
         columns = torch.cat([sides.T, sides.new_zeros(1, n_ref)]).contiguous()
-        return cls(fields, columns, zero_rows, (sides[zero_rows] == 0).double())
+        return cls(kind, fields, columns, zero_rows, (sides[zero_rows] == 0).double())
+
+    def product(self, a: Tensor) -> Tensor:
+        """``a @ fields.T`` (float64; exact: float32 sums are split below 2**24 images)."""
+        if self.kind == "int8":
+            return torch._int_mm(a, self.fields.T).double()
+        k = self.fields.shape[1]
+        parts = [
+            torch.mm(
+                a[:, i : i + _FLOAT32_EXACT],
+                self.fields[:, i : i + _FLOAT32_EXACT].T,
+                **({"out_dtype": torch.float32} if self.kind == "half" else {}),
+            ).double()
+            for i in range(0, k, _FLOAT32_EXACT)
+        ]
+        return parts[0] if len(parts) == 1 else torch.stack(parts).sum(0)
 
 
 @dataclass
@@ -339,7 +379,7 @@ class _BitIndex:
         zero_mask[zero_rows_np] = True
         return cls(
             separated=separated,
-            count=n_ref - np.bitwise_count(separated).sum(2, dtype=np.int64),
+            count=n_ref - _popcount(separated),
             valid=_pack(np.ones(n_ref, dtype=bool)),
             table=table,
             sides=None if table is not None else s,
@@ -400,6 +440,16 @@ class _BitIndex:
         return out
 
 
+_BYTE_POPCOUNT = np.array([bin(i).count("1") for i in range(256)], dtype=np.uint8)
+
+
+def _popcount(words: np.ndarray) -> np.ndarray:
+    """The set bits of uint64 words, summed over the last axis (int64)."""
+    if hasattr(np, "bitwise_count"):  # numpy >= 2
+        return np.bitwise_count(words).sum(-1, dtype=np.int64)
+    return _BYTE_POPCOUNT[words.view(np.uint8)].sum(-1, dtype=np.int64)
+
+
 def _pack(mask: np.ndarray) -> np.ndarray:
     """A bool vector as little-endian bits in uint64 words (the last one padded with zeros)."""
     words = np.zeros(-(-len(mask) // _WORD), dtype=np.uint64)
@@ -437,11 +487,11 @@ def _greedy_one(
     planes = bits.separated[side, np.arange(n_q)]  # planes[h]: the images h separates from x
     d = _pack(other)
     # tau(x): the images of D that no boundary separates from x.
-    delta = int(np.bitwise_count(d & ~np.bitwise_or.reduce(planes, axis=0)).sum())
-    conflicts = int(np.bitwise_count(d).sum())
+    delta = int(_popcount(d & ~np.bitwise_or.reduce(planes, axis=0)))
+    conflicts = int(_popcount(d))
     # counts[0, h]: covered images of D that h separates from x; counts[1, h]: the others
     counts = np.empty((2, n_q))
-    counts[0] = np.bitwise_count(planes & d).sum(1)
+    counts[0] = _popcount(planes & d)
     counts[1] = n_ref - bits.count[side, np.arange(n_q)] - counts[0]
     covered = bits.valid.copy()
     n_covered = n_ref
@@ -509,7 +559,7 @@ def _greedy_masked(
     block: int = 8,
 ) -> CoverResult:
     """:func:`greedy_cover` for B inputs at once on :attr:`CoverIndex.device`: every count is
-    recomputed at every step by one int8 matrix product, inputs that are done are masked, and the
+    recomputed at every step by one matrix product, inputs that are done are masked, and the
     host waits on the device once per ``block`` steps only (to stop when every input is done).
     On CUDA the ``block`` steps are one CUDA graph, captured once per index and batch size."""
     n_ref, n_q = index.shape
@@ -524,12 +574,12 @@ def _greedy_masked(
         for start in range(0, n_q, block):
             state.run_block()
             width = min(block, n_q - start)
-            order[:, start : start + width] = state.h[:, :width]
-            if not bool((state.h[:, -1] < n_q).any()):
+            order[:, start : start + width] = state.h[:width].T
+            if not bool((state.h[-1] < n_q).any()):
                 break
         order.masked_fill_(order == n_q, -1)
-        delta = state.other.logical_and(state.covered).sum(1)
-        parts.append((order, state.covered.bool(), delta, delta.clone()))
+        covered, delta = state.covered()
+        parts.append((order, covered, delta, delta.clone()))
     return CoverResult(*(torch.cat(field) for field in zip(*parts, strict=True)))
 
 
@@ -538,28 +588,30 @@ class _MaskedState:
     addresses so that a CUDA graph can replay ``block`` steps on them.
 
     Attributes:
-        a: the product's left side: rows 2b and 2b + 1 hold input b's covered images and those
-            of D (int8 0/1; ``torch._int_mm`` on CUDA wants more than 16 rows, and the columns
-            past |R| stay 0); ``covered`` and ``covered_other`` are views of them.
-        h: B x ``block``, the boundary each step of the last block chose (|Q| when done).
+        a: the product's left side (0/1 in the product's dtype): rows 2b and 2b + 1 hold input
+            b's covered images and those of D (``torch._int_mm`` on CUDA wants more than 16
+            rows, and the columns past |R| stay 0).
+        weights: B x F x (|Q| + 1) and ``zero`` B x 1 x |Q|, the inputs'
+            :func:`_separation_weights`, with a last column of zeros: boundary |Q| is a
+            sentinel, chosen by inputs that are done.
+        h: ``block`` x B, the boundary each step of the last block chose (|Q| when done).
     """
 
     def __init__(self, dense: _DenseIndex, n_in: int, block: int) -> None:
         n_q1, n_ref = dense.columns.shape
+        n_q = n_q1 - 1
         device = dense.fields.device
         self.dense, self.n_in, self.block = dense, n_in, block
-        self.a = torch.zeros(
-            max(17, 2 * n_in), dense.fields.shape[1], dtype=torch.int8, device=device
-        )
-        self.covered = self.a[0 : 2 * n_in : 2, :n_ref]
-        self.covered_other = self.a[1 : 2 * n_in : 2, :n_ref]
-        self.other = torch.zeros(n_in, n_ref, dtype=torch.int8, device=device)
-        self.weights = torch.zeros(n_in, n_q1, n_q1 - 1, dtype=torch.float64, device=device)
-        self.zero = torch.zeros(n_in, 1, n_q1 - 1, dtype=torch.float64, device=device)
+        rows = max(17, 2 * n_in)
+        self.a = torch.zeros(rows, dense.fields.shape[1], dtype=dense.fields.dtype, device=device)
+        self.pairs = self.a[: 2 * n_in].view(n_in, 2, -1)[:, :, :n_ref]
+        self.weights = torch.zeros(n_in, n_q1, n_q1, dtype=torch.float64, device=device)
+        self.zero = torch.zeros(n_in, 1, n_q, dtype=torch.float64, device=device)
         self.x_sides = torch.zeros(n_in, n_q1, dtype=torch.int8, device=device)  # last: 0
-        # among equal ratios the larger den wins, then the lower h
-        self.tie_key = torch.arange(n_q1 - 1, 0, -1, dtype=torch.float64, device=device)
-        self.h = torch.zeros(n_in, block, dtype=torch.long, device=device)
+        # among equal ratios the larger den wins, then the lower h, the sentinel before all
+        self.tie_key = torch.arange(n_q + 1, dtype=torch.float64, device=device).neg_().add_(n_q)
+        self.tie_key[-1] = n_q + 1
+        self.h = torch.zeros(block, n_in, dtype=torch.long, device=device)
         self.graph: torch.cuda.CUDAGraph | None = None
 
     def capture(self) -> None:
@@ -578,12 +630,16 @@ class _MaskedState:
         """Start B new inputs: nothing chosen, every image covered."""
         n_q = x_sides.shape[1]
         self.a.zero_()
-        self.covered.fill_(1)
-        self.other.copy_(other)
+        self.pairs[:, 0] = 1
+        self.pairs[:, 1] = other
         weights, zero = _separation_weights(x_sides)
-        self.weights.copy_(weights)
-        self.zero.copy_(zero.unsqueeze(1))
-        self.x_sides[:, :n_q].copy_(x_sides)
+        self.weights[:, :, :n_q] = weights
+        self.zero[:, 0] = zero
+        self.x_sides[:, :n_q] = x_sides
+
+    def covered(self) -> tuple[Tensor, Tensor]:
+        """B x |R| bool, the images covered, and B long, those of D among them."""
+        return self.pairs[:, 0] != 0, (self.pairs[:, 1] != 0).sum(1)
 
     def run_block(self) -> None:
         """``block`` greedy steps (steps of inputs that are done change nothing)."""
@@ -596,20 +652,18 @@ class _MaskedState:
         dense, n_in = self.dense, self.n_in
         n_q = dense.columns.shape[0] - 1
         for j in range(self.block):
-            torch.bitwise_and(self.covered, self.other, out=self.covered_other)
-            counts = torch._int_mm(self.a, dense.fields.T)[: 2 * n_in, : n_q + 1]
-            sep = torch.bmm(counts.view(n_in, 2, n_q + 1).double(), self.weights)  # B x 2 x |Q|
+            counts = dense.product(self.a)[: 2 * n_in, : n_q + 1].view(n_in, 2, n_q + 1)
+            sep = torch.bmm(counts, self.weights)  # B x 2 x (|Q| + 1): num, den
             if len(dense.zero_rows):
                 zeros = self.a[: 2 * n_in, dense.zero_rows].double() @ dense.zero_sides
-                sep += zeros.view(n_in, 2, n_q) * self.zero
+                sep[:, :, :n_q] += zeros.view(n_in, 2, n_q) * self.zero
             num, den = sep[:, 0], sep[:, 1]
-            ratio = torch.where(den > 0, num / den, torch.inf)
-            best = ratio.min(1, keepdim=True).values
-            key = torch.where(ratio == best, den * (n_q + 1) + self.tie_key, -1)
-            # an input with no candidate left is done: boundary |Q|, the row of zeros
-            h = torch.where(best.squeeze(1) < torch.inf, key.argmax(1), n_q)
-            self.h[:, j] = h
-            self.covered &= dense.columns[h] == self.x_sides.gather(1, h.unsqueeze(1))
+            # den = 0: inf, or 0 / 0 = nan made the largest finite ratio (the sentinel's)
+            ratio = torch.nan_to_num(num / den, nan=_SENTINEL_RATIO, posinf=math.inf)
+            ties = ratio == ratio.amin(1, keepdim=True)
+            torch.argmax(torch.add(self.tie_key, den, alpha=n_q + 2).mul_(ties), 1, out=self.h[j])
+            keep = dense.columns[self.h[j]] == self.x_sides.gather(1, self.h[j].unsqueeze(1))
+            self.pairs.mul_(keep.unsqueeze(1))
 
 
 @dataclass

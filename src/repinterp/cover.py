@@ -282,8 +282,8 @@ class _DenseIndex:
 
     Attributes:
         kind: how products are computed (see :func:`_product_kind`).
-        fields: F' x |R|' 0/1 in the dtype of ``kind``, the fields (|R| and F = |Q| + 1 rounded
-            up to multiples of 8 with zeros, as ``torch._int_mm`` wants).
+        fields: F x |R|' 0/1 in the dtype of ``kind``, the fields (F = |Q| + 1; |R|, and F for
+            ``torch._int_mm``, rounded up to multiples of 8 with zeros).
         columns: (|Q| + 1) x |R| int8, the sides transposed and a row of zeros (a boundary that
             separates nothing from an input given side 0 on it).
         zero_rows: the images with a side 0, and ``zero_sides``, theirs == 0 (float64).
@@ -299,9 +299,8 @@ class _DenseIndex:
     def build(cls, sides: Tensor, zero_rows: Tensor) -> _DenseIndex:
         n_ref, n_q = sides.shape
         kind = _product_kind(sides.device)
-        fields = sides.new_zeros(
-            _round_up(n_q + 1, 8), _round_up(max(n_ref, 1), 8), dtype=_PRODUCT_DTYPES[kind]
-        )
+        n_fields = _round_up(n_q + 1, 8) if kind == "int8" else n_q + 1
+        fields = sides.new_zeros(n_fields, _round_up(max(n_ref, 1), 8), dtype=_PRODUCT_DTYPES[kind])
         for start in range(0, n_ref, _ROWS_PER_BUILD):
             rows = sides[start : start + _ROWS_PER_BUILD]
             fields[: n_q + 1, start : start + rows.shape[0]] = _fields(rows).T
@@ -556,14 +555,17 @@ def _greedy_masked(
     input_sides: Tensor,
     other_class: Tensor,
     max_elements: int,
-    block: int = 8,
+    block: int | None = None,
 ) -> CoverResult:
     """:func:`greedy_cover` for B inputs at once on :attr:`CoverIndex.device`: every count is
     recomputed at every step by one matrix product, inputs that are done are masked, and the
-    host waits on the device once per ``block`` steps only (to stop when every input is done).
-    On CUDA the ``block`` steps are one CUDA graph, captured once per index and batch size."""
+    host waits on the device once per ``block`` steps only (to stop when every input is done;
+    default 4 on CUDA, 1 elsewhere). On CUDA the ``block`` steps are one CUDA graph, captured
+    once per index, batch size and block."""
     n_ref, n_q = index.shape
     device = index.device
+    if block is None:  # the host sees at no cost when all are done
+        block = 4 if device.type == "cuda" else 1
     chunk = max(1, max_elements // max(1, n_ref * 4))
     parts = []
     for i in range(0, input_sides.shape[0], chunk):
@@ -589,8 +591,8 @@ class _MaskedState:
 
     Attributes:
         a: the product's left side (0/1 in the product's dtype): rows 2b and 2b + 1 hold input
-            b's covered images and those of D (``torch._int_mm`` on CUDA wants more than 16
-            rows, and the columns past |R| stay 0).
+            b's covered images and those of D (the columns past |R| stay 0); ``pairs`` views it
+            as B x 2 x |R|.
         weights: B x F x (|Q| + 1) and ``zero`` B x 1 x |Q|, the inputs'
             :func:`_separation_weights`, with a last column of zeros: boundary |Q| is a
             sentinel, chosen by inputs that are done.
@@ -602,9 +604,10 @@ class _MaskedState:
         n_q = n_q1 - 1
         device = dense.fields.device
         self.dense, self.n_in, self.block = dense, n_in, block
-        rows = max(17, 2 * n_in)
-        self.a = torch.zeros(rows, dense.fields.shape[1], dtype=dense.fields.dtype, device=device)
-        self.pairs = self.a[: 2 * n_in].view(n_in, 2, -1)[:, :, :n_ref]
+        self.a = torch.zeros(
+            2 * n_in, dense.fields.shape[1], dtype=dense.fields.dtype, device=device
+        )
+        self.pairs = self.a.view(n_in, 2, -1)[:, :, :n_ref]
         self.weights = torch.zeros(n_in, n_q1, n_q1, dtype=torch.float64, device=device)
         self.zero = torch.zeros(n_in, 1, n_q, dtype=torch.float64, device=device)
         self.x_sides = torch.zeros(n_in, n_q1, dtype=torch.int8, device=device)  # last: 0
@@ -652,10 +655,10 @@ class _MaskedState:
         dense, n_in = self.dense, self.n_in
         n_q = dense.columns.shape[0] - 1
         for j in range(self.block):
-            counts = dense.product(self.a)[: 2 * n_in, : n_q + 1].view(n_in, 2, n_q + 1)
+            counts = dense.product(self.a)[:, : n_q + 1].view(n_in, 2, n_q + 1)
             sep = torch.bmm(counts, self.weights)  # B x 2 x (|Q| + 1): num, den
             if len(dense.zero_rows):
-                zeros = self.a[: 2 * n_in, dense.zero_rows].double() @ dense.zero_sides
+                zeros = self.a[:, dense.zero_rows].double() @ dense.zero_sides
                 sep[:, :, :n_q] += zeros.view(n_in, 2, n_q) * self.zero
             num, den = sep[:, 0], sep[:, 1]
             # den = 0: inf, or 0 / 0 = nan made the largest finite ratio (the sentinel's)

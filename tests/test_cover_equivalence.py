@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from repinterp import cover
-from repinterp.cover import CoverIndex, CoverResult, greedy_cover
+from repinterp.cover import CoverIndex, CoverResult, exact_cover, greedy_cover
 
 
 def previous_greedy_cover(ref: torch.Tensor, x: torch.Tensor, other: torch.Tensor) -> CoverResult:
@@ -175,6 +175,21 @@ def test_cuda(kind: str) -> None:
                 result = greedy_cover(index, x[part].cuda(), other[part].cuda(), method=method)
                 assert result.order.is_cuda
                 assert_same(result, CoverResult(*(v[part] for v in vars(expected).values())))
+
+
+def test_other_class_not_bool() -> None:
+    ref, x, other = instance(4, n_ref=200, n_q=9, n_in=9, kind="plain")
+    expected = previous_greedy_cover(ref, x, other)
+    for method in ("incremental", "masked"):
+        assert_same(greedy_cover(ref, x, other.to(torch.uint8) * 2, method=method), expected)
+
+
+def test_exact_cover_takes_a_cover_index() -> None:
+    ref, x, other = instance(3, n_ref=25, n_q=6, n_in=3, kind="plain")
+    index = CoverIndex(ref)
+    by_index, by_sides = exact_cover(index, x, other), exact_cover(ref, x, other)
+    assert torch.equal(by_index.order, by_sides.order)
+    assert torch.equal(by_index.covered, by_sides.covered)
 
 
 def test_auto_method() -> None:

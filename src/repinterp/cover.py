@@ -644,7 +644,7 @@ class _MaskedState:
         n_q = x_sides.shape[1]
         self.a.zero_()
         self.pairs[:, 0] = 1
-        self.pairs[:, 1] = other
+        self.pairs[:, 1] = other != 0
         weights, zero = _separation_weights(x_sides)
         self.weights[:, :, :n_q] = weights
         self.zero[:, 0] = zero
@@ -701,7 +701,7 @@ class ExactCoverResult(CoverResult):
 
 
 def exact_cover(
-    reference_sides: Tensor,
+    reference_sides: Tensor | CoverIndex,
     input_sides: Tensor,
     other_class: Tensor,
     time_limit: float = 5.0,
@@ -731,7 +731,8 @@ def exact_cover(
     from ``P`` rather than read off ``z``.
 
     Args:
-        reference_sides: |R| x |Q| int8 sides of the reference images (see :func:`sides`).
+        reference_sides: |R| x |Q| int8 sides of the reference images (see :func:`sides`), or
+            a :class:`CoverIndex` of them.
         input_sides: B x |Q| int8 sides of the inputs.
         other_class: B x |R| bool, ``D(x)``.
         time_limit: seconds for HiGHS per input; past it, the best solution and bound so far.
@@ -745,6 +746,8 @@ def exact_cover(
     _check_shapes(reference_sides.shape, input_sides, other_class)
     if greedy is None:
         greedy = greedy_cover(reference_sides, input_sides, other_class)
+    if isinstance(reference_sides, CoverIndex):
+        reference_sides = reference_sides.sides
     n_in, n_q = input_sides.shape
     if greedy.covered.shape[0] != n_in:
         raise ValueError(f"greedy covers {greedy.covered.shape[0]} inputs, not {n_in}")

@@ -103,6 +103,16 @@ class NonlinearHeadError(ValueError):
     """The head after the target layer is not known to be piecewise linear."""
 
 
+def _where(node: fx.Node) -> str:
+    """`` in 'head.norm' (LayerNorm2d)``: the module whose forward a traced call came from, or
+    the node's name when it came from the model's own forward."""
+    stack = node.meta.get("nn_module_stack")
+    if not stack:
+        return f" ({node.name})"
+    name, kind = list(stack.values())[-1]
+    return f" in {name!r} ({getattr(kind, '__name__', kind)})"
+
+
 def check_piecewise_linear(model: nn.Module, graph: fx.Graph, t_nodes: set[fx.Node]) -> None:
     """Raise unless every node of the head ``graph`` (traced from ``model``) is piecewise
     linear; ``t_nodes`` are the nodes whose values depend on the feature map.
@@ -134,11 +144,11 @@ def check_piecewise_linear(model: nn.Module, graph: fx.Graph, t_nodes: set[fx.No
                 tensor_args = [a for a in node.args if isinstance(a, fx.Node) and a in t_nodes]
                 if len(tensor_args) <= 1:
                     continue
-            what = f"function {getattr(node.target, '__name__', node.target)} ({node.name})"
+            what = f"function {getattr(node.target, '__name__', node.target)}{_where(node)}"
         else:
             if node.target in _PL_METHODS:
                 continue
-            what = f"method .{node.target}() ({node.name})"
+            what = f"method .{node.target}(){_where(node)}"
         raise NonlinearHeadError(
             f"the head G contains {what}, which is not known to be piecewise linear; "
             "pass allow_nonlinear_head=True to proceed (Eq. 2 then gives only local "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -177,3 +178,30 @@ def test_autocast_of_the_caller_is_off_inside() -> None:
     assert set(seen) == {torch.float32}
     assert torch.equal(plain.projections, inside.projections)
     assert torch.equal(plain.boundaries, inside.boundaries)
+
+
+def test_one_thread_leaving_does_not_turn_tf32_back_on_under_another() -> None:
+    _set("", "tf32")()
+    before = _state()
+    entered, leave_a, a_left = threading.Event(), threading.Event(), threading.Event()
+    seen: list[dict[str, bool]] = []
+
+    def a() -> None:
+        with exact_float32():
+            entered.set()
+            leave_a.wait(5)
+        a_left.set()
+
+    thread = threading.Thread(target=a)
+    thread.start()
+    entered.wait(5)
+    with exact_float32():
+        leave_a.set()
+        a_left.wait(5)
+        seen.append(tf32_allowed())  # A has left; this block is still running
+    thread.join()
+    assert not any(seen[0].values())
+    assert _state() == before
+    with exact_float32(), exact_float32():  # nested: restored when the outer one ends
+        pass
+    assert _state() == before

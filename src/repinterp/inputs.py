@@ -11,8 +11,8 @@ accepts, and the engine reads by index (``Q``'s sources are drawn by position):
   ``(image, label, ...)`` tuple, or a dict with the image under one of :data:`IMAGE_KEYS`
   (and the label, if any, under one of :data:`LABEL_KEYS`);
 - a ``DataLoader`` over such a Dataset, read in the Dataset's order with the loader's
-  ``collate_fn`` and ``num_workers`` (its batch size and ``drop_last`` are not used: every
-  image is indexed). A shuffling loader (``shuffle=True``) or one with another sampler is
+  ``collate_fn``, ``num_workers`` and ``worker_init_fn`` (its batch size and ``drop_last``
+  are not used: every image is indexed). A shuffling loader (``shuffle=True``) or one with another sampler is
   refused: the index's rows must follow one order that a later pass can reproduce;
 - a ``DataLoader`` over an ``IterableDataset`` (or that Dataset itself): it has no random
   access, so it is read once, in order, into memory.
@@ -162,13 +162,13 @@ def check_finite_rows(what: str, *tensors: Tensor) -> None:
 def as_batch(
     images: Tensor,
     dtype: torch.dtype,
-    device: torch.device,
+    device: torch.device | None = None,
     shape: Sequence[int] | None = None,
     what: str = "images",
     non_blocking: bool = False,
 ) -> Tensor:
-    """``images`` on ``device`` in ``dtype`` (a floating batch of any precision is converted),
-    then checked by :func:`check_batch`.
+    """``images`` on ``device`` (None: where they are) in ``dtype`` (a floating batch of any
+    precision is converted), then checked by :func:`check_batch`.
 
     Raises:
         TypeError: not a tensor.
@@ -230,7 +230,8 @@ def iter_batches(
     :func:`as_reference`).
 
     A Dataset is read with a DataLoader (``num_workers`` worker processes, pinned memory if
-    asked); a DataLoader's dataset with its own ``collate_fn`` and ``num_workers``.
+    asked); a DataLoader's dataset with its own ``collate_fn``, ``num_workers`` and
+    ``worker_init_fn``.
 
     Args:
         ranges: the ``(start, stop)`` of each batch; default: consecutive batches of
@@ -243,8 +244,9 @@ def iter_batches(
         for start, stop in ranges:
             yield reference[start:stop], None
         return
+    init = None
     if isinstance(reference, DataLoader):
-        num_workers = reference.num_workers
+        num_workers, init = reference.num_workers, reference.worker_init_fn
     dataset, collate = _source(reference)
     loader = DataLoader(
         dataset,
@@ -252,6 +254,7 @@ def iter_batches(
         num_workers=num_workers,
         collate_fn=collate,
         pin_memory=pin_memory,
+        worker_init_fn=init,
     )
     for item in loader:
         yield _split_item(item)

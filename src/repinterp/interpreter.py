@@ -183,9 +183,10 @@ class RepresentativeInterpreter:
             reference: the reference images, normalised as the model expects: an N x C x H x W
                 tensor, a NumPy array (N x C x H x W, or N x H x W x C when the last dimension
                 is 1 or 3 and the second is not), a list of images, a Dataset or a DataLoader
-                (of images, ``(image, label)`` tuples or dicts with an ``"image"``,
-                ``"pixel_values"``, ``"img"`` or ``"input"`` key); a DataLoader must not
-                shuffle. See :func:`repinterp.inputs.as_reference` for the rules.
+                (of images, ``(image, label)`` tuples or dicts with the image under
+                ``"image"``, ``"pixel_values"``, ``"img"``, ``"input"`` or ``"inputs"``); a
+                DataLoader must not shuffle, and one over an IterableDataset is read into
+                memory once. See :func:`repinterp.inputs.as_reference` for the rules.
             class_names: optional names of the classes, kept in the index.
             keep_features: also keep the reference feature maps, in a memory-mapped file on
                 disk (needed by :meth:`regions` and the evaluation protocols).
@@ -291,7 +292,7 @@ class RepresentativeInterpreter:
     # ------------------------------------------------------------------ features
     def _batches(self, images: Tensor) -> list[Tensor]:
         """``images`` checked, in the model's dtype, in batches on the device."""
-        images = as_batch(images, self.dtype, images.device, self.fitted_index.input_shape)
+        images = as_batch(images, self.dtype, shape=self.fitted_index.input_shape)
         return [part.to(self.device) for part in images.split(self.batch_size)]
 
     @exact_float32()

@@ -15,13 +15,15 @@ flag (and, on CUDA, a matrix product) raises. Inside the block the flags are set
 legacy setters, which keep both interfaces consistent; on exit the legacy values that were
 readable on entry are put back through the legacy setters, then every ``fp32_precision``
 attribute is put back as it was, so the user's state is restored through the interface they used.
-The flags are process-wide: other threads running float32 work at the same time see them too.
+The flags are process-wide: other threads running float32 work at the same time see them too;
+blocks running in several threads at once restore the flags when the last one ends.
 
 :func:`engine_dtype` refuses models in half precision, which the engine never runs silently.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from typing import Any
@@ -100,31 +102,70 @@ def tf32_allowed() -> dict[str, bool]:
     }
 
 
+def _save() -> tuple[Any, Any, dict[str, str]]:
+    return (
+        _read(torch.get_float32_matmul_precision),
+        _read(lambda: torch.backends.cudnn.allow_tf32),
+        _new_api(),
+    )
+
+
+def _restore(saved: tuple[Any, Any, dict[str, str]]) -> None:
+    matmul, cudnn, new = saved
+    if matmul is not None:
+        torch.set_float32_matmul_precision(matmul)
+    if cudnn is not None:
+        torch.backends.cudnn.allow_tf32 = cudnn
+    for path, value in new.items():
+        _node(path).fp32_precision = value
+
+
+def _full_precision() -> None:
+    torch.set_float32_matmul_precision("highest")
+    torch.backends.cudnn.allow_tf32 = False
+    for path, value in _new_api().items():
+        if value not in ("none", "ieee"):
+            _node(path).fp32_precision = "ieee"
+
+
+class _Blocks:
+    """The blocks running now, in any thread: the first to enter saves the user's flags and
+    sets them; the last to leave restores them (so that one thread leaving never turns TF32
+    back on under another)."""
+
+    lock = threading.Lock()
+    depth = 0
+    saved: tuple[Any, Any, dict[str, str]] | None = None
+
+
 @contextmanager
 def exact_float32() -> Iterator[None]:
     """Run the block with every float32 operation in full float32 precision (no TF32, no
     bfloat16 shortcuts, no autocast), on CUDA and on the CPU; the user's settings come back on
-    exit. Also usable as a decorator: ``@exact_float32()``."""
-    matmul = _read(torch.get_float32_matmul_precision)
-    cudnn = _read(lambda: torch.backends.cudnn.allow_tf32)
-    saved = _new_api()
+    exit, also after an exception. Blocks may nest and run in several threads at once: the
+    settings come back when the last one ends. Also usable as a decorator:
+    ``@exact_float32()``."""
+    with _Blocks.lock:
+        if _Blocks.depth == 0:
+            saved = _save()
+            try:
+                _full_precision()
+            except BaseException:
+                _restore(saved)
+                raise
+            _Blocks.saved = saved
+        _Blocks.depth += 1
     try:
-        torch.set_float32_matmul_precision("highest")
-        torch.backends.cudnn.allow_tf32 = False
-        for path, value in _new_api().items():
-            if value not in ("none", "ieee"):
-                _node(path).fp32_precision = "ieee"
         with ExitStack() as autocast:
             for device_type in ("cuda", "cpu"):
                 autocast.enter_context(torch.autocast(device_type, enabled=False))
             yield
     finally:
-        if matmul is not None:
-            torch.set_float32_matmul_precision(matmul)
-        if cudnn is not None:
-            torch.backends.cudnn.allow_tf32 = cudnn
-        for path, value in saved.items():
-            _node(path).fp32_precision = value
+        with _Blocks.lock:
+            _Blocks.depth -= 1
+            if _Blocks.depth == 0 and _Blocks.saved is not None:
+                _restore(_Blocks.saved)
+                _Blocks.saved = None
 
 
 def engine_dtype(model: torch.nn.Module) -> torch.dtype:

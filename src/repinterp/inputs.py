@@ -12,8 +12,9 @@ accepts, and the engine reads by index (``Q``'s sources are drawn by position):
   (and the label, if any, under one of :data:`LABEL_KEYS`);
 - a ``DataLoader`` over such a Dataset, read in the Dataset's order with the loader's
   ``collate_fn``, ``num_workers`` and ``worker_init_fn`` (its batch size and ``drop_last``
-  are not used: every image is indexed). A shuffling loader (``shuffle=True``) or one with another sampler is
-  refused: the index's rows must follow one order that a later pass can reproduce;
+  are not used: every image is indexed). A shuffling loader (``shuffle=True``) or one with
+  another sampler is refused: the index's rows must follow one order that a later pass can
+  reproduce;
 - a ``DataLoader`` over an ``IterableDataset`` (or that Dataset itself): it has no random
   access, so it is read once, in order, into memory.
 

@@ -336,7 +336,8 @@ def locate_split(
     Args:
         model: the classifier, in eval mode.
         input_shape: C x H x W of its images (one zero image is run through it).
-        allow_nonlinear_head, output: as in :func:`split_model`.
+        allow_nonlinear_head: as in :func:`split_model`.
+        output: as in :func:`split_model`.
 
     Raises:
         NonlinearHeadError: the head after the last spatial layer is not piecewise linear

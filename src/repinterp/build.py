@@ -19,8 +19,9 @@ from tqdm.auto import tqdm
 from .boundaries import Boundaries, compute_boundaries, project
 from .distributed import broadcast, gather, rank_and_world
 from .index import FORMAT_VERSION, ReferenceIndex
-from .inputs import Reference, check_batch, gather_images, iter_batches, reference_size
-from .model import SplitModel, model_fingerprint
+from .inputs import Reference, as_batch, as_reference, gather_images, iter_batches, reference_size
+from .model import SplitModel, check_feature_map, model_fingerprint
+from .precision import exact_float32
 from .shards import DEFAULT_SHARD_SIZE, Shards, _FeatureFile, _Partial, _Plan
 from .utils import tensor_sha256
 
@@ -75,13 +76,26 @@ def _config(
 
 
 def _boundaries(split: SplitModel, images: Tensor, batch_size: int) -> Boundaries:
-    """``Q``: Eq. 2 at each of ``images``, in batches."""
+    """``Q``: Eq. 2 at each of ``images``, in batches.
+
+    Raises:
+        ValueError: the target layer's output is not N x K x h x w; some boundaries are not
+            finite (the message says how many).
+    """
     parts = []
     for i in range(0, images.shape[0], batch_size):
         with torch.inference_mode():
             t = split.psi(images[i : i + batch_size])
+        check_feature_map(t, split.layer)
         parts.append(compute_boundaries(split.head, t))
-    return Boundaries.concat(parts)
+    q = Boundaries.concat(parts)
+    finite = torch.isfinite(q.weight.flatten(1)).all(1) & torch.isfinite(q.bias)
+    if not bool(finite.all()):
+        raise ValueError(
+            f"{int((~finite).sum())} of the {len(q)} reference images behind Q give non-finite "
+            "boundaries (NaN or Inf): check the model's weights and the images' values"
+        )
+    return q
 
 
 def _prepare(
@@ -91,14 +105,16 @@ def _prepare(
     n_boundaries: int,
     seed: int,
     device: torch.device,
+    dtype: torch.dtype,
     shards: Shards | None,
     features: bool,
 ) -> tuple[Tensor, Boundaries, tuple[int, ...], _Partial | None]:
     """Rank 0's part before the pass: the sources of ``Q``, ``Q`` (reloaded when resuming),
     the input shape and the partial folder."""
     sources = sample_sources(plan.n, n_boundaries, seed)
-    source_images = gather_images(reference, sources).to(device)
-    check_batch(source_images, what="reference images")
+    source_images = as_batch(
+        gather_images(reference, sources), dtype, device, what="reference images"
+    )
     partial = q = None
     if shards is not None:
         config = _config(split, plan, n_boundaries, seed, source_images, device, features)
@@ -122,6 +138,7 @@ def _index_shard(
     q: Boundaries,
     input_shape: tuple[int, ...],
     device: torch.device,
+    dtype: torch.dtype,
     features: bool,
 ) -> tuple[dict[str, Tensor], np.ndarray | None]:
     """Index shard ``k``, whose batches are the next ones of ``batches``.
@@ -136,8 +153,8 @@ def _index_shard(
     rows = np.empty((stop - start, q.weight[0].numel()), np.float32) if features else None
     for first, last in plan.batches([k]):
         images, labels = next(batches)
-        images = images.to(device, non_blocking=True)
-        check_batch(images, input_shape, what=f"reference images {first}..{last - 1}")
+        what = f"reference images {first}..{last - 1}"
+        images = as_batch(images, dtype, device, input_shape, what, non_blocking=True)
         with torch.inference_mode():
             t = split.psi(images)
             logits = split.head(t)
@@ -160,6 +177,7 @@ def _index_shards(
     input_shape: tuple[int, ...],
     num_workers: int,
     device: torch.device,
+    dtype: torch.dtype,
     features: bool,
 ) -> Iterator[ShardResult]:
     """Index ``shard_ids`` in one stream of batches: per shard, its id and what
@@ -168,7 +186,7 @@ def _index_shards(
     ranges = plan.batches(shard_ids)
     batches = iter_batches(reference, plan.batch, num_workers, ranges, device.type == "cuda")
     for k in shard_ids:
-        yield (k, *_index_shard(split, batches, plan, k, q, input_shape, device, features))
+        yield (k, *_index_shard(split, batches, plan, k, q, input_shape, device, dtype, features))
 
 
 def _keep(
@@ -193,6 +211,20 @@ def _keep(
         bar.update(stop - start)
 
 
+def _check_finite(tensors: dict[str, Tensor]) -> None:
+    finite = torch.isfinite(tensors["logits"]).all(1) & torch.isfinite(tensors["projections"]).all(
+        1
+    )
+    if not bool(finite.all()):
+        bad = (~finite).nonzero().flatten()
+        raise ValueError(
+            f"{len(bad)} of the {len(finite)} reference images give non-finite logits or "
+            f"projections (NaN or Inf), e.g. images {bad[:5].tolist()}: check the model's weights "
+            "and the images' values"
+        )
+
+
+@exact_float32()
 def build_index(
     split: SplitModel,
     reference: Reference,
@@ -204,8 +236,10 @@ def build_index(
     num_workers: int = 0,
     feature_file: Path | None = None,
     shards: Shards | None = None,
+    dtype: torch.dtype = torch.float32,
 ) -> ReferenceIndex:
-    """Sample ``Q`` from ``reference`` and stream it once to build the index.
+    """Sample ``Q`` from ``reference`` and stream it once to build the index, in full float32
+    (or wider) precision (:func:`repinterp.precision.exact_float32`).
 
     Memory: besides the model, one batch of feature maps, the |Q| boundaries, one shard of
     results (and of flattened feature maps, if they are written); what is kept grows as
@@ -219,7 +253,8 @@ def build_index(
 
     Args:
         split: the model split at the target layer, on ``device``.
-        reference: N x C x H x W tensor, or a Dataset of images or ``(image, label)``.
+        reference: a reference set (see :func:`repinterp.inputs.as_reference`): a tensor, a
+            NumPy array, a Dataset, a DataLoader or a list of images.
         n_boundaries: ``|Q|``; at most |R| are sampled.
         seed: seeds the sample of ``Q``.
         batch_size: images per forward pass.
@@ -231,11 +266,14 @@ def build_index(
             protocols that need them (k-means regions, Euclidean neighbours).
         shards: write the index in shards as it goes, to resume a killed build (see
             :class:`Shards`); keep ``feature_file`` in the same folder so that it survives too.
+        dtype: the model's floating dtype; images of any floating dtype are converted to it.
 
     Raises:
-        ValueError: an empty reference set, bad images, or a partial folder made with other
-            settings.
+        ValueError: an empty reference set, bad images, a target layer without N x K x h x w
+            output, non-finite logits, projections or boundaries (saying for how many images),
+            or a partial folder made with other settings.
     """
+    reference = as_reference(reference)
     n_ref = reference_size(reference)
     if n_ref == 0:
         raise ValueError("the reference set is empty")
@@ -247,7 +285,7 @@ def build_index(
     header, partial, store, done = None, None, None, {}
     if rank == 0:
         sources, q, input_shape, partial = _prepare(
-            split, reference, plan, n_boundaries, seed, device, shards, wants_features
+            split, reference, plan, n_boundaries, seed, device, dtype, shards, wants_features
         )
         if feature_file is not None:
             dim = q.weight[0].numel()
@@ -270,6 +308,7 @@ def build_index(
         input_shape,
         num_workers,
         device,
+        dtype,
         wants_features,
     )
     finished = sum(plan.bounds(k)[1] - plan.bounds(k)[0] for k in done_ids)
@@ -284,6 +323,7 @@ def build_index(
         for _ in range(-(-len(pending) // world)):
             _keep(gather(next(results, None)), plan, assembly, store, partial, bar)
     t = broadcast(assembly.tensors if rank == 0 else None)
+    _check_finite(t)
     return ReferenceIndex(
         boundaries=q,
         sources=sources.to(device),

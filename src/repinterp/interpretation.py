@@ -8,19 +8,35 @@ and :mod:`repinterp.regions` never import :mod:`repinterp.interpreter`;
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import torch
 from torch import Tensor
 
-from .cover import sides
-from .heatmap import heatmaps
+from .cover import ExactCoverResult, exact_cover, greedy_cover, sides
+from .heatmap import channel_weights, heatmaps
 from .index import ReferenceIndex
+from .precision import exact_float32
 
-__all__ = ["SIMILARITY_METRICS", "Explainer", "Interpretation"]
+__all__ = [
+    "SIMILARITY_METRICS",
+    "SOLVERS",
+    "Explainer",
+    "Interpretation",
+    "check_solver",
+    "interpret",
+]
 
 SIMILARITY_METRICS = ("semantic", "euclidean", "cosine")
+SOLVERS = ("greedy", "exact")
+
+
+def check_solver(solver: str) -> str:
+    """``solver`` if it is one of :data:`SOLVERS`, else ``ValueError``."""
+    if solver not in SOLVERS:
+        raise ValueError(f"unknown solver {solver!r}; choose one of {', '.join(SOLVERS)}")
+    return solver
 
 
 class Explainer(Protocol):
@@ -97,12 +113,22 @@ class Interpretation:
     projections: Tensor
     channel_weights: Tensor
     n_reference: int
-    interpreter: Explainer = field(repr=False)
+    interpreter: Explainer
     solver: str = "greedy"
     optimal: bool | None = None
     gap: float | None = None
     greedy_representativeness: int | None = None
-    features: Tensor | None = field(default=None, repr=False)
+    features: Tensor | None = None
+
+    def __repr__(self) -> str:
+        names = self.interpreter.class_names
+        name = f" ({names[self.predicted_class]!r})" if names else ""
+        exact = f", optimal {self.optimal}" if self.optimal is not None else ""
+        return (
+            f"Interpretation(class {self.predicted_class}{name}, score {self.score:.3f}, "
+            f"|P| = {self.boundaries.numel()}, representativeness {self.representativeness} of "
+            f"{self.n_reference}, delta {self.delta}, solver {self.solver!r}{exact})"
+        )
 
     @property
     def representativeness(self) -> int:
@@ -168,12 +194,17 @@ class Interpretation:
         """Covered reference indices, most similar first (ties by lower index).
 
         Args:
-            k: how many; None means all covered images.
+            k: how many (0 gives none); None means all covered images.
             metric: ``"semantic"``, the paper's ``Dist`` (§5.2); or ``"euclidean"`` /
                 ``"cosine"``, the distance of the feature maps (see `feature_distances`), which
                 ranked the input's sub-concept higher on the ``shapes`` data set
                 (docs/results.md).
+
+        Raises:
+            ValueError: a negative ``k`` or an unknown metric.
         """
+        if k is not None and k < 0:
+            raise ValueError(f"k must be >= 0, got {k}")
         if metric not in SIMILARITY_METRICS:
             raise ValueError(
                 f"unknown metric {metric!r}; choose one of {', '.join(SIMILARITY_METRICS)}"
@@ -182,8 +213,10 @@ class Interpretation:
         order = torch.sort(distances, stable=True).indices
         return self.covered[order.to(self.covered.device)][:k]
 
+    @exact_float32()
     def heatmap(self, images: Tensor) -> Tensor:
-        """Heat maps of ``P(x)`` on N images (N x C x H x W), reusing ``x``'s channel weights.
+        """Heat maps of ``P(x)`` on N images (N x C x H x W, any device; none gives 0 x H x W),
+        reusing ``x``'s channel weights.
 
         Returns:
             N x H x W in [0, 1] on the interpreter's device.
@@ -196,14 +229,16 @@ class Interpretation:
         features = self.interpreter.features(images)
         return heatmaps(features, self.channel_weights, tuple(images.shape[-2:]))
 
+    @exact_float32()
     def covers(self, images: Tensor) -> Tensor:
-        """N booleans: whether each image lies on ``x``'s side of every boundary of ``P(x)``."""
+        """N booleans: whether each image (N x C x H x W, any device) lies on ``x``'s side of
+        every boundary of ``P(x)``."""
         _, proj = self.interpreter.forward(images)
         p = self.boundaries
         return (sides(proj[:, p]) == sides(self.projections[p]).unsqueeze(0)).all(1)
 
     def to_dict(self, top_k: int = 10) -> dict[str, Any]:
-        """A JSON-ready summary, with the ``top_k`` most similar covered images."""
+        """A JSON-ready summary, with the ``top_k`` (>= 0) most similar covered images."""
         similar = self.similar(top_k)
         dist = dict(zip(self.covered.tolist(), self.distances().tolist(), strict=True))
         names = self.interpreter.class_names
@@ -223,3 +258,69 @@ class Interpretation:
             "message": self.message,
             "similar": [{"reference": i, "distance": dist[i]} for i in similar.tolist()],
         }
+
+
+def _exact_fields(result: ExactCoverResult, i: int) -> dict[str, Any]:
+    return {
+        "optimal": bool(result.optimal[i]),
+        "gap": float(result.gap[i]),
+        "greedy_representativeness": int(result.greedy_representativeness[i]),
+    }
+
+
+def interpret(
+    explainer: Explainer,
+    logits: Tensor,
+    proj: Tensor,
+    solver: str,
+    time_limit: float,
+    features: Tensor | None = None,
+) -> list[Interpretation]:
+    """Solve the cover problem (Eq. 3) for N inputs at once and wrap each ``P(x)``.
+
+    Args:
+        explainer: the fitted interpreter (its index).
+        logits: N x classes, the inputs' logits.
+        proj: N x |Q|, their projections on ``Q``.
+        solver: ``"greedy"`` (Algorithm 1) or ``"exact"`` (the MILP, within ``time_limit``
+            seconds per input).
+        features: N x (K h w) flattened feature maps, kept in the interpretations if given.
+
+    Returns:
+        N interpretations (none for N = 0).
+    """
+    index = explainer.fitted_index
+    if logits.shape[0] == 0:
+        return []
+    predicted = logits.argmax(1)
+    other = index.predictions.unsqueeze(0) != predicted.unsqueeze(1)
+    input_sides = sides(proj)
+    result = greedy_cover(index.sides, input_sides, other)
+    if solver == "exact":
+        result = exact_cover(index.sides, input_sides, other, time_limit, greedy=result)
+    probs = logits.float().softmax(1)
+    out = []
+    for i in range(logits.shape[0]):
+        chosen = result.boundaries(i)
+        out.append(
+            Interpretation(
+                predicted_class=int(predicted[i]),
+                score=float(probs[i, predicted[i]]),
+                boundaries=chosen,
+                covered=result.covered[i].nonzero().flatten(),
+                delta=int(result.delta[i]),
+                conflicts=int(result.conflicts[i]),
+                projections=proj[i],
+                channel_weights=(
+                    channel_weights(index.boundaries.select(chosen), input_sides[i, chosen])
+                    if len(chosen)
+                    else proj.new_zeros(0, index.feature_shape[0])
+                ),
+                n_reference=len(index),
+                interpreter=explainer,
+                solver=solver,
+                features=None if features is None else features[i],
+                **(_exact_fields(result, i) if isinstance(result, ExactCoverResult) else {}),
+            )
+        )
+    return out

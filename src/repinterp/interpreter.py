@@ -16,33 +16,31 @@ from torch import Tensor, nn
 
 from .boundaries import project
 from .build import build_index
-from .cover import ExactCoverResult, exact_cover, greedy_cover, sides
-from .heatmap import channel_weights
 from .index import FEATURE_FILE, IndexLoadError, ReferenceIndex
-from .inputs import Reference, check_batch
-from .interpretation import Interpretation
-from .model import model_fingerprint, split_model
+from .inputs import (
+    Reference,
+    as_batch,
+    as_reference,
+    check_finite_rows,
+    gather_images,
+    reference_size,
+)
+from .interpretation import Interpretation, check_solver, interpret
+from .model import (
+    LayerSpec,
+    OutputFn,
+    SplitModel,
+    check_feature_map,
+    locate_split,
+    model_fingerprint,
+    split_model,
+)
+from .precision import engine_dtype, exact_float32
 from .regions import RegionSet
 from .shards import Shards
-from .utils import model_device
+from .utils import model_device, resolve_device
 
 __all__ = ["FEATURE_FILE", "Interpretation", "RepresentativeInterpreter"]
-
-SOLVERS = ("greedy", "exact")
-
-
-def _check_solver(solver: str) -> str:
-    if solver not in SOLVERS:
-        raise ValueError(f"unknown solver {solver!r}; choose one of {', '.join(SOLVERS)}")
-    return solver
-
-
-def _exact_fields(result: ExactCoverResult, i: int) -> dict[str, Any]:
-    return {
-        "optimal": bool(result.optimal[i]),
-        "gap": float(result.gap[i]),
-        "greedy_representativeness": int(result.greedy_representativeness[i]),
-    }
 
 
 class RepresentativeInterpreter:
@@ -52,12 +50,25 @@ class RepresentativeInterpreter:
     every reference image's side of them; ``explain`` solves the cover problem (Eq. 3) for an input
     and returns its polytope ``P(x)`` as an :class:`Interpretation`.
 
+    Everything it computes (feature maps, ``G``, Eq. 2's gradients, projections, heat maps) runs
+    in full float32 precision, also on GPUs that would use TF32, and the user's precision
+    settings are restored afterwards (:func:`repinterp.precision.exact_float32`); images of any
+    floating dtype are converted to the model's, and inputs on another device are moved to
+    ``device``.
+
     Args:
-        model: a classifier in eval mode, N x C x H x W -> N x classes logits.
-        target_layer: where ``psi`` ends: a name from ``model.named_modules()`` or the module.
+        model: a classifier in eval mode, float32 (or float64), N x C x H x W -> N x classes
+            logits, or a dict with ``"logits"``, or an object with ``.logits``.
+        target_layer: where ``psi`` ends: a name from ``model.named_modules()``, the module, or
+            a list of one module (``[model.layer4]``, as in pytorch-grad-cam). None: the last
+            layer with N x K x h x w output (h x w > 1) from which the logits follow through a
+            piecewise-linear head (see :func:`repinterp.model.locate_split`), found with one
+            zero image of ``input_shape``, or of the first reference image's shape at ``fit``;
+            :attr:`target_layer` then names it.
         n_boundaries: ``|Q|``, the number of sampled boundaries.
-        seed: seeds the sample of ``Q``.
-        device: where to compute; None means the model's device (the model is moved otherwise).
+        seed: seeds the sample of ``Q`` (drawn on the CPU: the same ``Q`` on every device).
+        device: where to compute; None means the model's device. Another device **moves the
+            user's model** there (``model.to(device)``, in place).
         batch_size: images per forward pass.
         allow_nonlinear_head: accept a head that is not piecewise linear.
         progress: show progress bars.
@@ -65,12 +76,22 @@ class RepresentativeInterpreter:
         solver: ``"greedy"`` (Algorithm 1) or ``"exact"`` (a MILP, see
             :func:`repinterp.cover.exact_cover`); ``explain`` can override it.
         time_limit: seconds the exact solver may spend per input.
+        output: takes the model's output and returns the logits, for outputs other than a
+            tensor, ``out["logits"]`` or ``out.logits`` (e.g. ``lambda out: out[0]``); it must
+            only select, not compute (it is traced into ``G``).
+        input_shape: C x H x W of the images, to check the target layer (or find it, when
+            ``target_layer`` is None) here rather than at ``fit``.
+
+    Raises:
+        ValueError: a model in training mode or in half precision, a bad target layer or
+            head (see :func:`repinterp.model.split_model`), a device that is not available,
+            bad numbers.
     """
 
     def __init__(
         self,
         model: nn.Module,
-        target_layer: str | nn.Module,
+        target_layer: LayerSpec | None = None,
         n_boundaries: int = 50,
         seed: int = 0,
         device: str | torch.device | None = None,
@@ -80,6 +101,8 @@ class RepresentativeInterpreter:
         num_workers: int = 0,
         solver: str = "greedy",
         time_limit: float = 5.0,
+        output: OutputFn | None = None,
+        input_shape: tuple[int, int, int] | None = None,
     ) -> None:
         if model.training:
             raise ValueError("the model is in training mode: call model.eval() first")
@@ -89,12 +112,20 @@ class RepresentativeInterpreter:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         if time_limit <= 0:
             raise ValueError(f"time_limit must be > 0, got {time_limit}")
-        self.solver = _check_solver(solver)
+        self.solver = check_solver(solver)
         self.time_limit = time_limit
-        self.device = torch.device(device) if device is not None else model_device(model)
+        self.dtype = engine_dtype(model)
+        self.device = resolve_device(device) if device is not None else model_device(model)
         self.model = model.to(self.device)
-        self.split = split_model(model, target_layer, allow_nonlinear_head)
-        self.target_layer = self.split.layer
+        self.output = output
+        self._split: SplitModel | None = None
+        if target_layer is not None:
+            self._split = split_model(model, target_layer, allow_nonlinear_head, output)
+            if input_shape is not None:
+                self._probe(input_shape)
+        elif input_shape is not None:
+            self._split = locate_split(model, input_shape, allow_nonlinear_head, output)
+        self.target_layer: str | None = self._split.layer if self._split is not None else None
         self.n_boundaries = n_boundaries
         self.seed = seed
         self.batch_size = batch_size
@@ -104,7 +135,41 @@ class RepresentativeInterpreter:
         self.index: ReferenceIndex | None = None
         self._feature_dir: tempfile.TemporaryDirectory | None = None
 
+    def __repr__(self) -> str:
+        layer = repr(self.target_layer) if self.target_layer else "a layer chosen at fit"
+        fitted = (
+            f"|Q| = {len(self.index.boundaries)}, |R| = {len(self.index)}"
+            if self.index is not None
+            else f"|Q| = {self.n_boundaries}, not fitted"
+        )
+        return (
+            f"RepresentativeInterpreter({type(self.model).__name__} at {layer}, {fitted}, "
+            f"seed {self.seed}, device {self.device}, solver {self.solver!r})"
+        )
+
+    @property
+    def split(self) -> SplitModel:
+        """The model split at the target layer, ``psi`` and ``G``.
+
+        Raises:
+            RuntimeError: ``target_layer=None`` and the layer is not chosen yet (it is at
+                ``fit``, or at construction with ``input_shape``).
+        """
+        if self._split is None:
+            raise RuntimeError(
+                "target_layer=None: the layer is chosen at fit (or pass input_shape=)"
+            )
+        return self._split
+
+    @exact_float32()
+    @torch.inference_mode()
+    def _probe(self, input_shape: tuple[int, ...]) -> None:
+        """Run one zero image through ``psi`` to check the target layer's output."""
+        probe = torch.zeros(1, *input_shape, device=self.device, dtype=self.dtype)
+        check_feature_map(self.split.psi(probe), self.split.layer)
+
     # ------------------------------------------------------------------ fitting
+    @exact_float32()
     def fit(
         self,
         reference: Reference,
@@ -115,7 +180,13 @@ class RepresentativeInterpreter:
         """Sample ``Q`` and index the reference set.
 
         Args:
-            reference: N x C x H x W tensor, or a Dataset of images or ``(image, label)``.
+            reference: the reference images, normalised as the model expects: an N x C x H x W
+                tensor, a NumPy array (N x C x H x W, or N x H x W x C when the last dimension
+                is 1 or 3 and the second is not), a list of images, a Dataset or a DataLoader
+                (of images, ``(image, label)`` tuples or dicts with the image under
+                ``"image"``, ``"pixel_values"``, ``"img"``, ``"input"`` or ``"inputs"``); a
+                DataLoader must not shuffle, and one over an IterableDataset is read into
+                memory once. See :func:`repinterp.inputs.as_reference` for the rules.
             class_names: optional names of the classes, kept in the index.
             keep_features: also keep the reference feature maps, in a memory-mapped file on
                 disk (needed by :meth:`regions` and the evaluation protocols).
@@ -124,7 +195,15 @@ class RepresentativeInterpreter:
 
         Returns:
             self.
+
+        Raises:
+            ValueError: an empty or unreadable reference set, bad images, a target layer
+                without N x K x h x w output, or non-finite logits or projections (saying for
+                how many images); the previous fit, if any, is kept.
         """
+        reference = as_reference(reference)
+        if self._split is None:
+            self._locate(reference)
         feature_dir = None
         if keep_features and shards is None:
             feature_dir = tempfile.TemporaryDirectory(prefix="repinterp-")
@@ -143,6 +222,7 @@ class RepresentativeInterpreter:
             num_workers=self.num_workers,
             feature_file=feature_file,
             shards=shards,
+            dtype=self.dtype,
         )
         self._feature_dir = feature_dir
         if len(index.boundaries) < self.n_boundaries:
@@ -166,6 +246,17 @@ class RepresentativeInterpreter:
         }
         self.index = index
         return self
+
+    def _locate(self, reference: Reference) -> None:
+        """Choose the target layer with the first reference image's shape."""
+        if reference_size(reference) == 0:
+            raise ValueError("the reference set is empty")
+        first = gather_images(reference, torch.zeros(1, dtype=torch.long))
+        first = as_batch(first, self.dtype, self.device, what="reference images")
+        self._split = locate_split(
+            self.model, tuple(first.shape[1:]), self.allow_nonlinear_head, self.output
+        )
+        self.target_layer = self._split.layer
 
     @property
     def fitted_index(self) -> ReferenceIndex:
@@ -199,25 +290,34 @@ class RepresentativeInterpreter:
         return torch.from_numpy(np.load(path, mmap_mode="c"))
 
     # ------------------------------------------------------------------ features
-    def _check(self, images: Tensor) -> Tensor:
-        check_batch(images, self.fitted_index.input_shape)
-        return images
+    def _batches(self, images: Tensor) -> list[Tensor]:
+        """``images`` checked, in the model's dtype, in batches on the device."""
+        images = as_batch(images, self.dtype, shape=self.fitted_index.input_shape)
+        return [part.to(self.device) for part in images.split(self.batch_size)]
 
+    @exact_float32()
     @torch.inference_mode()
     def features(self, images: Tensor) -> Tensor:
-        """``psi(images)``: N x C x H x W -> N x K x h x w, in batches, on the device."""
-        self._check(images)
-        parts = [
-            self.split.psi(images[i : i + self.batch_size].to(self.device))
-            for i in range(0, images.shape[0], self.batch_size)
-        ]
-        return torch.cat(parts)
+        """``psi(images)``: N x C x H x W (any device, any floating dtype) -> N x K x h x w,
+        in batches, on the device.
+
+        Raises:
+            ValueError: bad images, or images whose feature maps are not finite.
+        """
+        parts = [self.split.psi(part) for part in self._batches(images)]
+        if not parts:
+            shape = self.fitted_index.feature_shape
+            return torch.empty(0, *shape, device=self.device, dtype=self.dtype)
+        features = torch.cat(parts)
+        check_finite_rows("feature maps", features)
+        return features
 
     def forward(self, images: Tensor) -> tuple[Tensor, Tensor]:
         """The model's logits and the projections on ``Q`` of N images, in batches.
 
         Args:
-            images: N x C x H x W, normalised as the model expects.
+            images: N x C x H x W, normalised as the model expects (any device, any floating
+                dtype).
 
         Returns:
             Logits (N x classes) and projections ``<W_h, psi(x)> + b_h`` (N x |Q|), on the
@@ -225,10 +325,12 @@ class RepresentativeInterpreter:
 
         Raises:
             RuntimeError: the interpreter is not fitted.
-            ValueError: the images are not a finite float batch of the index's C x H x W.
+            ValueError: the images are not a finite float batch of the index's C x H x W, or
+                give non-finite logits or projections.
         """
         return self._forward(images)
 
+    @exact_float32()
     @torch.inference_mode()
     def _forward(
         self, images: Tensor, features: list[Tensor] | None = None
@@ -236,38 +338,50 @@ class RepresentativeInterpreter:
         """:meth:`forward`; each batch's flattened feature maps (on the CPU) are also appended
         to ``features`` when it is given."""
         index = self.fitted_index
-        self._check(images)
-        logits, proj = [], []
-        for i in range(0, images.shape[0], self.batch_size):
-            t = self.split.psi(images[i : i + self.batch_size].to(self.device))
+        logits = [torch.empty(0, index.n_classes, device=self.device, dtype=self.dtype)]
+        proj = [torch.empty(0, len(index.boundaries), device=self.device, dtype=self.dtype)]
+        for part in self._batches(images):
+            t = self.split.psi(part)
             logits.append(self.split.head(t))
             proj.append(project(t, index.boundaries))
             if features is not None:
                 features.append(t.flatten(1).float().cpu())
-        return torch.cat(logits), torch.cat(proj)
+        logits, proj = torch.cat(logits), torch.cat(proj)
+        check_finite_rows("logits or projections", logits, proj)
+        return logits, proj
 
     # ------------------------------------------------------------------ explaining
     def explain(self, image: Tensor, solver: str | None = None) -> Interpretation:
-        """Interpret one image (C x H x W, normalised as the model expects).
+        """Interpret one image (C x H x W or 1 x C x H x W, normalised as the model expects,
+        on any device).
 
         Args:
             solver: ``"greedy"`` or ``"exact"``; None means the interpreter's.
         """
+        if isinstance(image, Tensor) and image.ndim == 4 and image.shape[0] == 1:
+            image = image[0]
         if not isinstance(image, Tensor) or image.ndim != 3:
             shape = tuple(image.shape) if isinstance(image, Tensor) else type(image).__name__
-            raise ValueError(f"explain takes one C x H x W image, got {shape}")
+            raise ValueError(f"explain takes one C x H x W (or 1 x C x H x W) image, got {shape}")
         return self.explain_batch(image.unsqueeze(0), solver)[0]
 
+    def _solver(self, solver: str | None) -> str:
+        return self.solver if solver is None else check_solver(solver)
+
+    @exact_float32()
     def explain_batch(self, images: Tensor, solver: str | None = None) -> list[Interpretation]:
-        """Interpret N images (N x C x H x W) at once; the covers are solved together.
+        """Interpret N images (N x C x H x W, on any device) at once; the covers are solved
+        together. No image gives an empty list.
 
         Args:
             solver: ``"greedy"`` or ``"exact"``; None means the interpreter's.
         """
         features = [] if FEATURE_FILE in self.fitted_index.files else None
         logits, proj = self._forward(images, features)
-        return self._interpret(logits, proj, solver, torch.cat(features) if features else None)
+        features = torch.cat(features) if features else None
+        return interpret(self, logits, proj, self._solver(solver), self.time_limit, features)
 
+    @exact_float32()
     def explain_reference(
         self, indices: Tensor | list[int], solver: str | None = None
     ) -> list[Interpretation]:
@@ -283,50 +397,10 @@ class RepresentativeInterpreter:
         features = None
         if FEATURE_FILE in index.files:
             features = self.reference_features[rows.cpu()]
-        return self._interpret(index.logits[rows], index.projections[rows], solver, features)
+        logits, proj = index.logits[rows], index.projections[rows]
+        return interpret(self, logits, proj, self._solver(solver), self.time_limit, features)
 
-    def _interpret(
-        self,
-        logits: Tensor,
-        proj: Tensor,
-        solver: str | None = None,
-        features: Tensor | None = None,
-    ) -> list[Interpretation]:
-        index = self.fitted_index
-        solver = self.solver if solver is None else _check_solver(solver)
-        predicted = logits.argmax(1)
-        other = index.predictions.unsqueeze(0) != predicted.unsqueeze(1)
-        input_sides = sides(proj)
-        result = greedy_cover(index.sides, input_sides, other)
-        if solver == "exact":
-            result = exact_cover(index.sides, input_sides, other, self.time_limit, greedy=result)
-        probs = logits.float().softmax(1)
-        out = []
-        for i in range(logits.shape[0]):
-            chosen = result.boundaries(i)
-            out.append(
-                Interpretation(
-                    predicted_class=int(predicted[i]),
-                    score=float(probs[i, predicted[i]]),
-                    boundaries=chosen,
-                    covered=result.covered[i].nonzero().flatten(),
-                    delta=int(result.delta[i]),
-                    conflicts=int(result.conflicts[i]),
-                    projections=proj[i],
-                    channel_weights=(
-                        channel_weights(index.boundaries.select(chosen), input_sides[i, chosen])
-                        if len(chosen)
-                        else proj.new_zeros(0, index.feature_shape[0])
-                    ),
-                    n_reference=len(index),
-                    interpreter=self,
-                    solver=solver,
-                    features=None if features is None else features[i],
-                    **(_exact_fields(result, i) if isinstance(result, ExactCoverResult) else {}),
-                )
-            )
-        return out
-
+    @exact_float32()
     def regions(self, n_regions: int | None = None, seed: int = 0) -> RegionSet:
         """k-means regions over the reference set (see :class:`repinterp.regions.RegionSet`);
         needs ``fit(..., keep_features=True)``."""

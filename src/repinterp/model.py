@@ -2,118 +2,68 @@
 
 ``G`` (feature map -> logits) is the model's head. The method needs it to be piecewise linear,
 so that the hyperplane of Eq. 2 is exactly a linear boundary of ``G``; :func:`split_model`
-refuses heads that contain anything else unless told otherwise.
+refuses heads that contain anything else (:mod:`repinterp.linearity`) unless told otherwise.
+:func:`locate_split` finds the layer itself, when the user names none.
 """
 
 from __future__ import annotations
 
 import hashlib
-import operator
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, fx, nn
 
-from .utils import resolve_module, tensor_bytes
+from .linearity import NonlinearHeadError, check_piecewise_linear
+from .utils import model_device, model_dtype, resolve_module, tensor_bytes
 
-__all__ = ["SplitModel", "model_fingerprint", "resolve_layer", "split_model"]
+__all__ = [
+    "LayerSpec",
+    "NonlinearHeadError",
+    "SplitModel",
+    "check_feature_map",
+    "locate_split",
+    "model_fingerprint",
+    "resolve_layer",
+    "split_model",
+]
 
-# Modules that are piecewise linear in eval mode. BatchNorm and Dropout only in eval mode.
-_PL_MODULES: tuple[type[nn.Module], ...] = (
-    nn.Linear,
-    nn.Conv1d,
-    nn.Conv2d,
-    nn.Conv3d,
-    nn.ReLU,
-    nn.ReLU6,
-    nn.LeakyReLU,
-    nn.PReLU,
-    nn.Hardtanh,
-    nn.MaxPool1d,
-    nn.MaxPool2d,
-    nn.AvgPool1d,
-    nn.AvgPool2d,
-    nn.AdaptiveAvgPool1d,
-    nn.AdaptiveAvgPool2d,
-    nn.AdaptiveMaxPool1d,
-    nn.AdaptiveMaxPool2d,
-    nn.Flatten,
-    nn.Unflatten,
-    nn.Identity,
-    nn.ZeroPad2d,
-    nn.ConstantPad2d,
-)
-_EVAL_ONLY_MODULES: tuple[type[nn.Module], ...] = (
-    nn.BatchNorm1d,
-    nn.BatchNorm2d,
-    nn.Dropout,
-    nn.Dropout1d,
-    nn.Dropout2d,
-)
-_PL_FUNCTIONS = {
-    torch.flatten,
-    torch.relu,
-    torch.cat,
-    torch.stack,
-    torch.zeros_like,
-    torch.add,
-    torch.sub,
-    torch.max_pool2d,
-    torch.clamp,
-    torch.reshape,
-    F.relu,
-    F.relu6,
-    F.leaky_relu,
-    F.hardtanh,
-    F.linear,
-    F.conv2d,
-    F.max_pool2d,
-    F.avg_pool2d,
-    F.adaptive_avg_pool2d,
-    F.adaptive_max_pool2d,
-    F.pad,
-    operator.add,
-    operator.sub,
-    operator.neg,
-    operator.getitem,
-    getattr,
-}
-# Multiplication and division stay linear when one side is a constant, not a tensor of t.
-_SCALAR_FUNCTIONS = {operator.mul, operator.truediv, torch.mul}
-_PL_METHODS = {
-    "view",
-    "reshape",
-    "flatten",
-    "size",
-    "relu",
-    "relu_",
-    "mean",
-    "sum",
-    "permute",
-    "transpose",
-    "contiguous",
-    "squeeze",
-    "unsqueeze",
-    "clamp",
-    "add",
-    "add_",
-    "sub",
-    "dim",
-}
+LayerSpec = str | nn.Module | Sequence[nn.Module]
+OutputFn = Callable[[Any], Any]
+
+# Layers whose output is never an N x K x h x w feature map.
+_FLAT_MODULES: tuple[type[nn.Module], ...] = (nn.Linear, nn.Bilinear, nn.Flatten, nn.BatchNorm1d)
 
 
-def resolve_layer(model: nn.Module, target_layer: str | nn.Module) -> str:
+def resolve_layer(model: nn.Module, target_layer: LayerSpec) -> str:
     """Return the dotted name of ``target_layer`` in ``model``.
 
     Args:
         model: the classifier.
-        target_layer: a name from ``model.named_modules()`` or the module itself.
+        target_layer: a name from ``model.named_modules()``, the module itself, or a list of
+            one module (pytorch-grad-cam's ``target_layers=[model.layer4]``).
 
     Raises:
-        ValueError: the layer is not in the model (the message lists similar names).
+        ValueError: the layer is not in the model (the message lists similar names), a list
+            of other than one module, or a layer whose output is flat (Linear, Flatten, ...).
     """
-    return resolve_module(model, target_layer)[0]
+    if isinstance(target_layer, Sequence) and not isinstance(target_layer, str):
+        if len(target_layer) != 1:
+            raise ValueError(
+                f"target_layer is a list of {len(target_layer)} layers; the model is split at "
+                "one layer: pass one, e.g. [model.layer4]"
+            )
+        target_layer = target_layer[0]
+    name, module = resolve_module(model, target_layer)
+    if isinstance(module, _FLAT_MODULES):
+        raise ValueError(
+            f"target_layer {name!r} ({type(module).__name__}) gives flat N x D outputs, not "
+            "N x K x h x w feature maps: choose a convolutional layer (or target_layer=None "
+            "for the last spatial one)"
+        )
+    return name
 
 
 class _LeafTracer(fx.Tracer):
@@ -138,7 +88,13 @@ class _Head(nn.Module):
         self.graph_module = graph_module
 
     def forward(self, t: Tensor) -> Tensor:
-        return self.graph_module(t.clone())
+        logits = self.graph_module(t.clone())
+        if not isinstance(logits, Tensor):
+            raise ValueError(
+                f"the model's output is a {type(logits).__name__}, not a tensor of logits: pass "
+                "output=lambda out: ... (the logits) to RepresentativeInterpreter"
+            )
+        return logits
 
 
 @dataclass
@@ -156,11 +112,15 @@ class SplitModel:
     layer: str
 
 
+class _TraceError(ValueError):
+    """torch.fx cannot trace the model (at any layer)."""
+
+
 def _trace(model: nn.Module, layer: str) -> fx.Graph:
     try:
         return _LeafTracer(layer).trace(model)
     except Exception as exc:  # fx raises many types; re-raise with the cause attached
-        raise ValueError(
+        raise _TraceError(
             f"cannot trace {type(model).__name__} with torch.fx to split it at {layer!r}: "
             f"{type(exc).__name__}: {exc}"
         ) from exc
@@ -174,65 +134,104 @@ def _descendants(graph: fx.Graph, root: fx.Node) -> set[fx.Node]:
     return seen
 
 
-def _check_piecewise_linear(model: nn.Module, graph: fx.Graph, t_nodes: set[fx.Node]) -> None:
-    modules = dict(model.named_modules())
-    for node in graph.nodes:
-        if node.op in ("placeholder", "output", "get_attr"):
-            continue
-        if node.op == "call_module":
-            mod = modules[node.target]
-            if isinstance(mod, _EVAL_ONLY_MODULES):
-                if mod.training:
-                    raise ValueError(
-                        f"head layer {node.target!r} ({type(mod).__name__}) is in training "
-                        "mode, so G is not a fixed function: call model.eval() first"
-                    )
-                continue
-            if isinstance(mod, _PL_MODULES):
-                continue
-            what = f"layer {node.target!r} ({type(mod).__name__})"
-        elif node.op == "call_function":
-            if node.target in _PL_FUNCTIONS:
-                continue
-            if node.target in _SCALAR_FUNCTIONS:
-                tensor_args = [a for a in node.args if isinstance(a, fx.Node) and a in t_nodes]
-                if len(tensor_args) <= 1:
-                    continue
-            what = f"function {getattr(node.target, '__name__', node.target)} ({node.name})"
-        else:
-            if node.target in _PL_METHODS:
-                continue
-            what = f"method .{node.target}() ({node.name})"
+def _ancestors(node: fx.Node) -> set[fx.Node]:
+    seen, todo = {node}, [node]
+    while todo:
+        for arg in todo.pop().all_input_nodes:
+            if arg not in seen:
+                seen.add(arg)
+                todo.append(arg)
+    return seen
+
+
+def _field(node: fx.Node, name: str) -> fx.Node | None:
+    """The node passed as field ``name`` when ``node`` constructs an object with keyword
+    fields (a traced dataclass output, e.g. Hugging Face style ``Output(logits=...)``)."""
+    if node.op == "call_function" and isinstance(node.target, type):
+        value = node.kwargs.get(name)
+        return value if isinstance(value, fx.Node) else None
+    return None
+
+
+def _default_logits(value: Any) -> Any:
+    """The logits in a traced model output: a tensor, ``out["logits"]`` or ``out.logits``."""
+    if isinstance(value, Mapping):
+        if "logits" in value:
+            return value["logits"]
         raise ValueError(
-            f"the head G contains {what}, which is not known to be piecewise linear; "
-            "pass allow_nonlinear_head=True to proceed (Eq. 2 then gives only local "
-            "linearisations, not exact boundaries)"
+            f"the model returns a dict with keys {sorted(map(str, value))} and no 'logits': pass "
+            "output=lambda out: out[KEY] to RepresentativeInterpreter"
         )
+    if isinstance(value, (tuple, list)):
+        raise ValueError(
+            f"the model returns a {type(value).__name__} of {len(value)}: pass output=lambda "
+            "out: out[I] (the logits) to RepresentativeInterpreter"
+        )
+    node = value.node if isinstance(value, fx.Proxy) else None
+    if node is not None and node.op == "call_function" and isinstance(node.target, type):
+        if _field(node, "logits") is None:
+            raise ValueError(
+                f"the model returns a {node.target.__name__} without a 'logits' field: pass "
+                "output=lambda out: out.FIELD to RepresentativeInterpreter"
+            )
+        return value.logits
+    return value
+
+
+def _logits_node(graph: fx.Graph, output: OutputFn | None) -> fx.Node:
+    """Apply ``output`` (default: :func:`_default_logits`) to the traced model's output and
+    return the node of the logits it selects."""
+    out = next(n for n in graph.nodes if n.op == "output")
+    tracer = fx.proxy.GraphAppendingTracer(graph)
+    value = fx.node.map_arg(out.args[0], lambda n: fx.Proxy(n, tracer))
+    with graph.inserting_before(out):
+        result = (output or _default_logits)(value)
+        node = result.node if isinstance(result, fx.Proxy) else None
+    if node is None:
+        raise ValueError(
+            f"output= must select the logits tensor from the model's output, got "
+            f"{type(result).__name__}"
+        )
+    if node.op == "call_function" and node.target is getattr and isinstance(node.args[0], fx.Node):
+        node = _field(node.args[0], node.args[1]) or node
+    return node
 
 
 def split_model(
-    model: nn.Module, target_layer: str | nn.Module, allow_nonlinear_head: bool = False
+    model: nn.Module,
+    target_layer: LayerSpec,
+    allow_nonlinear_head: bool = False,
+    output: OutputFn | None = None,
 ) -> SplitModel:
-    """Split ``model`` at ``target_layer`` into ``psi`` and ``G`` with ``G(psi(x)) == model(x)``.
+    """Split ``model`` at ``target_layer`` into ``psi`` and ``G`` with ``G(psi(x))`` the logits.
 
     The model is traced with ``torch.fx`` (the target layer kept as one call); ``psi`` is the
-    graph up to the target layer's output and ``G`` the part that depends on it.
+    graph up to the target layer's output and ``G`` the part of the graph between it and the
+    logits.
 
     Args:
-        model: a classifier mapping N x C x H x W images to N x classes logits.
-        target_layer: dotted module name (as in ``named_modules()``) or the module itself.
+        model: a classifier mapping N x C x H x W images to N x classes logits, or to a dict
+            with ``"logits"``, or to an object with a ``.logits`` field (Hugging Face style).
+        target_layer: dotted module name (as in ``named_modules()``), the module itself, or a
+            list of one module.
         allow_nonlinear_head: accept heads that are not piecewise linear.
+        output: takes the model's output and returns the logits (e.g. ``lambda out: out[0]``);
+            it is traced, so it must only select (index, attribute), not compute. None: the
+            output itself, its ``"logits"`` entry or its ``.logits``.
 
     Returns:
         The :class:`SplitModel`.
 
     Raises:
-        ValueError: unknown layer; a layer called more than once; a head that needs values
-            other than the layer's output (e.g. a skip connection across it); a head that is
-            not piecewise linear (naming the layer) unless ``allow_nonlinear_head``.
+        ValueError: unknown or flat layer; a layer called more than once; a head that needs
+            values other than the layer's output (e.g. a skip connection across it); an output
+            without logits.
+        NonlinearHeadError: a head that is not piecewise linear (naming the layer) unless
+            ``allow_nonlinear_head``.
     """
     layer = resolve_layer(model, target_layer)
     graph = _trace(model, layer)
+    logits = _logits_node(graph, output)
     calls = [n for n in graph.nodes if n.op == "call_module" and n.target == layer]
     if not calls:
         raise ValueError(f"target_layer {layer!r} is never called in the model's forward")
@@ -245,7 +244,6 @@ def split_model(
     inputs = [n for n in graph.nodes if n.op == "placeholder"]
     if len(inputs) != 1:
         raise ValueError("the model's forward must take exactly one input tensor")
-    output = next(n for n in graph.nodes if n.op == "output")
 
     # psi: everything up to the target, which becomes the output.
     psi_graph = fx.Graph()
@@ -258,8 +256,11 @@ def split_model(
             break
     psi_graph.output(env[target])
 
-    # G: the target's output becomes the input; only nodes that depend on it are kept.
-    t_nodes = _descendants(graph, target)
+    # G: the target's output becomes the input; only nodes that depend on it and lead to the
+    # logits are kept.
+    if target not in _ancestors(logits):
+        raise ValueError(f"the model's logits do not depend on target_layer {layer!r}'s output")
+    t_nodes = _descendants(graph, target) & _ancestors(logits)
     head_graph = fx.Graph()
     env = {target: head_graph.placeholder("t")}
     for node in graph.nodes:
@@ -277,12 +278,9 @@ def split_model(
                     "whole block instead"
                 )
         env[node] = head_graph.node_copy(node, lambda n: env[n])
-    out_arg = output.args[0]
-    if not isinstance(out_arg, fx.Node) or out_arg not in env:
-        raise ValueError("the model's output does not depend on target_layer's output alone")
-    head_graph.output(env[out_arg])
+    head_graph.output(env[logits])
     if not allow_nonlinear_head:
-        _check_piecewise_linear(
+        check_piecewise_linear(
             model, head_graph, {n for n in head_graph.nodes if n.op != "get_attr"}
         )
 
@@ -290,6 +288,81 @@ def split_model(
         psi=_module(model, psi_graph, "Psi"),
         head=_Head(_module(model, head_graph, "Head")),
         layer=layer,
+    )
+
+
+def check_feature_map(t: Any, layer: str) -> None:
+    """Raise ``ValueError`` unless ``t`` (the output of ``layer``) is an N x K x h x w tensor."""
+    if not isinstance(t, Tensor) or t.ndim != 4:
+        shape = tuple(t.shape) if isinstance(t, Tensor) else type(t).__name__
+        raise ValueError(
+            f"target_layer {layer!r} gives outputs of shape {shape}, not N x K x h x w feature "
+            "maps: choose a convolutional layer (or target_layer=None for the last spatial one)"
+        )
+
+
+def _output_shapes(model: nn.Module, input_shape: Sequence[int]) -> list[tuple[str, Any]]:
+    """Each module's name and output shape (None: not a tensor), in the order the modules
+    finish in one forward pass of a zero image of ``input_shape``."""
+    seen: list[tuple[str, Any]] = []
+
+    def hook(name: str) -> Callable[..., None]:
+        return lambda m, i, out: seen.append(
+            (name, tuple(out.shape) if isinstance(out, Tensor) else None)
+        )
+
+    handles = [m.register_forward_hook(hook(n)) for n, m in model.named_modules() if n]
+    probe = torch.zeros(1, *input_shape, device=model_device(model), dtype=model_dtype(model))
+    try:
+        with torch.inference_mode():
+            model(probe)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return seen
+
+
+def locate_split(
+    model: nn.Module,
+    input_shape: Sequence[int],
+    allow_nonlinear_head: bool = False,
+    output: OutputFn | None = None,
+) -> SplitModel:
+    """Split ``model`` at its last spatial layer: the last module to finish in a forward pass
+    whose output is N x K x h x w with h x w > 1, that is called once and from whose output
+    alone the logits follow (like torchcam's ``locate_candidate_layer``, with the split's
+    checks). Pooling layers count (VGG's ``avgpool``); a 1 x 1 output (a global pool) does not.
+
+    Args:
+        model: the classifier, in eval mode.
+        input_shape: C x H x W of its images (one zero image is run through it).
+        allow_nonlinear_head: as in :func:`split_model`.
+        output: as in :func:`split_model`.
+
+    Raises:
+        NonlinearHeadError: the head after the last spatial layer is not piecewise linear
+            (naming the layer), unless ``allow_nonlinear_head``.
+        ValueError: no layer qualifies.
+    """
+    shapes = _output_shapes(model, input_shape)
+    calls: dict[str, int] = {}
+    for name, _ in shapes:
+        calls[name] = calls.get(name, 0) + 1
+    tried = []
+    for name, shape in reversed(shapes):
+        if calls[name] != 1 or shape is None or len(shape) != 4 or shape[2] * shape[3] == 1:
+            continue
+        try:
+            return split_model(model, name, allow_nonlinear_head, output)
+        except NonlinearHeadError as error:
+            raise NonlinearHeadError(f"the last spatial layer is {name!r}, but {error}") from error
+        except _TraceError:
+            raise
+        except ValueError:
+            tried.append(name)
+    raise ValueError(
+        "target_layer=None: no layer gives N x K x h x w feature maps (h x w > 1) from which "
+        f"the logits can be split off (tried {len(tried)}); pass target_layer="
     )
 
 

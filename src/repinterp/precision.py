@@ -5,6 +5,8 @@ products (cuBLAS, when allowed) in TF32, with a 10-bit mantissa; oneDNN on the C
 told to use TF32 or bfloat16 for float32 work. Signs of projections near a boundary then differ
 from the CPU's, and with them ``P(x)``. :func:`exact_float32` switches all of these off for the
 duration of a block and restores the user's settings afterwards, also after an exception.
+An enclosing ``torch.autocast`` region (CUDA or CPU) is switched off inside the block too, so
+that float32 models compute in float32 there.
 
 PyTorch has two interfaces for these flags: the legacy one (``torch.backends.cuda.matmul.
 allow_tf32``, ``torch.backends.cudnn.allow_tf32``, ``torch.set_float32_matmul_precision``) and,
@@ -13,18 +15,22 @@ flag (and, on CUDA, a matrix product) raises. Inside the block the flags are set
 legacy setters, which keep both interfaces consistent; on exit the legacy values that were
 readable on entry are put back through the legacy setters, then every ``fp32_precision``
 attribute is put back as it was, so the user's state is restored through the interface they used.
-The flags are process-wide: other threads running float32 work at the same time see them too.
+The flags are process-wide: other threads running float32 work at the same time see them too;
+blocks running in several threads at once restore the flags when the last one ends.
+
+:func:`engine_dtype` refuses models in half precision, which the engine never runs silently.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from typing import Any
 
 import torch
 
-__all__ = ["exact_float32", "tf32_allowed"]
+__all__ = ["engine_dtype", "exact_float32", "tf32_allowed"]
 
 # The backends whose float32 precision PyTorch lets users lower, parents before children.
 _NODES = (
@@ -96,24 +102,85 @@ def tf32_allowed() -> dict[str, bool]:
     }
 
 
+def _save() -> tuple[Any, Any, dict[str, str]]:
+    return (
+        _read(torch.get_float32_matmul_precision),
+        _read(lambda: torch.backends.cudnn.allow_tf32),
+        _new_api(),
+    )
+
+
+def _restore(saved: tuple[Any, Any, dict[str, str]]) -> None:
+    matmul, cudnn, new = saved
+    if matmul is not None:
+        torch.set_float32_matmul_precision(matmul)
+    if cudnn is not None:
+        torch.backends.cudnn.allow_tf32 = cudnn
+    for path, value in new.items():
+        _node(path).fp32_precision = value
+
+
+def _full_precision() -> None:
+    torch.set_float32_matmul_precision("highest")
+    torch.backends.cudnn.allow_tf32 = False
+    for path, value in _new_api().items():
+        if value not in ("none", "ieee"):
+            _node(path).fp32_precision = "ieee"
+
+
+class _Blocks:
+    """The blocks running now, in any thread: the first to enter saves the user's flags and
+    sets them; the last to leave restores them (so that one thread leaving never turns TF32
+    back on under another)."""
+
+    lock = threading.Lock()
+    depth = 0
+    saved: tuple[Any, Any, dict[str, str]] | None = None
+
+
 @contextmanager
 def exact_float32() -> Iterator[None]:
     """Run the block with every float32 operation in full float32 precision (no TF32, no
-    bfloat16 shortcuts), on CUDA and on the CPU; the user's settings come back on exit."""
-    matmul = _read(torch.get_float32_matmul_precision)
-    cudnn = _read(lambda: torch.backends.cudnn.allow_tf32)
-    saved = _new_api()
+    bfloat16 shortcuts, no autocast), on CUDA and on the CPU; the user's settings come back on
+    exit, also after an exception. Blocks may nest and run in several threads at once: the
+    settings come back when the last one ends. Also usable as a decorator:
+    ``@exact_float32()``."""
+    with _Blocks.lock:
+        if _Blocks.depth == 0:
+            saved = _save()
+            try:
+                _full_precision()
+            except BaseException:
+                _restore(saved)
+                raise
+            _Blocks.saved = saved
+        _Blocks.depth += 1
     try:
-        torch.set_float32_matmul_precision("highest")
-        torch.backends.cudnn.allow_tf32 = False
-        for path, value in _new_api().items():
-            if value not in ("none", "ieee"):
-                _node(path).fp32_precision = "ieee"
-        yield
+        with ExitStack() as autocast:
+            for device_type in ("cuda", "cpu"):
+                autocast.enter_context(torch.autocast(device_type, enabled=False))
+            yield
     finally:
-        if matmul is not None:
-            torch.set_float32_matmul_precision(matmul)
-        if cudnn is not None:
-            torch.backends.cudnn.allow_tf32 = cudnn
-        for path, value in saved.items():
-            _node(path).fp32_precision = value
+        with _Blocks.lock:
+            _Blocks.depth -= 1
+            if _Blocks.depth == 0 and _Blocks.saved is not None:
+                _restore(_Blocks.saved)
+                _Blocks.saved = None
+
+
+def engine_dtype(model: torch.nn.Module) -> torch.dtype:
+    """The floating dtype the engine computes in for ``model``: its widest floating parameter
+    or buffer dtype (float32 for a model with none).
+
+    Raises:
+        ValueError: the model has float16 or bfloat16 parameters or buffers (one line saying
+            how to convert it).
+    """
+    dtypes = {t.dtype for t in (*model.parameters(), *model.buffers()) if t.is_floating_point()}
+    low = sorted(str(d) for d in dtypes if d.itemsize < 4)
+    if low:
+        raise ValueError(
+            f"the model computes in {', '.join(low)}; boundaries and their sides need float32 "
+            "or wider: pass model.float()"
+        )
+    return max(dtypes, key=lambda d: d.itemsize, default=torch.float32)

@@ -19,6 +19,7 @@ from .boundaries import project
 from .cover import sides
 from .heatmap import heatmaps
 from .interpretation import Explainer, Interpretation
+from .precision import exact_float32
 from .utils import nearest_rows
 
 __all__ = ["Assignment", "RegionSet"]
@@ -102,14 +103,16 @@ class RegionSet:
         region = torch.where(covered, best.indices, nearest.to(covered.device))
         return Assignment(region=region, covered=covered)
 
+    @exact_float32()
     def assign(self, images: Tensor) -> Assignment:
-        """The region interpreting each image (N x C x H x W)."""
+        """The region interpreting each image (N x C x H x W, any device; N may be 0)."""
         return self._assign(self.interpreter.features(images))
 
     def predict(self, images: Tensor) -> Tensor:
         """N long: the class of each image's region."""
         return self.classes[self.assign(images).region]
 
+    @exact_float32()
     def heatmap(self, images: Tensor) -> Tensor:
         """N x H x W heat maps, each drawn with its region's channel weights."""
         features = self.interpreter.features(images)

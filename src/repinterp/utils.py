@@ -18,7 +18,9 @@ __all__ = [
     "eval_mode",
     "file_sha256",
     "model_device",
+    "model_dtype",
     "nearest_rows",
+    "resolve_device",
     "resolve_module",
     "tensor_bytes",
     "tensor_sha256",
@@ -30,6 +32,36 @@ def model_device(model: nn.Module) -> torch.device:
     for tensor in (*model.parameters(), *model.buffers()):
         return tensor.device
     return torch.device("cpu")
+
+
+def resolve_device(device: str | torch.device) -> torch.device:
+    """``device`` as a ``torch.device`` that exists on this machine.
+
+    Raises:
+        ValueError: an unknown device name, or a CUDA (or MPS) device that is not available.
+    """
+    try:
+        resolved = torch.device(device)
+    except (RuntimeError, TypeError) as error:
+        raise ValueError(f"unknown device {device!r}: use 'cpu', 'cuda' or 'cuda:N'") from error
+    if resolved.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise ValueError(f"device {str(device)!r}: CUDA is not available here; use 'cpu'")
+        if resolved.index is not None and resolved.index >= count:
+            raise ValueError(f"device {str(device)!r}: this machine has {count} CUDA device(s)")
+    if resolved.type == "mps" and not torch.backends.mps.is_available():
+        raise ValueError(f"device {str(device)!r}: MPS is not available here; use 'cpu'")
+    return resolved
+
+
+def model_dtype(model: nn.Module) -> torch.dtype:
+    """The dtype of the model's first floating parameter or buffer (float32 for a model with
+    none)."""
+    for tensor in (*model.parameters(), *model.buffers()):
+        if tensor.is_floating_point():
+            return tensor.dtype
+    return torch.float32
 
 
 @contextmanager

@@ -1,17 +1,24 @@
-"""Models: small ReLU CNNs of our own and torchvision models by name, with local weights.
+"""Models: small ReLU CNNs of our own, torchvision models and timm models by name, with local
+weights.
 
-Nothing here downloads: torchvision constructors get ``weights=None``, and trained weights come
-from a local file (``.safetensors``, or a PyTorch state dict read with ``weights_only=True``).
+Nothing here downloads: torchvision constructors get ``weights=None``, timm's
+``pretrained=False``, and trained weights come from a local file (``.safetensors``, or a
+PyTorch state dict read with ``weights_only=True``). timm is optional (``pip install
+repinterp[timm]``); its models are named ``timm:NAME`` (``timm:resnet50``,
+``timm:efficientnet_b0``, any name ``timm.list_models()`` gives).
 """
 
 from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
+from types import ModuleType
 
 import torch
 from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 from torchvision import models
+
+from .model import locate_split
 
 
 class SmallCNN(nn.Sequential):
@@ -98,25 +105,52 @@ _TORCHVISION = {
 }
 
 ARCHS = (*_SMALL, *_TORCHVISION)
+TIMM_PREFIX = "timm:"
+# The image size at which a timm model's target layer is found (its usual input).
+_TIMM_PROBE = (224, 224)
+
+
+def _timm() -> ModuleType:
+    try:
+        import timm
+    except ImportError as error:
+        raise ValueError(
+            "timm models need the timm package: pip install timm (or repinterp[timm])"
+        ) from error
+    return timm
 
 
 def _check_arch(arch: str) -> None:
+    if arch.startswith(TIMM_PREFIX):
+        name = arch.removeprefix(TIMM_PREFIX)
+        if not _timm().is_model(name):
+            raise ValueError(f"unknown timm model {name!r} (timm.list_models() lists them)")
+        return
     if arch not in ARCHS:
-        raise ValueError(f"unknown arch {arch!r}; choose one of: {', '.join(ARCHS)}")
+        raise ValueError(
+            f"unknown arch {arch!r}; choose one of: {', '.join(ARCHS)}, or {TIMM_PREFIX}NAME"
+        )
 
 
 def default_target_layer(arch: str) -> str:
     """The module name whose output is the feature map to interpret: the ReLU output of the
-    last convolution (or the nearest module that gives it).
+    last convolution (or the nearest module that gives it); for a timm model, the last spatial
+    layer from which the logits follow (:func:`repinterp.model.locate_split`, found at 224 px
+    without computing: the model is built on the meta device).
 
     Raises:
-        ValueError: unknown arch.
+        ValueError: unknown arch; a timm model whose head is not piecewise linear (naming the
+            layer that is not).
     """
     _check_arch(arch)
     if arch in _TORCHVISION:
         return _TORCHVISION[arch]
     with torch.device("meta"):
-        return _construct(arch, 2, None).target_layer
+        model = _construct(arch, 2, None)
+    if arch.startswith(TIMM_PREFIX):
+        channels = model.pretrained_cfg.get("input_size", (3,))[0]
+        return locate_split(model, (channels, *_TIMM_PROBE)).layer
+    return model.target_layer
 
 
 def _replace(model: nn.Module, name: str, module: nn.Module) -> None:
@@ -129,6 +163,10 @@ def _last_linear(model: nn.Module) -> str:
 
 
 def _construct(arch: str, num_classes: int, in_channels: int | None) -> nn.Module:
+    if arch.startswith(TIMM_PREFIX):
+        channels = {} if in_channels is None else {"in_chans": in_channels}
+        name = arch.removeprefix(TIMM_PREFIX)
+        return _timm().create_model(name, pretrained=False, num_classes=num_classes, **channels)
     if arch in _SMALL:
         config, pooled, hidden, channels = _SMALL[arch]
         channels = channels if in_channels is None else in_channels
@@ -168,10 +206,12 @@ def build_model(
     Args:
         arch: one of `ARCHS`: ``mnist_cnn`` (1 x 28 x 28), ``shapes_cnn`` (3 x 48..64),
             ``digits_cnn`` (1 x 8 x 8), or a torchvision model name (``vgg16``, ``resnet50``,
-            ...), built with ``weights=None`` and its last Linear layer replaced.
+            ...), built with ``weights=None`` and its last Linear layer replaced; or
+            ``timm:NAME``, built by timm with ``pretrained=False`` and ``num_classes``.
         num_classes: number of outputs.
         in_channels: input channels; None for the arch's own (1 for the digit CNNs, 3 else).
-            For a torchvision model the first convolution is replaced when this is not 3.
+            For a torchvision model the first convolution is replaced when this is not 3; a timm
+            model is built with ``in_chans``.
         weights: a ``.safetensors`` file, or a ``torch.save``d state dict (raw, or under a
             ``"state_dict"`` or ``"model"`` key); None keeps the random initialisation.
         reset_head: ignore the file's last-layer weights and keep that layer's random
@@ -180,7 +220,8 @@ def build_model(
             None draws from the global RNG.
 
     Raises:
-        ValueError: unknown arch, or weights that do not fit (one line saying what).
+        ValueError: unknown arch, timm missing for a timm model, or weights that do not fit
+            (one line saying what).
         FileNotFoundError: missing weights file.
     """
     _check_arch(arch)

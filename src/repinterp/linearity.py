@@ -1,0 +1,156 @@
+"""Which operations are piecewise linear, and the check that a traced head ``G`` has no other.
+
+The method needs ``G`` piecewise linear, so that the hyperplane of Eq. 2 is exactly a linear
+boundary of ``G`` (docs/method.md, step 3.1). :func:`check_piecewise_linear` goes through a
+traced head node by node and names the first node it does not know to be so.
+"""
+
+from __future__ import annotations
+
+import operator
+
+import torch
+import torch.nn.functional as F
+from torch import fx, nn
+
+__all__ = ["NonlinearHeadError", "check_piecewise_linear"]
+
+# Modules that are piecewise linear in eval mode. BatchNorm and Dropout only in eval mode.
+_PL_MODULES: tuple[type[nn.Module], ...] = (
+    nn.Linear,
+    nn.Conv1d,
+    nn.Conv2d,
+    nn.Conv3d,
+    nn.ReLU,
+    nn.ReLU6,
+    nn.LeakyReLU,
+    nn.PReLU,
+    nn.Hardtanh,
+    nn.MaxPool1d,
+    nn.MaxPool2d,
+    nn.AvgPool1d,
+    nn.AvgPool2d,
+    nn.AdaptiveAvgPool1d,
+    nn.AdaptiveAvgPool2d,
+    nn.AdaptiveMaxPool1d,
+    nn.AdaptiveMaxPool2d,
+    nn.Flatten,
+    nn.Unflatten,
+    nn.Identity,
+    nn.ZeroPad2d,
+    nn.ConstantPad2d,
+)
+_EVAL_ONLY_MODULES: tuple[type[nn.Module], ...] = (
+    nn.BatchNorm1d,
+    nn.BatchNorm2d,
+    nn.Dropout,
+    nn.Dropout1d,
+    nn.Dropout2d,
+)
+_PL_FUNCTIONS = {
+    torch.flatten,
+    torch.relu,
+    torch.cat,
+    torch.stack,
+    torch.zeros_like,
+    torch.add,
+    torch.sub,
+    torch.max_pool2d,
+    torch.clamp,
+    torch.reshape,
+    F.relu,
+    F.relu6,
+    F.leaky_relu,
+    F.hardtanh,
+    F.linear,
+    F.conv2d,
+    F.max_pool2d,
+    F.avg_pool2d,
+    F.adaptive_avg_pool2d,
+    F.adaptive_max_pool2d,
+    F.pad,
+    operator.add,
+    operator.sub,
+    operator.neg,
+    operator.getitem,
+    getattr,
+}
+# Multiplication and division stay linear when one side is a constant, not a tensor of t.
+_SCALAR_FUNCTIONS = {operator.mul, operator.truediv, torch.mul}
+_PL_METHODS = {
+    "view",
+    "reshape",
+    "flatten",
+    "size",
+    "relu",
+    "relu_",
+    "mean",
+    "sum",
+    "permute",
+    "transpose",
+    "contiguous",
+    "squeeze",
+    "unsqueeze",
+    "clamp",
+    "add",
+    "add_",
+    "sub",
+    "dim",
+}
+
+
+class NonlinearHeadError(ValueError):
+    """The head after the target layer is not known to be piecewise linear."""
+
+
+def _where(node: fx.Node) -> str:
+    """`` in 'head.norm' (LayerNorm2d)``: the module whose forward a traced call came from, or
+    the node's name when it came from the model's own forward."""
+    stack = node.meta.get("nn_module_stack")
+    if not stack:
+        return f" ({node.name})"
+    name, kind = list(stack.values())[-1]
+    return f" in {name!r} ({getattr(kind, '__name__', kind)})"
+
+
+def check_piecewise_linear(model: nn.Module, graph: fx.Graph, t_nodes: set[fx.Node]) -> None:
+    """Raise unless every node of the head ``graph`` (traced from ``model``) is piecewise
+    linear; ``t_nodes`` are the nodes whose values depend on the feature map.
+
+    Raises:
+        ValueError: a BatchNorm or Dropout of the head is in training mode.
+        NonlinearHeadError: any other node not known to be piecewise linear, named.
+    """
+    modules = dict(model.named_modules())
+    for node in graph.nodes:
+        if node.op in ("placeholder", "output", "get_attr"):
+            continue
+        if node.op == "call_module":
+            mod = modules[node.target]
+            if isinstance(mod, _EVAL_ONLY_MODULES):
+                if mod.training:
+                    raise ValueError(
+                        f"head layer {node.target!r} ({type(mod).__name__}) is in training "
+                        "mode, so G is not a fixed function: call model.eval() first"
+                    )
+                continue
+            if isinstance(mod, _PL_MODULES):
+                continue
+            what = f"layer {node.target!r} ({type(mod).__name__})"
+        elif node.op == "call_function":
+            if node.target in _PL_FUNCTIONS:
+                continue
+            if node.target in _SCALAR_FUNCTIONS:
+                tensor_args = [a for a in node.args if isinstance(a, fx.Node) and a in t_nodes]
+                if len(tensor_args) <= 1:
+                    continue
+            what = f"function {getattr(node.target, '__name__', node.target)}{_where(node)}"
+        else:
+            if node.target in _PL_METHODS:
+                continue
+            what = f"method .{node.target}(){_where(node)}"
+        raise NonlinearHeadError(
+            f"the head G contains {what}, which is not known to be piecewise linear; "
+            "pass allow_nonlinear_head=True to proceed (Eq. 2 then gives only local "
+            "linearisations, not exact boundaries)"
+        )

@@ -15,7 +15,7 @@ import torch
 from torch import Tensor, nn
 
 from .boundaries import project
-from .build import build_index
+from .build import SAMPLINGS, build_index
 from .cover import ExactCoverResult, exact_cover, greedy_cover, sides
 from .heatmap import channel_weights
 from .index import FEATURE_FILE, IndexLoadError, ReferenceIndex
@@ -65,6 +65,8 @@ class RepresentativeInterpreter:
         solver: ``"greedy"`` (Algorithm 1) or ``"exact"`` (a MILP, see
             :func:`repinterp.cover.exact_cover`); ``explain`` can override it.
         time_limit: seconds the exact solver may spend per input.
+        sampling: how the sources of ``Q`` are drawn: ``"uniform"`` (the paper), ``"balanced"``
+            or ``"pairs"`` (see :func:`repinterp.build.sample_sources`).
     """
 
     def __init__(
@@ -80,6 +82,7 @@ class RepresentativeInterpreter:
         num_workers: int = 0,
         solver: str = "greedy",
         time_limit: float = 5.0,
+        sampling: str = "uniform",
     ) -> None:
         if model.training:
             raise ValueError("the model is in training mode: call model.eval() first")
@@ -90,6 +93,9 @@ class RepresentativeInterpreter:
         if time_limit <= 0:
             raise ValueError(f"time_limit must be > 0, got {time_limit}")
         self.solver = _check_solver(solver)
+        if sampling not in SAMPLINGS:
+            raise ValueError(f"unknown sampling {sampling!r}; choose one of {', '.join(SAMPLINGS)}")
+        self.sampling = sampling
         self.time_limit = time_limit
         self.device = torch.device(device) if device is not None else model_device(model)
         self.model = model.to(self.device)
@@ -143,6 +149,7 @@ class RepresentativeInterpreter:
             num_workers=self.num_workers,
             feature_file=feature_file,
             shards=shards,
+            sampling=self.sampling,
         )
         self._feature_dir = feature_dir
         if len(index.boundaries) < self.n_boundaries:
@@ -160,6 +167,7 @@ class RepresentativeInterpreter:
         index.meta = {
             "target_layer": self.target_layer,
             "seed": self.seed,
+            "sampling": self.sampling,
             "requested_boundaries": self.n_boundaries,
             "model_class": type(self.model).__name__,
             "class_names": class_names,
@@ -365,6 +373,7 @@ class RepresentativeInterpreter:
             layer,
             n_boundaries=meta.get("requested_boundaries", len(index.boundaries)),
             seed=meta.get("seed", 0),
+            sampling=meta.get("sampling", "uniform"),
             device=device,
             **kwargs,
         )

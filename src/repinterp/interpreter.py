@@ -16,7 +16,7 @@ from torch import Tensor, nn
 
 from .boundaries import project
 from .build import SAMPLINGS, build_index
-from .cover import ExactCoverResult, exact_cover, greedy_cover, sides
+from .cover import ExactCoverResult, exact_cover, fewest_boundaries, greedy_cover, sides
 from .heatmap import channel_weights
 from .index import FEATURE_FILE, IndexLoadError, ReferenceIndex
 from .inputs import Reference, check_batch
@@ -63,7 +63,8 @@ class RepresentativeInterpreter:
         progress: show progress bars.
         num_workers: DataLoader workers when the reference set is a Dataset.
         solver: ``"greedy"`` (Algorithm 1) or ``"exact"`` (a MILP, see
-            :func:`repinterp.cover.exact_cover`); ``explain`` can override it.
+            :func:`repinterp.cover.exact_cover`, made canonical by
+            :func:`repinterp.cover.fewest_boundaries`); ``explain`` can override it.
         time_limit: seconds the exact solver may spend per input.
         sampling: how the sources of ``Q`` are drawn: ``"uniform"`` (the paper), ``"balanced"``
             or ``"pairs"`` (see :func:`repinterp.build.sample_sources`).
@@ -308,6 +309,7 @@ class RepresentativeInterpreter:
         result = greedy_cover(index.sides, input_sides, other)
         if solver == "exact":
             result = exact_cover(index.sides, input_sides, other, self.time_limit, greedy=result)
+            result = fewest_boundaries(index.sides, input_sides, other, result, self.time_limit)
         probs = logits.float().softmax(1)
         out = []
         for i in range(logits.shape[0]):

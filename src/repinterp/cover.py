@@ -399,15 +399,11 @@ def fewest_boundaries(
         start, current = time.perf_counter(), order[b][order[b] >= 0]
         sep, value = ref != inputs[b], int(covered[b].sum())
         chosen, _ = _solve(sep, others[b], time_limit, True, at_least=value)
-        now = None if chosen is None else ~sep[:, chosen].any(1)
-        if (
-            now is not None
-            and int(now.sum()) >= value
-            and int((now & others[b]).sum()) <= int(result.delta[b])
-        ):
-            if (len(chosen), int(chosen.sum())) < (len(current), int(current.sum())):
-                order[b], covered[b] = -1, now
-                order[b, : len(chosen)] = np.sort(chosen)
+        now = np.zeros_like(covered[b]) if chosen is None else ~sep[:, chosen].any(1)
+        cheaper = chosen is not None and (len(chosen), chosen.sum()) < (len(current), current.sum())
+        if cheaper and now.sum() >= value and (now & others[b]).sum() <= int(result.delta[b]):
+            order[b], covered[b] = -1, now
+            order[b, : len(chosen)] = np.sort(chosen)
         seconds[b] += time.perf_counter() - start
     as_tensor = lambda a: torch.from_numpy(a).to(reference_sides.device)  # noqa: E731
     return dataclasses.replace(

@@ -453,3 +453,21 @@ def test_image_folders_run_with_a_named_model(tmp_path) -> None:
     assert setup.pixels("unseen").shape == (5, 3, 224, 224)
     results = evaluate(setup, "coverage", replace(SMALL, n_regions=3, n_boundaries=10))
     assert all(_in_range(results[part]["CVR"]) for part in ("reference", "unseen"))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_protocols_run_on_cuda_as_on_the_cpu(mnist: Setup) -> None:
+    options = replace(
+        SMALL,
+        methods=("RI", "RI+pairs", "RI+score", "Grad-CAM", "Score-CAM"),
+        metrics=("AD", "ROAD", "deletion", "insertion"),
+        curve_images=4,
+    )
+    cuda = load_setup("mnist5k", n_reference=300, n_unseen=60, device="cuda")
+    on_gpu, on_cpu = (evaluate(s, "unseen", options)["methods"] for s in (cuda, mnist))
+    for name, block in on_gpu.items():
+        for key in ("mAD", "mAD_interp", "deletion", "insertion", "ROAD", "CVR"):
+            if key in block:
+                assert block[key] == pytest.approx(on_cpu[name][key], abs=1.0), (name, key)
+    for protocol in ("reference", "similar", "q-sweep"):
+        evaluate(cuda, protocol, replace(options, methods=("RI+score", "Grad-CAM")))

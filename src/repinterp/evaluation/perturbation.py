@@ -89,6 +89,13 @@ def baseline_images(images01: Tensor, baseline: str) -> Tensor:
     return F.conv2d(out, kernel.view(1, 1, -1, 1).expand(c, 1, -1, 1), groups=c)
 
 
+def _check_mode(mode: str, baseline: str | None) -> None:
+    if mode not in ("deletion", "insertion"):
+        raise ValueError(f"mode must be 'deletion' or 'insertion', got {mode!r}")
+    if baseline is not None and baseline not in BASELINES:
+        raise ValueError(f"unknown baseline {baseline!r}; choose one of {', '.join(BASELINES)}")
+
+
 def _step_counts(n_pixels: int, steps: int) -> list[int]:
     return [math.floor(i * n_pixels / steps + 0.5) for i in range(steps + 1)]
 
@@ -118,8 +125,7 @@ def deletion_insertion(
     Returns:
         ``(curves, auc)``: N x (steps + 1) probabilities in [0, 1] (CPU), and the N AUCs in %.
     """
-    if mode not in ("deletion", "insertion"):
-        raise ValueError(f"mode must be 'deletion' or 'insertion', got {mode!r}")
+    _check_mode(mode, baseline)
     if steps < 1 or batch_size < 1:
         raise ValueError(f"steps and batch_size must be >= 1, got {steps} and {batch_size}")
     check_images(images01, what="images01", pixels=True)
@@ -175,10 +181,7 @@ class DeletionInsertion:
         batch_size: int = 64,
     ) -> None:
         """Args: as in ``deletion_insertion``."""
-        if mode not in ("deletion", "insertion"):
-            raise ValueError(f"mode must be 'deletion' or 'insertion', got {mode!r}")
-        if baseline is not None and baseline not in BASELINES:
-            raise ValueError(f"unknown baseline {baseline!r}; choose one of {', '.join(BASELINES)}")
+        _check_mode(mode, baseline)
         self.normalize = normalize
         self.mode = mode
         self.baseline = baseline

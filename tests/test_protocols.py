@@ -19,6 +19,7 @@ from repinterp.evaluation.run import Run, self_first
 from repinterp.evaluation.scoring import drop_increase
 from repinterp.evaluation.setup import WEIGHTS_DIR, Setup, load_setup, stratified
 from repinterp.polytope_weights import covered_sample, with_score_weights
+from repinterp.report.tables import overview_markdown
 from repinterp.zoo import build_model, default_target_layer, save_weights
 
 from .test_cli import _assert_one_line_error, run
@@ -471,3 +472,24 @@ def test_protocols_run_on_cuda_as_on_the_cpu(mnist: Setup) -> None:
                 assert block[key] == pytest.approx(on_cpu[name][key], abs=1.0), (name, key)
     for protocol in ("reference", "similar", "q-sweep"):
         evaluate(cuda, protocol, replace(options, methods=("RI+score", "Grad-CAM")))
+
+
+def test_overview_table_bolds_the_best_per_data_set_and_shows_the_targets() -> None:
+    def block(mad: float, cvr: float | None = None) -> dict:
+        out = {"mAD": mad, "mAD_std": 0.5, "ROAD": 30 - mad, "ROAD_std": 0.1}
+        return out | ({"CVR": cvr, "CVR_std": 1.0} if cvr is not None else {})
+
+    results = {
+        "runs": 5,
+        "model_acc": {"unseen": 97.5, "unseen_std": 0.25},
+        "methods": {"RI": block(30.0, 85.0), "RI+score": block(16.0, 85.0), "Score-CAM": block(17)},
+    }
+    lines = overview_markdown({"mnist5k": results}).splitlines()
+    assert lines[0].startswith("| Data set | Method | mAD | mAD per interp. | ROAD (pp) |")
+    rows = {line.split(" | ")[1]: line for line in lines[2:]}
+    assert "**16.00 ± 0.50**" in rows["RI+score"] and "**14.00 ± 0.10**" in rows["RI+score"]
+    assert "| 97.50 ± 0.25 |" in rows["Score-CAM"] and "n/a" in rows["Score-CAM"]
+    assert (
+        "| lowest |" in rows["*paper's target for RI*"]
+        and "≥ 97" in rows["*paper's target for RI*"]
+    )

@@ -14,7 +14,7 @@ from typing import Any
 
 from .plots import save_plots
 
-__all__ = ["cell", "results_markdown", "write_results"]
+__all__ = ["cell", "overview_markdown", "results_markdown", "write_results"]
 
 # Columns of the unseen tables: key, header, whether higher is better.
 _AD_COLUMNS = [
@@ -97,6 +97,42 @@ def _md_methods(results: dict[str, Any]) -> list[str]:
             *_columns_table(methods, _CURVE_COLUMNS, "Method"),
         ]
     return lines
+
+
+# The paper's targets on unseen images (Table 1, Table 2; App. D), beside the overview.
+PAPER_TARGETS = {"mAD": "lowest", "CVR": "≥ 97", "ACU-MD": "≥ 98"}
+_OVERVIEW = [
+    ("mAD", "mAD", False),
+    ("mAD_interp", "mAD per interp.", False),
+    ("ROAD", "ROAD (pp)", True),
+    ("deletion", "deletion", False),
+    ("insertion", "insertion", True),
+    ("CVR", "CVR", True),
+    ("ACU-MD", "ACU-MD", True),
+]
+
+
+def overview_markdown(unseen: dict[str, dict[str, Any]]) -> str:
+    """One table of ``unseen`` results on several data sets: per data set and method, mAD
+    pooled and per interpretation, ROAD, deletion and insertion AUC, CVR and ACU-MD (%, the
+    best of a column within a data set bold), the model's accuracy on the runs' unseen images,
+    and a row of the paper's targets.
+
+    Args:
+        unseen: `evaluate`'s ``unseen`` results (or their JSON), by data set name.
+    """
+    header = ["Data set", "Method", *[label for _, label, _ in _OVERVIEW], "model acc."]
+    rows = []
+    for dataset, results in unseen.items():
+        methods = _with_runs(results, results["methods"])
+        best = {key: _best(methods, key, higher) for key, _, higher in _OVERVIEW}
+        accuracy = cell({**results["model_acc"], "_runs": results["runs"]}, "unseen")
+        for name, block in methods.items():
+            cells = [cell(block, key, best=best[key] == name) for key, _, _ in _OVERVIEW]
+            rows.append([f"`{dataset}`", name, *cells, accuracy])
+        targets = [PAPER_TARGETS.get(key, "") for key, _, _ in _OVERVIEW]
+        rows.append([f"`{dataset}`", "*paper's target for RI*", *targets, ""])
+    return "\n".join(_table(header, rows)) + "\n"
 
 
 def _md_coverage(results: dict[str, Any]) -> list[str]:

@@ -4,12 +4,14 @@ import json
 import math
 from dataclasses import replace
 
+import numpy as np
 import pytest
 import torch
 from PIL import Image
 
 from repinterp.data import shapes
 from repinterp.evaluation import average_drop_increase_from_mask
+from repinterp.evaluation.baselines import channel_weights, reused_cam
 from repinterp.evaluation.methods import METHODS, Method
 from repinterp.evaluation.metrics import energy_in_mask, purity_at_k
 from repinterp.evaluation.options import Options
@@ -493,3 +495,30 @@ def test_overview_table_bolds_the_best_per_data_set_and_shows_the_targets() -> N
         "| lowest |" in rows["*paper's target for RI*"]
         and "≥ 97" in rows["*paper's target for RI*"]
     )
+
+
+def test_cam_cluster_control_reuses_mean_weights_of_cluster_members(mnist: Setup) -> None:
+    run_ = Run(mnist, 0, SMALL)
+    maps = METHODS["Grad-CAM+cluster"].unseen(run_, mnist.unseen_pixels)
+    centre = run_.reference_centre[0]
+    rng = np.random.default_rng(0)
+    weights = []
+    for v in range(len(run_.regions)):
+        members = (centre == v).nonzero().flatten()
+        chosen = members[torch.from_numpy(np.sort(rng.permutation(len(members))[:3]))]
+        assert bool((centre[chosen] == v).all())
+        weights.append(
+            channel_weights(
+                "Grad-CAM", mnist.model, mnist.target_layer, mnist.inputs("reference", chosen)
+            ).mean(0)
+        )
+    expected = reused_cam(
+        "Grad-CAM",
+        mnist.model,
+        mnist.target_layer,
+        mnist.inputs("unseen"),
+        torch.stack(weights)[run_.unseen_centre],
+    )
+    torch.testing.assert_close(maps, expected)
+    similar, maps = METHODS["Grad-CAM+cluster"].reference(run_, int(run_.inputs[0]), 3)
+    assert similar.tolist() == run_.neighbours(3)[0].tolist() and maps.shape == (3, 28, 28)

@@ -41,7 +41,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--methods",
         help="comma-separated: RI, its variants RI+exact, RI+balanced, RI+pairs, RI+score, "
         "RI+euclidean, RI+cosine (and combinations such as RI+pairs+score), Grad-CAM, "
-        "Grad-CAM++, Score-CAM, ACE; or 'all' for the paper's (RI,Grad-CAM,Grad-CAM++,"
+        "Grad-CAM++, Score-CAM (each also +cluster: weights averaged over a cluster), ACE; or "
+        "'all' for the paper's (RI,Grad-CAM,Grad-CAM++,"
         "Score-CAM,ACE); default: those but ACE",
     )
     add(

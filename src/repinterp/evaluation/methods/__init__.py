@@ -29,6 +29,7 @@ METHODS: Mapping[str, Method] = MappingProxyType(
         "RI": RIMethod(),
         **{variant.name: variant for variant in _RI},
         **{name: CAMMethod(name) for name in CAM_METHODS},
+        **{f"{name}+cluster": CAMMethod(name, cluster=True) for name in CAM_METHODS},
         "ACE": ACEMethod(),
     }
 )

@@ -4,17 +4,24 @@ import json
 import math
 from dataclasses import replace
 
+import numpy as np
 import pytest
 import torch
 from PIL import Image
 
 from repinterp.data import shapes
 from repinterp.evaluation import average_drop_increase_from_mask
+from repinterp.evaluation.baselines import channel_weights, reused_cam
 from repinterp.evaluation.methods import METHODS, Method
 from repinterp.evaluation.metrics import energy_in_mask, purity_at_k
-from repinterp.evaluation.protocols import Options, drop_increase, evaluate
+from repinterp.evaluation.options import Options
+from repinterp.evaluation.perturbation import deletion_insertion, road
+from repinterp.evaluation.protocols import evaluate
 from repinterp.evaluation.run import Run, self_first
-from repinterp.evaluation.setup import WEIGHTS_DIR, Setup, load_setup
+from repinterp.evaluation.scoring import drop_increase
+from repinterp.evaluation.setup import WEIGHTS_DIR, Setup, load_setup, stratified
+from repinterp.polytope_weights import covered_sample, with_score_weights
+from repinterp.report.tables import overview_markdown
 from repinterp.zoo import build_model, default_target_layer, save_weights
 
 from .test_cli import _assert_one_line_error, run
@@ -22,7 +29,19 @@ from .test_cli import _assert_one_line_error, run
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 SMALL = Options(
-    runs=1, n_regions=10, n_inputs=4, ks=(1, 3), q_values=(1, 5), purity_ks=(2, 4), progress=False
+    runs=1,
+    n_regions=10,
+    n_inputs=4,
+    ks=(1, 3),
+    q_values=(1, 5),
+    purity_ks=(2, 4),
+    progress=False,
+    split="fixed",
+    metrics=("AD",),
+    curve_images=6,
+    curve_inputs=2,
+    curve_k=2,
+    score_images=3,
 )
 
 
@@ -48,9 +67,69 @@ def test_unseen_reports_every_method_in_the_documented_shape(mnist: Setup) -> No
     assert results["seeds"] == [0, 1] and results["n_regions"] == 10
     assert list(results["methods"]) == ["RI", "Grad-CAM", "Grad-CAM++", "Score-CAM"]
     for block in results["methods"].values():
-        assert set(block) >= {"mAD", "mAD_std", "mAI", "mAI_std", "time_s"}
-        assert all(_in_range(block[key]) for key in ("mAD", "mAI"))
+        assert set(block) >= {"mAD", "mAD_std", "mAI", "mAI_interp", "mAD_interp", "time_s"}
+        assert all(_in_range(block[key]) for key in ("mAD", "mAI", "mAD_interp", "mAI_interp"))
         assert block["mAD_std"] >= 0 and block["time_s"] > 0
+    assert set(results["methods"]["RI"]) >= {"CVR", "ACU-MD"}  # RI has regions, the CAMs none
+    assert "CVR" not in results["methods"]["Grad-CAM"]
+    assert 0 < results["model_acc"]["unseen"] <= 100
+
+
+def test_unseen_pools_and_averages_per_interpretation_as_a_brute_force(mnist: Setup) -> None:
+    options = replace(SMALL, methods=("RI", "Grad-CAM"), metrics=("AD", "deletion"))
+    results = evaluate(mnist, "unseen", options)
+    run_ = Run(mnist, 0, options)
+    images01 = mnist.unseen_pixels
+    for name, groups in (
+        ("RI", run_.regions.assign(mnist.inputs("unseen")).region.cpu()),
+        ("Grad-CAM", run_.unseen_centre),
+    ):
+        maps = METHODS[name].unseen(run_, images01)
+        scores = drop_increase(mnist, images01, maps)
+        block = results["methods"][name]
+        assert block["mAD"] == pytest.approx(scores.ad) and block["mAI"] == pytest.approx(scores.ai)
+        per_v = [100 * float(scores.drop[groups == v].double().mean()) for v in groups.unique()]
+        assert block["mAD_interp"] == pytest.approx(sum(per_v) / len(per_v))
+        rows = run_.curve_rows
+        assert len(rows) == 6 and bool((rows.diff() > 0).all())
+        _, auc = deletion_insertion(mnist.model, images01[rows], maps[rows], mnist.normalize)
+        assert block["deletion"] == pytest.approx(float(auc.double().mean()), abs=1e-4)
+        assert "ROAD" not in block and "insertion" not in block
+
+
+def test_road_scores_the_same_images_for_every_method(mnist: Setup) -> None:
+    options = replace(SMALL, methods=("Grad-CAM",), metrics=("AD", "ROAD"), curve_images=3)
+    block = evaluate(mnist, "unseen", options)["methods"]["Grad-CAM"]
+    run_ = Run(mnist, 0, options)
+    rows = run_.curve_rows
+    maps = METHODS["Grad-CAM"].unseen(run_, mnist.unseen_pixels)[rows]
+    expected = road(mnist.model, mnist.unseen_pixels[rows], maps, mnist.normalize, seed=0)
+    assert block["ROAD"] == pytest.approx(float(expected.combined.double().mean()), abs=1e-4)
+    assert block["ROAD-MoRF"] == pytest.approx(float(expected.morf.double().mean()), abs=1e-4)
+    assert block["ROAD-LeRF"] == pytest.approx(float(expected.lerf.double().mean()), abs=1e-4)
+
+
+def test_ri_variants_solve_weigh_and_sample_their_own_way(mnist: Setup) -> None:
+    names = ("RI", "RI+exact", "RI+pairs", "RI+score")
+    options = replace(SMALL, methods=names, time_limit=2.0)
+    results = evaluate(mnist, "unseen", options)
+    assert list(results["methods"]) == list(names)
+    run_ = Run(mnist, 0, options)
+    paper = METHODS["RI"].regions(run_)
+    exact = METHODS["RI+exact"].regions(run_)
+    assert torch.equal(exact.inputs, paper.inputs)  # the same k-means inputs
+    for greedy, optimal in zip(paper.regions, exact.regions, strict=True):
+        assert optimal.solver == "exact"
+        assert optimal.representativeness >= greedy.representativeness
+    assert METHODS["RI+pairs"].regions(run_).interpreter.sampling == "pairs"
+    scored = METHODS["RI+score"].regions(run_)
+    v = 0
+    sample = covered_sample(paper.regions[v], options.score_images, run_.seed)
+    expected = with_score_weights(paper.regions[v], mnist.inputs("reference", sample))
+    torch.testing.assert_close(scored.regions[v].channel_weights, expected.channel_weights)
+    assert torch.equal(scored.regions[v].boundaries, paper.regions[v].boundaries)
+    fit = results["fit_s"]
+    assert set(fit) == {"uniform", "pairs"} and all(t > 0 for t in fit.values())
 
 
 def test_coverage_matches_a_brute_force_recomputation(mnist: Setup) -> None:
@@ -101,6 +180,29 @@ def test_reference_at_k1_evaluates_the_input_alone(mnist: Setup, method: str) ->
     assert block["mAI"][0] == pytest.approx(sum(increases) / len(increases))
 
 
+def test_reference_scores_curves_on_the_first_inputs_up_to_curve_k(mnist: Setup) -> None:
+    options = replace(SMALL, methods=("RI+cosine",), n_inputs=3, ks=(1, 2, 3))
+    options = replace(options, metrics=("AD", "insertion"))
+    block = evaluate(mnist, "reference", options)["methods"]["RI+cosine"]
+    assert block["insertion"][2] is None or math.isnan(block["insertion"][2])  # K = 3 > curve_k
+    run_ = Run(mnist, 0, options)
+    per_input = []
+    for index in run_.inputs.tolist()[: options.curve_inputs]:
+        similar, maps = METHODS["RI+cosine"].reference(run_, index, 3)
+        explanation = run_.interpreter.explain_reference([index])[0]
+        assert (
+            similar[1:].tolist()
+            == [i for i in explanation.similar(metric="cosine").tolist() if i != index][:2]
+        )
+        x = mnist.pixels("reference", similar[:2])
+        per_input.append(
+            deletion_insertion(mnist.model, x, maps[:2], mnist.normalize, "insertion")[1]
+        )
+    for k in (1, 2):
+        expected = sum(float(a[:k].double().mean()) for a in per_input) / len(per_input)
+        assert block["insertion"][k - 1] == pytest.approx(expected, abs=1e-4)
+
+
 class _Corner(Method):
     """Keeps the top-left quarter of every image, as kept pixels (the path ACE takes)."""
 
@@ -137,27 +239,49 @@ def test_methods_of_ones_own_may_give_kept_pixels(mnist: Setup) -> None:
     assert results["methods"]["corner"]["similar"] == [1.0, 3.0]
 
 
-def test_q_sweep_reports_one_value_per_q(mnist: Setup) -> None:
-    results = evaluate(mnist, "q-sweep", SMALL)
-    for part in ("reference", "unseen"):
-        for key in ("ACU-GT", "ACU-MD", "CVR"):
-            values = results[part][key]
-            assert len(values) == 2 and all(_in_range(v) for v in values)
+def test_q_sweep_reports_one_value_per_q_and_sampling(mnist: Setup) -> None:
+    results = evaluate(mnist, "q-sweep", replace(SMALL, samplings=("uniform", "pairs")))
+    assert list(results["samplings"]) == ["uniform", "pairs"]
+    for block in results["samplings"].values():
+        for part in ("reference", "unseen"):
+            for key in ("ACU-GT", "ACU-MD", "CVR"):
+                values = block[part][key]
+                assert len(values) == 2 and all(_in_range(v) for v in values)
+        assert len(block["fit_s"]) == 2 and min(block["fit_s"]) > 0
 
 
 def test_similar_on_shapes(shapes_setup: Setup) -> None:
     results = evaluate(shapes_setup, "similar", replace(SMALL, methods=("RI", "Grad-CAM")))
     assert len(results["rankings"]) == 4
     for block in results["rankings"].values():
-        assert all(_in_range(block[f"purity@{k}"]) for k in SMALL.purity_ks)
+        for k in SMALL.purity_ks:
+            keys = (f"sub-concept purity@{k}", f"class purity@{k}", f"mAD@{k}")
+            assert all(_in_range(block[key]) for key in keys)
     for block in results["methods"].values():
         assert _in_range(block["energy"])
     assert 0 < results["mask_area"] < 100
 
 
-def test_similar_needs_concepts(mnist: Setup) -> None:
-    with pytest.raises(ValueError, match="sub-concepts"):
-        evaluate(mnist, "similar", SMALL)
+def test_similar_without_concepts_ranks_by_class_and_reuse(mnist: Setup) -> None:
+    results = evaluate(mnist, "similar", SMALL)
+    assert "methods" not in results and "mask_area" not in results  # no masks: no pointing
+    run_ = Run(mnist, 0, SMALL)
+    labels = mnist.labels("reference")
+    purity, drops = [], []
+    for index in run_.inputs.tolist():
+        explanation = run_.interpreter.explain_reference([index])[0]
+        ranking = explanation.similar(metric="cosine").cpu()
+        ranking = ranking[ranking != index]
+        purity.append(float((labels[ranking[:2]] == labels[index]).double().mean()))
+        top = ranking[:4]
+        maps = explanation.heatmap(mnist.inputs("reference", top))
+        drops.append(
+            100 * float(drop_increase(mnist, mnist.pixels("reference", top), maps).drop[:2].mean())
+        )
+    block = results["rankings"]["cosine (covered)"]
+    assert block["class purity@2"] == pytest.approx(100 * sum(purity) / len(purity))
+    assert block["mAD@2"] == pytest.approx(sum(drops) / len(drops))
+    assert "sub-concept purity@2" not in block
 
 
 def test_similar_by_feature_distance(mnist: Setup) -> None:
@@ -225,7 +349,7 @@ def test_cli_evaluate_writes_results(tmp_path, capsys) -> None:
         1,
         600,
     )
-    assert "--quick" in results["command"]
+    assert "--quick" in results["command"] and results["options"]["split"] == "fixed"
     for part in ("reference", "unseen"):
         assert set(results[part]) >= {"ACU-GT", "ACU-MD", "CVR", "CVR_std", "model_acc"}
         assert all(_in_range(results[part][k]) for k in ("ACU-GT", "ACU-MD", "CVR"))
@@ -236,13 +360,68 @@ def test_cli_evaluate_writes_results(tmp_path, capsys) -> None:
     assert png.startswith(b"\x89PNG") and len(png) > 5000
 
 
+def test_cli_evaluate_spells_out_the_new_options(tmp_path, capsys) -> None:
+    out = tmp_path / "eval"
+    argv = ["evaluate", "--dataset", "mnist5k", "--protocol", "unseen", "--quick", "--runs", "1"]
+    argv += ["--methods", "RI,Grad-CAM", "--metrics", "deletion", "--curve-images", "5"]
+    code, _, _ = run([*argv, "--boundaries", "20", "--out", str(out), "--quiet"], capsys)
+    assert code == 0
+    results = json.loads((out / "results.json").read_text())
+    options = results["options"]
+    assert (options["metrics"], options["curve_images"], options["n_boundaries"]) == (
+        ["AD", "deletion"],
+        5,
+        20,
+    )
+    assert results["command"].endswith(
+        "--quick --methods RI,Grad-CAM --metrics deletion --boundaries 20 --curve-images 5"
+    )
+    text = (out / "results.md").read_text()
+    assert "deletion AUC (%)" in text and "ROAD" not in text
+    assert " ± " not in text and "one run, no spread" in text  # one run: no spread printed
+
+
+def test_per_run_draws_are_stratified_and_stay_within_their_part(mnist: Setup) -> None:
+    drawn = mnist.draw(3, (0.5, 0.75))
+    assert (len(drawn.reference), len(drawn.unseen)) == (150, 45)
+    for part in ("reference", "unseen"):
+        pool = {tuple(x.flatten().tolist()) for x in mnist.pixels(part)}
+        assert all(tuple(x.flatten().tolist()) in pool for x in drawn.pixels(part))
+        counts = torch.bincount(drawn.labels(part), minlength=10)
+        available = torch.bincount(mnist.labels(part), minlength=10)
+        # as equal as the classes allow: a class short of the others gives all it has
+        assert bool(((counts >= counts.max() - 1) | (counts == available)).all())
+    again = mnist.draw(3, (0.5, 0.75))
+    assert torch.equal(again.labels("reference"), drawn.labels("reference"))
+    assert not torch.equal(mnist.draw(4, (0.5, 0.75)).pixels("unseen"), drawn.pixels("unseen"))
+    results = evaluate(mnist, "coverage", replace(SMALL, runs=2, split="per-run", draw=(0.5, 0.75)))
+    assert results["setup"]["run_sizes"] == [(150, 45)]
+    assert results["options"]["split"] == "per-run"
+
+
+def test_stratified_gives_equal_classes_and_passes_shortfalls_on() -> None:
+    labels = torch.tensor([0] * 10 + [1] * 3 + [2] * 7)
+    for n, expected in ((9, {(3, 3, 3)}), (14, {(5, 3, 6), (6, 3, 5)}), (20, {(10, 3, 7)})):
+        drawn = stratified(labels, n, seed=1)
+        assert len(drawn.unique()) == n and bool((drawn.diff() > 0).all())
+        assert tuple(torch.bincount(labels[drawn], minlength=3).tolist()) in expected
+    with pytest.raises(ValueError, match="cannot draw 21 of 20 images"):
+        stratified(labels, 21, seed=0)
+
+
 def test_cli_evaluate_bad_options(tmp_path, capsys) -> None:
     base = ["evaluate", "--out", str(tmp_path), "--quiet"]
     cases = [
         (["--dataset", "mnist5k", "--protocol", "table9"], "unknown protocol"),
         (["--dataset", "mnist5k", "--protocol", "unseen", "--runs", "0"], "runs must be >= 1"),
         (["--dataset", "mnist5k", "--protocol", "unseen", "--methods", "LIME"], "unknown method"),
-        (["--dataset", "mnist5k", "--protocol", "similar", "--quick"], "sub-concepts"),
+        (["--dataset", "mnist5k", "--protocol", "unseen", "--metrics", "LIME"], "unknown metric"),
+        (["--dataset", "mnist5k", "--protocol", "q-sweep", "--samplings", "near"], "unknown sampl"),
+        (["--dataset", "mnist5k", "--protocol", "reference", "--ks", "1,a"], "--ks takes comma"),
+        (
+            ["--dataset", "mnist5k", "--protocol", "unseen", "--methods", "RI+fast"],
+            "unknown method",
+        ),
         (["--dataset", f"imagefolder:{tmp_path}", "--protocol", "unseen"], "--model"),
         (["--dataset", "mnist5k", "--protocol", "unseen", "--weights", "w.pt"], "--model"),
         (["--dataset", "cifar", "--protocol", "unseen"], "unknown data set"),
@@ -277,3 +456,69 @@ def test_image_folders_run_with_a_named_model(tmp_path) -> None:
     assert setup.pixels("unseen").shape == (5, 3, 224, 224)
     results = evaluate(setup, "coverage", replace(SMALL, n_regions=3, n_boundaries=10))
     assert all(_in_range(results[part]["CVR"]) for part in ("reference", "unseen"))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_protocols_run_on_cuda_as_on_the_cpu(mnist: Setup) -> None:
+    options = replace(
+        SMALL,
+        methods=("RI", "RI+pairs", "RI+score", "Grad-CAM", "Score-CAM"),
+        metrics=("AD", "ROAD", "deletion", "insertion"),
+        curve_images=4,
+    )
+    cuda = load_setup("mnist5k", n_reference=300, n_unseen=60, device="cuda")
+    on_gpu, on_cpu = (evaluate(s, "unseen", options)["methods"] for s in (cuda, mnist))
+    for name, block in on_gpu.items():
+        for key in ("mAD", "mAD_interp", "deletion", "insertion", "ROAD", "CVR"):
+            if key in block:
+                assert block[key] == pytest.approx(on_cpu[name][key], abs=1.0), (name, key)
+    for protocol in ("reference", "similar", "q-sweep"):
+        evaluate(cuda, protocol, replace(options, methods=("RI+score", "Grad-CAM")))
+
+
+def test_overview_table_bolds_the_best_per_data_set_and_shows_the_targets() -> None:
+    def block(mad: float, cvr: float | None = None) -> dict:
+        out = {"mAD": mad, "mAD_std": 0.5, "ROAD": 30 - mad, "ROAD_std": 0.1}
+        return out | ({"CVR": cvr, "CVR_std": 1.0} if cvr is not None else {})
+
+    results = {
+        "runs": 5,
+        "model_acc": {"unseen": 97.5, "unseen_std": 0.25},
+        "methods": {"RI": block(30.0, 85.0), "RI+score": block(16.0, 85.0), "Score-CAM": block(17)},
+    }
+    lines = overview_markdown({"mnist5k": results}).splitlines()
+    assert lines[0].startswith("| Data set | Method | mAD | mAD per interp. | ROAD (pp) |")
+    rows = {line.split(" | ")[1]: line for line in lines[2:]}
+    assert "**16.00 ± 0.50**" in rows["RI+score"] and "**14.00 ± 0.10**" in rows["RI+score"]
+    assert "| 97.50 ± 0.25 |" in rows["Score-CAM"] and "n/a" in rows["Score-CAM"]
+    assert (
+        "| lowest |" in rows["*paper's target for RI*"]
+        and "≥ 97" in rows["*paper's target for RI*"]
+    )
+
+
+def test_cam_cluster_control_reuses_mean_weights_of_cluster_members(mnist: Setup) -> None:
+    run_ = Run(mnist, 0, SMALL)
+    maps = METHODS["Grad-CAM+cluster"].unseen(run_, mnist.unseen_pixels)
+    centre = run_.reference_centre[0]
+    rng = np.random.default_rng(0)
+    weights = []
+    for v in range(len(run_.regions)):
+        members = (centre == v).nonzero().flatten()
+        chosen = members[torch.from_numpy(np.sort(rng.permutation(len(members))[:3]))]
+        assert bool((centre[chosen] == v).all())
+        weights.append(
+            channel_weights(
+                "Grad-CAM", mnist.model, mnist.target_layer, mnist.inputs("reference", chosen)
+            ).mean(0)
+        )
+    expected = reused_cam(
+        "Grad-CAM",
+        mnist.model,
+        mnist.target_layer,
+        mnist.inputs("unseen"),
+        torch.stack(weights)[run_.unseen_centre],
+    )
+    torch.testing.assert_close(maps, expected)
+    similar, maps = METHODS["Grad-CAM+cluster"].reference(run_, int(run_.inputs[0]), 3)
+    assert similar.tolist() == run_.neighbours(3)[0].tolist() and maps.shape == (3, 28, 28)

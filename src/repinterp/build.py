@@ -25,14 +25,82 @@ from .precision import exact_float32
 from .shards import DEFAULT_SHARD_SIZE, Shards, _FeatureFile, _Partial, _Plan
 from .utils import tensor_sha256
 
-__all__ = ["build_index", "sample_sources"]
+__all__ = ["SAMPLINGS", "build_index", "sample_sources"]
+
+SAMPLINGS = ("uniform", "balanced", "pairs")
 
 
-def sample_sources(n_reference: int, n_boundaries: int, seed: int) -> Tensor:
+def sample_sources(
+    n_reference: int,
+    n_boundaries: int,
+    seed: int,
+    sampling: str = "uniform",
+    logits: Tensor | None = None,
+) -> Tensor:
     """The reference indices whose boundaries form ``Q``: ``min(n_boundaries, |R|)`` of them,
-    drawn without replacement with ``seed``, in ascending order."""
+    drawn without replacement with ``seed``, in ascending order.
+
+    Args:
+        n_reference: |R|.
+        n_boundaries: ``|Q|``.
+        seed: seeds the draw.
+        sampling: ``"uniform"`` over R (the paper); ``"balanced"``: the predicted classes in
+            turn (seeded order), uniform within a class; ``"pairs"``: the unordered classes
+            ``{top-1, top-2}`` of the sources in turn (seeded order), within a pair the smallest
+            margin ``G_top1 - G_top2`` first (ties: lower index), so that ``Q`` holds the
+            boundaries between every pair of classes a cover may have to separate, each drawn
+            where the two classes meet.
+        logits: |R| x classes logits of the reference images (needed unless ``"uniform"``).
+
+    Raises:
+        ValueError: an unknown ``sampling``, or no ``logits`` for one that needs them.
+    """
+    if sampling not in SAMPLINGS:
+        raise ValueError(f"unknown sampling {sampling!r}; choose one of {', '.join(SAMPLINGS)}")
     generator = torch.Generator().manual_seed(seed)
-    return torch.randperm(n_reference, generator=generator)[:n_boundaries].sort().values
+    if sampling == "uniform":
+        return torch.randperm(n_reference, generator=generator)[:n_boundaries].sort().values
+    if logits is None or logits.shape[0] != n_reference:
+        raise ValueError(f"sampling {sampling!r} needs the {n_reference} reference logits")
+    top = logits.detach().float().cpu().topk(min(2, logits.shape[1]), dim=1)
+    if sampling == "balanced":
+        keys, order = top.indices[:, 0], torch.randperm(n_reference, generator=generator)
+    else:
+        pair = top.indices.sort(1).values
+        keys = pair[:, 0] * logits.shape[1] + pair[:, -1]
+        order = torch.sort(top.values[:, 0] - top.values[:, -1], stable=True).indices
+    return _round_robin(keys[order], order, n_boundaries, generator).sort().values
+
+
+def _round_robin(keys: Tensor, items: Tensor, n: int, generator: torch.Generator) -> Tensor:
+    """The first ``n`` of ``items`` taken one per key in turn (keys in a seeded order), each
+    key's items in their given order."""
+    groups = keys.unique()
+    rank = torch.empty_like(groups)
+    rank[torch.randperm(len(groups), generator=generator)] = torch.arange(len(groups))
+    group = rank[torch.searchsorted(groups, keys)]
+    turn = torch.empty_like(group)
+    for g in range(len(groups)):
+        rows = (group == g).nonzero().flatten()
+        turn[rows] = torch.arange(len(rows))
+    return items[torch.sort(turn * len(groups) + group, stable=True).indices[:n]]
+
+
+def _reference_logits(
+    split: SplitModel,
+    reference: Reference,
+    batch_size: int,
+    device: torch.device,
+    dtype: torch.dtype,
+    workers: int,
+) -> Tensor:
+    """|R| x classes logits of the reference set, in one pass (CPU)."""
+    parts = []
+    for images, _ in iter_batches(reference, batch_size, workers):
+        batch = as_batch(images, dtype, device, what="reference images")
+        with torch.inference_mode():
+            parts.append(split.head(split.psi(batch)).cpu())
+    return torch.cat(parts)
 
 
 class _Assembly:
@@ -108,16 +176,22 @@ def _prepare(
     dtype: torch.dtype,
     shards: Shards | None,
     features: bool,
+    sampling: str = "uniform",
+    num_workers: int = 0,
 ) -> tuple[Tensor, Boundaries, tuple[int, ...], _Partial | None]:
     """Rank 0's part before the pass: the sources of ``Q``, ``Q`` (reloaded when resuming),
     the input shape and the partial folder."""
-    sources = sample_sources(plan.n, n_boundaries, seed)
+    logits = None
+    if sampling != "uniform":
+        logits = _reference_logits(split, reference, plan.batch, device, dtype, num_workers)
+    sources = sample_sources(plan.n, n_boundaries, seed, sampling, logits)
     source_images = as_batch(
         gather_images(reference, sources), dtype, device, what="reference images"
     )
     partial = q = None
     if shards is not None:
         config = _config(split, plan, n_boundaries, seed, source_images, device, features)
+        config |= {"sampling": sampling} if sampling != "uniform" else {}
         partial = _Partial(shards, config)
         q = partial.boundaries()
     if q is None:
@@ -237,6 +311,7 @@ def build_index(
     feature_file: Path | None = None,
     shards: Shards | None = None,
     dtype: torch.dtype = torch.float32,
+    sampling: str = "uniform",
 ) -> ReferenceIndex:
     """Sample ``Q`` from ``reference`` and stream it once to build the index, in full float32
     (or wider) precision (:func:`repinterp.precision.exact_float32`).
@@ -267,6 +342,8 @@ def build_index(
         shards: write the index in shards as it goes, to resume a killed build (see
             :class:`Shards`); keep ``feature_file`` in the same folder so that it survives too.
         dtype: the model's floating dtype; images of any floating dtype are converted to it.
+        sampling: how the sources of ``Q`` are drawn (see :func:`sample_sources`); other than
+            ``"uniform"``, it takes one more forward pass over the reference set first.
 
     Raises:
         ValueError: an empty reference set, bad images, a target layer without N x K x h x w
@@ -285,7 +362,17 @@ def build_index(
     header, partial, store, done = None, None, None, {}
     if rank == 0:
         sources, q, input_shape, partial = _prepare(
-            split, reference, plan, n_boundaries, seed, device, dtype, shards, wants_features
+            split,
+            reference,
+            plan,
+            n_boundaries,
+            seed,
+            device,
+            dtype,
+            shards,
+            wants_features,
+            sampling,
+            num_workers,
         )
         if feature_file is not None:
             dim = q.weight[0].numel()

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from .data import DATASET_CHOICES, load_dataset
+from .evaluation.command import add_arguments as add_evaluate_arguments
 from .index import IndexLoadError
 from .interpreter import Interpretation
 from .shards import DEFAULT_SHARD_SIZE
@@ -253,46 +254,14 @@ def _serve(args: argparse.Namespace) -> None:
 
 
 # ----------------------------------------------------------------------------- evaluate
-def _evaluate_command(args: argparse.Namespace, runs: int, n_inputs: int) -> str:
-    """The command line that reproduces this evaluation, with the defaults spelled out."""
-    parts = ["repinterp evaluate", f"--dataset {args.dataset}", f"--protocol {args.protocol}"]
-    parts += [f"--runs {runs}", f"--seed {args.seed}"]
-    parts += [f"--inputs {n_inputs}"] if args.protocol in ("reference", "similar") else []
-    parts += ["--quick"] if args.quick else []
-    for flag in ("model", "weights", "layer", "methods"):
-        if getattr(args, flag):
-            parts.append(f"--{flag} {getattr(args, flag)}")
-    return " ".join(parts)
-
-
 def _evaluate(args: argparse.Namespace) -> None:
-    from .evaluation.methods import METHODS
-    from .evaluation.protocols import FULL, QUICK, Options, check_protocol, evaluate
-    from .evaluation.setup import load_setup
+    from .evaluation.command import prepare
+    from .evaluation.protocols import evaluate
     from .report import write_results
 
-    check_protocol(args.protocol)
-    sizes = QUICK if args.quick else FULL
-    runs = sizes["runs"] if args.runs is None else args.runs
-    n_inputs = sizes["n_inputs"] if args.inputs is None else args.inputs
-    extra = {}
-    if args.methods:
-        extra["methods"] = tuple(METHODS if args.methods == "all" else args.methods.split(","))
-    options = Options(
-        runs=runs, seed=args.seed, n_inputs=n_inputs, progress=not args.quiet, **extra
-    )
-    setup = load_setup(
-        args.dataset,
-        args.model,
-        args.weights,
-        args.layer,
-        args.device,
-        n_reference=sizes["n_reference"],
-        n_unseen=sizes["n_unseen"],
-        subset_seed=args.seed,
-    )
+    setup, options, command = prepare(args)
     results = evaluate(setup, args.protocol, options)
-    results["command"] = _evaluate_command(args, runs, n_inputs)
+    results["command"] = command
     name = args.dataset.replace(":", "-").replace("/", "_")
     out = Path(args.out or f"evaluation/{name}-{args.protocol}")
     files = write_results(results, out)
@@ -396,23 +365,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_serve)
 
     p = sub.add_parser("evaluate", help="the paper's evaluation protocols, over seeded runs")
-    p.add_argument("--dataset", required=True, help=f"data set: {datasets}")
-    p.add_argument(
-        "--protocol",
-        required=True,
-        help="unseen (Table 1), coverage (Table 2), reference (App. C), q-sweep (App. E), "
-        "similar (case studies on shapes)",
-    )
-    p.add_argument("--runs", type=int, help="seeded runs, mean ± std (5; 2 with --quick)")
-    p.add_argument("--quick", action="store_true", help="600 reference / 200 unseen images")
-    p.add_argument("--inputs", type=int, help="reference inputs of reference/similar (200; 30)")
-    p.add_argument("--methods", help="comma-separated, or 'all' (RI,Grad-CAM,Grad-CAM++,Score-CAM)")
-    p.add_argument("--out", help="output folder (evaluation/DATASET-PROTOCOL)")
-    p.add_argument(
-        "--model", help=f"architecture (default: the data set's bundled one): {', '.join(ARCHS)}"
-    )
-    p.add_argument("--weights", help="local weights file of --model")
-    p.add_argument("--layer", help="target layer name (default: the arch's last conv ReLU)")
+    add_evaluate_arguments(p)
     _common(p)
     p.set_defaults(func=_evaluate)
     return parser

@@ -7,6 +7,7 @@ boundary of ``P``; it is *separated* by ``h`` when its side on ``h`` differs fro
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import time
@@ -24,6 +25,7 @@ __all__ = [
     "CoverResult",
     "ExactCoverResult",
     "exact_cover",
+    "fewest_boundaries",
     "greedy_cover",
     "sides",
 ]
@@ -807,17 +809,24 @@ def exact_cover(
 
 
 def _solve(
-    sep: np.ndarray, other: np.ndarray, time_limit: float, reduce: bool
+    sep: np.ndarray,
+    other: np.ndarray,
+    time_limit: float,
+    reduce: bool,
+    at_least: int | None = None,
 ) -> tuple[np.ndarray | None, float]:
     """One input's MILP (see :func:`exact_cover`).
 
     Args:
         sep: |R| x |Q| bool, whether each boundary separates each reference image from x.
         other: |R| bool, ``D(x)``.
+        at_least: None: maximise the images covered. A count: cover at least that many and
+            minimise ``sum_h (|Q|^2 + 1 + h) y_h`` instead, i.e. the fewest boundaries, then the
+            smallest sum of their indices (:func:`fewest_boundaries`).
 
     Returns:
         The chosen boundaries (ascending; None without an incumbent) and an upper bound on the
-        representativeness (inf without one).
+        representativeness (inf without one; with ``at_least``, ``at_least`` itself).
     """
     if reduce:
         columns, constant, cover, weight, hit = _reduce(sep, other)
@@ -846,24 +855,68 @@ def _solve(
         format="csr",
         dtype=np.float64,
     )
+    lower = np.concatenate(
+        [np.full(len(h), -np.inf), np.ones(len(hit)), np.full(len(delta), -np.inf)]
+    )
+    upper = np.concatenate([np.ones(len(h)), np.full(len(hit), np.inf), delta])
+    objective = np.concatenate([np.zeros(n_y), -weight])
+    if at_least is not None:
+        # sum_g weight_g z_g >= at_least - constant; the cost of P instead of its coverage
+        a = sparse.vstack([a, sparse.csr_array(np.concatenate([np.zeros(n_y), weight])[None])])
+        lower = np.append(lower, at_least - constant)
+        upper = np.append(upper, np.inf)
+        objective = np.concatenate([sep.shape[1] ** 2 + 1 + columns, np.zeros(len(cover))])
     res = milp(
-        np.concatenate([np.zeros(n_y), -weight]),
+        objective,
         integrality=np.concatenate([np.ones(n_y), np.zeros(len(cover))]),
         bounds=Bounds(0, 1),
-        constraints=LinearConstraint(
-            a,
-            np.concatenate(
-                [np.full(len(h), -np.inf), np.ones(len(hit)), np.full(len(delta), -np.inf)]
-            ),
-            np.concatenate([np.ones(len(h)), np.full(len(hit), np.inf), delta]),
-        ),
+        constraints=LinearConstraint(a.tocsr(), lower, upper),
         options={"time_limit": time_limit, "mip_rel_gap": 0.0},
     )
+    if at_least is not None:
+        return (None if res.x is None else columns[res.x[:n_y] > 0.5]), float(at_least)
     dual = res.mip_dual_bound
     bound = (
         math.inf if dual is None or not math.isfinite(dual) else math.floor(constant - dual + 1e-6)
     )
     return (None if res.x is None else columns[res.x[:n_y] > 0.5]), bound
+
+
+def fewest_boundaries(
+    reference_sides: Tensor,
+    input_sides: Tensor,
+    other_class: Tensor,
+    result: ExactCoverResult,
+    time_limit: float = 5.0,
+) -> ExactCoverResult:
+    """:func:`exact_cover`'s ``result`` made canonical: among the ``P`` that cover as many images
+    (with ``|P ∩ D| <= delta``), the fewest boundaries, then the smallest sum of their indices
+    (a second MILP per input; ``result``'s ``P`` stays where it finds nothing better in
+    ``time_limit``). The MILP's optima differ by boundaries that separate nothing more, and
+    HiGHS picks one; this fixes ``P``, and the heat map drawn from it, up to equal index sums.
+    ``covered`` (same size, maybe another set), ``conflicts`` and ``seconds`` are updated."""
+    ref, inputs = reference_sides.cpu().numpy(), input_sides.cpu().numpy()
+    others = other_class.cpu().numpy().astype(bool)
+    order, covered = result.order.cpu().numpy().copy(), result.covered.cpu().numpy().copy()
+    seconds = result.seconds.cpu().numpy().copy()
+    for b in range(len(inputs)):
+        start, current = time.perf_counter(), order[b][order[b] >= 0]
+        sep, value = ref != inputs[b], int(covered[b].sum())
+        chosen, _ = _solve(sep, others[b], time_limit, True, at_least=value)
+        now = np.zeros_like(covered[b]) if chosen is None else ~sep[:, chosen].any(1)
+        cheaper = chosen is not None and (len(chosen), chosen.sum()) < (len(current), current.sum())
+        if cheaper and now.sum() >= value and (now & others[b]).sum() <= int(result.delta[b]):
+            order[b], covered[b] = -1, now
+            order[b, : len(chosen)] = np.sort(chosen)
+        seconds[b] += time.perf_counter() - start
+    as_tensor = lambda a: torch.from_numpy(a).to(reference_sides.device)  # noqa: E731
+    return dataclasses.replace(
+        result,
+        order=as_tensor(order),
+        covered=as_tensor(covered),
+        conflicts=as_tensor((covered & others).sum(1)),
+        seconds=as_tensor(seconds),
+    )
 
 
 def _reduce(

@@ -25,7 +25,7 @@ from safetensors.torch import load_file, save_file
 from torch import Tensor
 
 from .boundaries import Boundaries
-from .cover import sides
+from .cover import CoverIndex, sides
 from .utils import file_sha256
 
 __all__ = ["FEATURE_FILE", "FORMAT_VERSION", "IndexLoadError", "ReferenceIndex"]
@@ -82,6 +82,12 @@ class ReferenceIndex:
         """|R| x |Q| int8 signs of the projections (computed once; the dataclass is neither
         frozen nor slotted, so that the cache can live in the instance's ``__dict__``)."""
         return sides(self.projections)
+
+    @cached_property
+    def cover_index(self) -> CoverIndex:
+        """The sides prepared for :func:`repinterp.cover.greedy_cover` (built once per index;
+        each cover path builds its part on first use)."""
+        return CoverIndex(self.sides)
 
     def to(self, device: torch.device | str) -> ReferenceIndex:
         return ReferenceIndex(

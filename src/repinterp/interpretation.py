@@ -14,7 +14,7 @@ from typing import Any, Protocol
 import torch
 from torch import Tensor
 
-from .cover import ExactCoverResult, exact_cover, greedy_cover, sides
+from .cover import ExactCoverResult, exact_cover, fewest_boundaries, greedy_cover, sides
 from .heatmap import channel_weights, heatmaps
 from .index import ReferenceIndex
 from .precision import exact_float32
@@ -295,9 +295,10 @@ def interpret(
     predicted = logits.argmax(1)
     other = index.predictions.unsqueeze(0) != predicted.unsqueeze(1)
     input_sides = sides(proj)
-    result = greedy_cover(index.sides, input_sides, other)
+    result = greedy_cover(index.cover_index, input_sides, other)
     if solver == "exact":
-        result = exact_cover(index.sides, input_sides, other, time_limit, greedy=result)
+        result = exact_cover(index.cover_index, input_sides, other, time_limit, greedy=result)
+        result = fewest_boundaries(index.sides, input_sides, other, result, time_limit)
     probs = logits.float().softmax(1)
     out = []
     for i in range(logits.shape[0]):

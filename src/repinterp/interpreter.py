@@ -15,7 +15,7 @@ import torch
 from torch import Tensor, nn
 
 from .boundaries import project
-from .build import build_index
+from .build import SAMPLINGS, build_index
 from .index import FEATURE_FILE, IndexLoadError, ReferenceIndex
 from .inputs import (
     Reference,
@@ -74,13 +74,16 @@ class RepresentativeInterpreter:
         progress: show progress bars.
         num_workers: DataLoader workers when the reference set is a Dataset.
         solver: ``"greedy"`` (Algorithm 1) or ``"exact"`` (a MILP, see
-            :func:`repinterp.cover.exact_cover`); ``explain`` can override it.
+            :func:`repinterp.cover.exact_cover`, made canonical by
+            :func:`repinterp.cover.fewest_boundaries`); ``explain`` can override it.
         time_limit: seconds the exact solver may spend per input.
         output: takes the model's output and returns the logits, for outputs other than a
             tensor, ``out["logits"]`` or ``out.logits`` (e.g. ``lambda out: out[0]``); it must
             only select, not compute (it is traced into ``G``).
         input_shape: C x H x W of the images, to check the target layer (or find it, when
             ``target_layer`` is None) here rather than at ``fit``.
+        sampling: how the sources of ``Q`` are drawn: ``"uniform"`` (the paper), ``"balanced"``
+            or ``"pairs"`` (see :func:`repinterp.build.sample_sources`).
 
     Raises:
         ValueError: a model in training mode or in half precision, a bad target layer or
@@ -103,6 +106,7 @@ class RepresentativeInterpreter:
         time_limit: float = 5.0,
         output: OutputFn | None = None,
         input_shape: tuple[int, int, int] | None = None,
+        sampling: str = "uniform",
     ) -> None:
         if model.training:
             raise ValueError("the model is in training mode: call model.eval() first")
@@ -113,6 +117,9 @@ class RepresentativeInterpreter:
         if time_limit <= 0:
             raise ValueError(f"time_limit must be > 0, got {time_limit}")
         self.solver = check_solver(solver)
+        if sampling not in SAMPLINGS:
+            raise ValueError(f"unknown sampling {sampling!r}; choose one of {', '.join(SAMPLINGS)}")
+        self.sampling = sampling
         self.time_limit = time_limit
         self.dtype = engine_dtype(model)
         self.device = resolve_device(device) if device is not None else model_device(model)
@@ -223,6 +230,7 @@ class RepresentativeInterpreter:
             feature_file=feature_file,
             shards=shards,
             dtype=self.dtype,
+            sampling=self.sampling,
         )
         self._feature_dir = feature_dir
         if len(index.boundaries) < self.n_boundaries:
@@ -244,6 +252,8 @@ class RepresentativeInterpreter:
             "model_class": type(self.model).__name__,
             "class_names": class_names,
         }
+        if self.sampling != "uniform":  # the paper's sampling is the default, left unsaid
+            index.meta["sampling"] = self.sampling
         self.index = index
         return self
 
@@ -439,6 +449,7 @@ class RepresentativeInterpreter:
             layer,
             n_boundaries=meta.get("requested_boundaries", len(index.boundaries)),
             seed=meta.get("seed", 0),
+            sampling=meta.get("sampling", "uniform"),
             device=device,
             **kwargs,
         )

@@ -1,10 +1,13 @@
-"""Evaluation: the paper's metrics, the CAM baselines with reused channel weights, ACE, and the
-protocols that compare them (``evaluate``).
+"""Evaluation: the paper's metrics and more, the CAM baselines with reused channel weights, ACE,
+and the protocols that compare them (``evaluate``).
 
-Modules: ``metrics`` (AD / AI, region metrics, purity, pointing game), ``baselines`` (the CAMs
-through pytorch-grad-cam), ``ace`` (the ACE algorithm), ``setup`` (model and data), ``run``
-(one seeded run), ``methods`` (one module per compared method), ``protocols`` (the protocols
-and ``evaluate``). Reports of the results are written by :mod:`repinterp.report`.
+Modules: ``metrics`` (AD / AI, region metrics, purity, pointing game), ``perturbation``
+(deletion / insertion AUC, ROAD), ``scoring`` (a method's explanations scored, pooled and per
+interpretation), ``baselines`` (the CAMs through pytorch-grad-cam), ``ace`` (the ACE
+algorithm), ``setup`` (model and data), ``run`` (one seeded run), ``methods`` (one module per
+compared method, RI's variants included), ``options`` (how a protocol runs), ``protocols``
+(the protocols and ``evaluate``), ``command`` (the ``repinterp evaluate`` options). Reports of
+the results are written by :mod:`repinterp.report`.
 """
 
 from .metrics import (
@@ -16,25 +19,32 @@ from .metrics import (
     kept_pixel_count,
     region_metrics,
 )
+from .perturbation import DeletionInsertion, Road, deletion_insertion, road
 
 _BASELINES = ("CAM_METHODS", "ReusableCAM", "channel_weights", "euclidean_neighbours", "reused_cam")
 _ACE = ("ACE", "Concept")
 _SETUP = ("Setup", "load_setup")
 _METHODS = ("METHODS", "Method")
-_PROTOCOLS = ("PROTOCOLS", "Options", "evaluate")
+_OPTIONS = ("PROTOCOLS", "Options")
+_PROTOCOLS = ("evaluate",)
 
 __all__ = [
     "AverageDropIncrease",
+    "DeletionInsertion",
     "DropIncrease",
+    "Road",
     "average_drop_increase",
     "average_drop_increase_from_mask",
+    "deletion_insertion",
     "keep_top_pixels",
     "kept_pixel_count",
     "region_metrics",
+    "road",
     *_BASELINES,
     *_ACE,
     *_SETUP,
     *_METHODS,
+    *_OPTIONS,
     *_PROTOCOLS,
 ]
 
@@ -59,6 +69,10 @@ def __getattr__(name: str) -> object:
         from . import methods
 
         return getattr(methods, name)
+    if name in _OPTIONS:
+        from . import options
+
+        return getattr(options, name)
     if name in _PROTOCOLS:
         from . import protocols
 

@@ -357,13 +357,9 @@ class ACE:
     def _majority_class(self, images: Tensor) -> int:
         device = model_device(self.model)
         with torch.no_grad():
-            predicted = torch.cat(
-                [
-                    self.model(self.normalize(batch.to(device))).argmax(1).cpu()
-                    for batch in images.split(self.batch_size)
-                ]
-            )
-        return int(torch.bincount(predicted).argmax())
+            batches = images.split(self.batch_size)
+            predicted = [self.model(self.normalize(b.to(device))).argmax(1).cpu() for b in batches]
+        return int(torch.bincount(torch.cat(predicted)).argmax())
 
     def _patch_batches(
         self, images: Tensor, segments: Segments, indices: Sequence[int]
@@ -390,19 +386,13 @@ class ACE:
         self, images: Tensor, segments: Segments, indices: Sequence[int]
     ) -> np.ndarray:
         """S x D flattened activations of the segments' patches."""
-        batches = self._patch_batches(images, segments, indices)
-        return np.concatenate(
-            [self._activations(batch).reshape(len(batch), -1) for batch in batches]
-        )
+        acts = [self._activations(b) for b in self._patch_batches(images, segments, indices)]
+        return np.concatenate([a.reshape(len(a), -1) for a in acts])
 
     def _flat_image_activations(self, images: Tensor) -> np.ndarray:
         """N x D flattened activations of whole images."""
-        return np.concatenate(
-            [
-                self._activations(batch).reshape(len(batch), -1)
-                for batch in images.split(self.batch_size)
-            ]
-        )
+        acts = [self._activations(batch) for batch in images.split(self.batch_size)]
+        return np.concatenate([a.reshape(len(a), -1) for a in acts])
 
     def _activations(self, batch01: Tensor) -> np.ndarray:
         """Target-layer output for a batch of [0, 1] images; the layers after it are skipped."""

@@ -1,11 +1,13 @@
 """One seeded run of a protocol (`Run`): the interpreter fitted with the run's seed, and what
-the methods share from it (k-means regions, nearest centres, sampled inputs, neighbours)."""
+the methods share from it (k-means regions, nearest centres, sampled inputs, neighbours, the
+images the perturbation metrics score, and a cache for the methods' own shared work)."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from functools import cached_property
-from typing import Protocol
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 import torch
@@ -19,6 +21,8 @@ from .setup import Setup
 
 __all__ = ["Run", "RunOptions", "self_first"]
 
+T = TypeVar("T")
+
 
 class RunOptions(Protocol):
     """What a run reads of the protocol's options (:class:`repinterp.evaluation.protocols.
@@ -28,6 +32,7 @@ class RunOptions(Protocol):
     n_regions: int | None
     n_inputs: int
     ace_images: int
+    curve_images: int
 
 
 class Run:
@@ -39,6 +44,7 @@ class Run:
         options: the options.
         interpreter: fitted on the reference set, with its feature maps kept.
         fit_s: seconds the fit took.
+        fit_seconds: seconds each sampling's fit took (``interpreter_for``).
         kmeans_s: seconds k-means and the regions' covers took (0 until ``regions`` is used).
     """
 
@@ -46,14 +52,19 @@ class Run:
         self.setup = setup
         self.seed = seed
         self.options = options
-        start = time.perf_counter()
-        self.interpreter = self.fit(options.n_boundaries, keep_features=True)
-        self.fit_s = time.perf_counter() - start
+        self.fit_seconds: dict[str, float] = {}
+        self._interpreters: dict[str, RepresentativeInterpreter] = {}
+        self.interpreter = self.interpreter_for("uniform")
+        self.fit_s = self.fit_seconds["uniform"]
         self.kmeans_s = 0.0
         self._neighbours: dict[int, Tensor] = {}
+        self._cache: dict[Any, Any] = {}
 
-    def fit(self, n_boundaries: int, keep_features: bool = False) -> RepresentativeInterpreter:
-        """An interpreter with ``n_boundaries`` boundaries sampled with the run's seed."""
+    def fit(
+        self, n_boundaries: int, keep_features: bool = False, sampling: str = "uniform"
+    ) -> RepresentativeInterpreter:
+        """An interpreter with ``n_boundaries`` boundaries sampled (``sampling``, see
+        :func:`repinterp.build.sample_sources`) with the run's seed."""
         setup = self.setup
         reference = setup.reference
         ri = RepresentativeInterpreter(
@@ -64,9 +75,26 @@ class Run:
             device=setup.device,
             batch_size=setup.batch_size,
             progress=False,
+            sampling=sampling,
         )
         source = reference.inputs() if isinstance(reference, ImageSet) else reference
         return ri.fit(source, list(reference.class_names), keep_features=keep_features)
+
+    def interpreter_for(self, sampling: str) -> RepresentativeInterpreter:
+        """The run's interpreter with ``|Q| = n_boundaries`` drawn by ``sampling`` (fitted once,
+        with its feature maps; the seconds go to ``fit_seconds``)."""
+        if sampling not in self._interpreters:
+            start = time.perf_counter()
+            ri = self.fit(self.options.n_boundaries, keep_features=True, sampling=sampling)
+            self.fit_seconds[sampling] = time.perf_counter() - start
+            self._interpreters[sampling] = ri
+        return self._interpreters[sampling]
+
+    def cached(self, key: Any, make: Callable[[], T]) -> T:
+        """``make()``, computed once per run and ``key`` (work several methods share)."""
+        if key not in self._cache:
+            self._cache[key] = make()
+        return self._cache[key]
 
     @cached_property
     def regions(self) -> RegionSet:
@@ -92,6 +120,14 @@ class Run:
         """Nearest k-means centre of every unseen image (CPU long)."""
         features = torch.cat([self.interpreter.features(x) for x in self.setup.chunks("unseen")])
         return nearest_rows(features.flatten(1).cpu(), self.regions.centres)[0][:, 0]
+
+    @cached_property
+    def curve_rows(self) -> Tensor:
+        """Indices of the unseen images the perturbation metrics score: ``curve_images`` of
+        them drawn with the run's seed (all when fewer), ascending (CPU long)."""
+        n = len(self.setup.unseen)
+        rng = np.random.default_rng(self.seed)
+        return torch.from_numpy(np.sort(rng.permutation(n)[: self.options.curve_images]))
 
     @cached_property
     def inputs(self) -> Tensor:

@@ -1,11 +1,16 @@
 """What the evaluation protocols run on: a model, its target layer and the data (`load_setup`).
 
-The data split is fixed (data seed 0, the split the bundled weights were trained on); the
-reference and unseen parts may be cut to seeded random subsets.
+The data split is the one with data seed 0: ``repinterp train`` trains on its reference part
+(the bundled weights were made so), so its unseen part holds images the model has never seen.
+Both parts may be cut to seeded random subsets once (`load_setup`), and each run may draw its
+own stratified subsets of them (`Setup.draw`): reference images from the reference part,
+unseen images from the unseen part, never across, so that an unseen image stays unseen by the
+model as well as by the interpreter.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import cached_property
@@ -19,7 +24,7 @@ from torch import Tensor, nn
 from ..data import Images, ImageSet, load_dataset
 from ..zoo import build_model, default_target_layer
 
-__all__ = ["BUNDLED", "WEIGHTS_DIR", "Setup", "load_setup"]
+__all__ = ["BUNDLED", "WEIGHTS_DIR", "Setup", "load_setup", "stratified"]
 
 BUNDLED = {"mnist5k": "mnist_cnn", "shapes": "shapes_cnn"}
 WEIGHTS_DIR = Path(__file__).resolve().parent.parent / "weights"
@@ -100,6 +105,16 @@ class Setup:
                 out[part] = torch.cat([self.model(x).argmax(1).cpu() for x in self.chunks(part)])
         return out
 
+    def draw(self, seed: int, shares: tuple[float, float]) -> Setup:
+        """This setup with a stratified random subset of each part (see `stratified`): the
+        share ``shares[0]`` of the reference images, ``shares[1]`` of the unseen ones."""
+        parts = {}
+        for name, share in zip(("reference", "unseen"), shares, strict=True):
+            data = self.part(name)
+            n = max(1, round(share * len(data)))
+            parts[name] = data.subset(stratified(self.labels(name), n, seed))
+        return dataclasses.replace(self, **parts)
+
     def describe(self) -> dict[str, Any]:
         """What the report says about the setup."""
         return {
@@ -111,6 +126,35 @@ class Setup:
             "n_unseen": len(self.unseen),
             "device": str(self.device),
         }
+
+
+def stratified(labels: Tensor, n: int, seed: int) -> Tensor:
+    """``n`` indices drawn without replacement, as equally from every class as the class
+    sizes allow (the paper's reference sets hold 2,500 images per class), in ascending order.
+
+    Each class gets ``n // classes`` images, and the rest go one each to classes drawn at
+    random; a class with fewer images gives them all and its shortfall goes to the others in
+    the same way. Within a class, the images are drawn uniformly (seeded).
+
+    Raises:
+        ValueError: ``n`` is not in ``[1, len(labels)]``.
+    """
+    if not 1 <= n <= len(labels):
+        raise ValueError(f"cannot draw {n} of {len(labels)} images")
+    rng = np.random.default_rng(seed)
+    classes = labels.cpu().unique().tolist()
+    members = {c: rng.permutation((labels.cpu() == c).nonzero().flatten().numpy()) for c in classes}
+    quota = dict.fromkeys(classes, 0)
+    left = n
+    while left:
+        open_ = [c for c in classes if quota[c] < len(members[c])]
+        share, extra = divmod(left, len(open_))
+        lucky = set(rng.permutation(open_)[:extra].tolist())
+        for c in open_:
+            take = min(share + (c in lucky), len(members[c]) - quota[c])
+            quota[c] += take
+            left -= take
+    return torch.from_numpy(np.sort(np.concatenate([members[c][: quota[c]] for c in classes])))
 
 
 def _take(data: Images, n: int | None, seed: int) -> Images:

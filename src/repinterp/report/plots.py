@@ -53,12 +53,24 @@ def _title(results: dict[str, Any]) -> str:
 
 
 def plot_unseen(results: dict[str, Any], path: Path) -> Path:
-    """mAD and mAI of every method on the unseen set (bars)."""
+    """mAD pooled and per interpretation, and the perturbation metrics present, of every
+    method on the unseen set (bars)."""
     plt = _pyplot()
     methods = results["methods"]
-    fig, axes = plt.subplots(1, 2, figsize=(7, 2.8))
-    for ax, key, better in zip(axes, ("mAD", "mAI"), ("lower", "higher"), strict=True):
-        _bars(ax, list(methods), list(methods.values()), key, f"{key} (%), {better} is better")
+    panels = [
+        (key, title)
+        for key, title in (
+            ("mAD", "mAD (%), lower is better"),
+            ("mAD_interp", "mAD per interpretation (%)"),
+            ("ROAD", "ROAD (pp), higher is better"),
+            ("deletion", "deletion AUC (%), lower"),
+            ("insertion", "insertion AUC (%), higher"),
+        )
+        if all(key in m for m in methods.values())
+    ]
+    fig, axes = plt.subplots(1, len(panels), figsize=(2.6 * len(panels), 3.0), squeeze=False)
+    for ax, (key, title) in zip(axes[0], panels, strict=True):
+        _bars(ax, list(methods), list(methods.values()), key, title)
     fig.suptitle(f"Unseen images: {_title(results)}", fontsize=9)
     return _save(fig, path)
 
@@ -116,43 +128,56 @@ def plot_reference(results: dict[str, Any], path: Path) -> Path:
 
 
 def plot_q_sweep(results: dict[str, Any], path: Path) -> Path:
-    """ACU-GT, ACU-MD and CVR of the regions against |Q|, with the model's dashed (Appendix E)."""
+    """ACU-GT, ACU-MD and CVR of the regions against |Q|, one line per sampling of Q, with the
+    model's dashed (Appendix E)."""
     plt = _pyplot()
     qs = results["options"]["q_values"]
+    samplings = results["samplings"]
     fig, axes = plt.subplots(2, 3, figsize=(9, 4.6), sharex=True)
     for row, part in zip(axes, ("reference", "unseen"), strict=True):
         for ax, key in zip(row, ("ACU-GT", "ACU-MD", "CVR"), strict=True):
-            _curves(ax, qs, {"RI": results[part]}, key, f"{key} (%), {part} set")
-            model = results[part]["model_acc"] if key == "ACU-GT" else [100.0] * len(qs)
+            series = {name: block[part] for name, block in samplings.items()}
+            _curves(ax, qs, series, key, f"{key} (%), {part} set")
+            first = next(iter(samplings.values()))[part]
+            model = first["model_acc"] if key == "ACU-GT" else [100.0] * len(qs)
             ax.plot(qs, model, "k--", lw=1, label="F")
     for ax in axes[1]:
         ax.set_xlabel("|Q|", fontsize=8)
-    axes[0][0].legend(fontsize=7)
+    axes[0][2].legend(fontsize=7)
     fig.suptitle(f"|Q| sweep: {_title(results)}", fontsize=9)
     return _save(fig, path)
 
 
 def plot_similar(results: dict[str, Any], path: Path) -> Path:
-    """Sub-concept purity@k of each ranking (lines) and heat-map energy in the mask (bars)."""
+    """Purity@k (sub-concept where known, else class) and the reused map's mAD@k of each
+    ranking (lines), and the heat-map energy in the mask where known (bars)."""
     plt = _pyplot()
     ks = results["options"]["purity_ks"]
-    fig, axes = plt.subplots(1, 2, figsize=(8, 2.8))
-    rankings = {
-        name: {
-            "purity": [block[f"purity@{k}"] for k in ks],
-            "purity_std": [block[f"purity@{k}_std"] for k in ks],
+    kind = (
+        "sub-concept"
+        if any("sub-concept" in k for k in next(iter(results["rankings"].values())))
+        else "class"
+    )
+    panels = [(f"{kind} purity@", f"{kind} purity@k (%)"), ("mAD@", "mAD@k of the reused map (%)")]
+    fig, axes = plt.subplots(1, 3 if "methods" in results else 2, figsize=(11, 2.8))
+    for ax, (prefix, title) in zip(axes, panels, strict=False):
+        series = {
+            name: {
+                "v": [block[f"{prefix}{k}"] for k in ks],
+                "v_std": [block[f"{prefix}{k}_std"] for k in ks],
+            }
+            for name, block in results["rankings"].items()
         }
-        for name, block in results["rankings"].items()
-    }
-    _curves(axes[0], ks, rankings, "purity", "sub-concept purity@k (%)")
-    axes[0].set_xticks(ks, [str(k) for k in ks])
-    axes[0].set_xlabel("k", fontsize=8)
+        _curves(ax, ks, series, "v", title)
+        ax.set_xticks(ks, [str(k) for k in ks])
+        ax.set_xlabel("k", fontsize=8)
     axes[0].legend(fontsize=6)
-    methods = results["methods"]
-    _bars(axes[1], list(methods), list(methods.values()), "energy", "heat energy in mask (%)")
-    axes[1].axhline(results["mask_area"], ls="--", color="k", lw=1, label="mask area")
-    axes[1].legend(fontsize=7)
-    fig.suptitle(f"Similar images and pointing: {_title(results)}", fontsize=9)
+    if "methods" in results:
+        methods = results["methods"]
+        _bars(axes[2], list(methods), list(methods.values()), "energy", "heat energy in mask (%)")
+        axes[2].axhline(results["mask_area"], ls="--", color="k", lw=1, label="mask area")
+        axes[2].legend(fontsize=7)
+    fig.suptitle(f"Similar images: {_title(results)}", fontsize=9)
     return _save(fig, path)
 
 

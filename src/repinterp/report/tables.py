@@ -1,7 +1,8 @@
 """Markdown and JSON reports of the evaluation protocols' results (``evaluation.evaluate``).
 
 `results_markdown` lays the numbers out in tables shaped like the paper's; `write_results`
-writes ``results.json``, ``results.md`` and the protocol's plots (`report.plots`).
+writes ``results.json``, ``results.md`` and the protocol's plots (`report.plots`). A cell is
+``mean ± std`` over the runs, or the mean alone for one run; the best of a column is bold.
 """
 
 from __future__ import annotations
@@ -13,25 +14,46 @@ from typing import Any
 
 from .plots import save_plots
 
-__all__ = ["results_markdown", "write_results"]
+__all__ = ["cell", "overview_markdown", "results_markdown", "write_results"]
+
+# Columns of the unseen tables: key, header, whether higher is better.
+_AD_COLUMNS = [
+    ("mAD", "mAD (%)", False),
+    ("mAI", "mAI (%)", True),
+    ("mAD_interp", "mAD per interp. (%)", False),
+    ("mAI_interp", "mAI per interp. (%)", True),
+    ("CVR", "CVR (%)", True),
+    ("ACU-MD", "ACU-MD (%)", True),
+]
+_CURVE_COLUMNS = [
+    ("ROAD", "ROAD (pp)", True),
+    ("ROAD-MoRF", "MoRF (pp)", False),
+    ("ROAD-LeRF", "LeRF (pp)", True),
+    ("deletion", "deletion AUC (%)", False),
+    ("insertion", "insertion AUC (%)", True),
+]
 
 
-def _cell(block: dict[str, Any], key: str, index: int | None = None, best: bool = False) -> str:
+def cell(block: dict[str, Any], key: str, index: int | None = None, best: bool = False) -> str:
+    """``mean ± std`` of ``block[key]`` (its ``index``-th value for a list), the mean alone when
+    there is no spread to show (one run), ``n/a`` when missing; bold if ``best``."""
     mean, std = block.get(key), block.get(f"{key}_std")
-    if index is not None:
+    if index is not None and mean is not None:
         mean, std = mean[index], std[index]
     if mean is None or not math.isfinite(mean):
         return "n/a"
-    text = f"{mean:.2f} ± {std:.2f}"
+    text = f"{mean:.2f}" if block.get("_runs", 2) == 1 else f"{mean:.2f} ± {std:.2f}"
     return f"**{text}**" if best else text
 
 
-def _best(methods: dict[str, Any], key: str, lower: bool, index: int | None = None) -> str:
+def _best(blocks: dict[str, Any], key: str, higher: bool, index: int | None = None) -> str | None:
     def value(name: str) -> float:
-        v = methods[name][key] if index is None else methods[name][key][index]
-        return v if v is not None and math.isfinite(v) else math.inf * (1 if lower else -1)
+        v = blocks[name].get(key)
+        v = v[index] if index is not None and v is not None else v
+        return v if v is not None and math.isfinite(v) else -math.inf if higher else math.inf
 
-    return (min if lower else max)(methods, key=value)
+    best = (max if higher else min)(blocks, key=value)
+    return best if math.isfinite(value(best)) else None
 
 
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:
@@ -39,33 +61,92 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
     return lines + ["| " + " | ".join(row) + " |" for row in rows]
 
 
-def _md_methods(results: dict[str, Any]) -> list[str]:
-    """Table 1: mAD and mAI of each method, the best in bold."""
-    methods = results["methods"]
-    best_ad, best_ai = _best(methods, "mAD", True), _best(methods, "mAI", False)
+def _with_runs(results: dict[str, Any], blocks: dict[str, Any]) -> dict[str, Any]:
+    """The blocks, each told the number of runs (for `cell`)."""
+    return {name: {**block, "_runs": results["runs"]} for name, block in blocks.items()}
+
+
+def _columns_table(
+    blocks: dict[str, Any], columns: list[tuple[str, str, bool]], first: str, times: bool = False
+) -> list[str]:
+    """One row per block, one column per key present in any block, the best of each bold;
+    then the block's ``time_s`` if ``times``."""
+    columns = [c for c in columns if any(c[0] in b for b in blocks.values())]
+    best = {key: _best(blocks, key, higher) for key, _, higher in columns}
     rows = [
-        [
-            name,
-            _cell(m, "mAD", best=name == best_ad),
-            _cell(m, "mAI", best=name == best_ai),
-            f"{m['time_s']:.1f}",
-        ]
-        for name, m in methods.items()
+        [name, *[cell(b, key, best=best[key] == name) for key, _, _ in columns]]
+        + ([f"{b['time_s']:.1f}"] if times else [])
+        for name, b in blocks.items()
     ]
-    return _table(["Method", "mAD (%)", "mAI (%)", "time (s)"], rows)
+    header = [first, *[header for _, header, _ in columns]] + (["time (s)"] if times else [])
+    return _table(header, rows)
+
+
+def _md_methods(results: dict[str, Any]) -> list[str]:
+    """Table 1: AD / AI pooled and per interpretation, the regions' coverage, the times; then
+    the perturbation metrics."""
+    methods = _with_runs(results, results["methods"])
+    lines = _columns_table(methods, _AD_COLUMNS, "Method", times=True)
+    if any(key in m for m in methods.values() for key, _, _ in _CURVE_COLUMNS):
+        curve_n = results["options"].get("curve_images")
+        lines += [
+            "",
+            f"Perturbation metrics on {curve_n} unseen images per run (the same for every "
+            "method); pp = percentage points of the class probability:",
+            "",
+            *_columns_table(methods, _CURVE_COLUMNS, "Method"),
+        ]
+    return lines
+
+
+# The paper's targets on unseen images (Table 1, Table 2; App. D), beside the overview.
+PAPER_TARGETS = {"mAD": "lowest", "CVR": "≥ 97", "ACU-MD": "≥ 98"}
+_OVERVIEW = [
+    ("mAD", "mAD", False),
+    ("mAD_interp", "mAD per interp.", False),
+    ("ROAD", "ROAD (pp)", True),
+    ("deletion", "deletion", False),
+    ("insertion", "insertion", True),
+    ("CVR", "CVR", True),
+    ("ACU-MD", "ACU-MD", True),
+]
+
+
+def overview_markdown(unseen: dict[str, dict[str, Any]]) -> str:
+    """One table of ``unseen`` results on several data sets: per data set and method, mAD
+    pooled and per interpretation, ROAD, deletion and insertion AUC, CVR and ACU-MD (%, the
+    best of a column within a data set bold), the model's accuracy on the runs' unseen images,
+    and a row of the paper's targets.
+
+    Args:
+        unseen: `evaluate`'s ``unseen`` results (or their JSON), by data set name.
+    """
+    header = ["Data set", "Method", *[label for _, label, _ in _OVERVIEW], "model acc."]
+    rows = []
+    for dataset, results in unseen.items():
+        methods = _with_runs(results, results["methods"])
+        best = {key: _best(methods, key, higher) for key, _, higher in _OVERVIEW}
+        accuracy = cell({**results["model_acc"], "_runs": results["runs"]}, "unseen")
+        for name, block in methods.items():
+            cells = [cell(block, key, best=best[key] == name) for key, _, _ in _OVERVIEW]
+            rows.append([f"`{dataset}`", name, *cells, accuracy])
+        targets = [PAPER_TARGETS.get(key, "") for key, _, _ in _OVERVIEW]
+        rows.append([f"`{dataset}`", "*paper's target for RI*", *targets, ""])
+    return "\n".join(_table(header, rows)) + "\n"
 
 
 def _md_coverage(results: dict[str, Any]) -> list[str]:
     """Table 2: the regions' ACU-GT, ACU-MD and CVR beside the model's."""
     header = ["Set", "ACU-GT of RI", "ACU-GT of F", "ACU-MD of RI", "ACU-MD of F", "CVR of RI"]
+    blocks = _with_runs(results, {part: results[part] for part in ("reference", "unseen")})
     rows = [
         [
             label,
-            _cell(results[part], "ACU-GT"),
-            f"{results[part]['model_acc']:.2f}",
-            _cell(results[part], "ACU-MD"),
+            cell(blocks[part], "ACU-GT"),
+            cell(blocks[part], "model_acc"),
+            cell(blocks[part], "ACU-MD"),
             "100.00",
-            _cell(results[part], "CVR"),
+            cell(blocks[part], "CVR"),
             "100.00",
         ]
         for part, label in (("reference", "Ref."), ("unseen", "Unseen"))
@@ -74,17 +155,23 @@ def _md_coverage(results: dict[str, Any]) -> list[str]:
 
 
 def _md_reference(results: dict[str, Any]) -> list[str]:
-    """Appendix C: mAD and mAI per K, then run times and the mean size of the similar sets."""
-    methods, ks = results["methods"], results["options"]["ks"]
+    """Appendix C: each score per K, then run times and the mean size of the similar sets."""
+    methods = _with_runs(results, results["methods"])
+    ks, options = results["options"]["ks"], results["options"]
     lines = []
-    for key, lower in (("mAD", True), ("mAI", False)):
-        best = [_best(methods, key, lower, i) for i in range(len(ks))]
+    named = [("mAD", "mAD (%)", False), ("mAI", "mAI (%)", True), *_CURVE_COLUMNS]
+    for key, label, higher in named:
+        if not any(key in m for m in methods.values()):
+            continue
+        shown = [i for i, k in enumerate(ks) if key in ("mAD", "mAI") or k <= options["curve_k"]]
+        best = {i: _best(methods, key, higher, i) for i in shown}
         rows = [
-            [name, *[_cell(m, key, i, best[i] == name) for i in range(len(ks))]]
+            [name, *[cell(m, key, i, best[i] == name) for i in shown]]
             for name, m in methods.items()
         ]
-        lines += [f"{key} (%) over the top-K similar reference images:", ""]
-        lines += [*_table(["Method", *[f"K = {k}" for k in ks]], rows), ""]
+        where = "" if key in ("mAD", "mAI") else (f" (the first {options['curve_inputs']} inputs)")
+        lines += [f"{label} over the top-K similar reference images{where}:", ""]
+        lines += [*_table(["Method", *[f"K = {ks[i]}" for i in shown]], rows), ""]
     rows = [
         [name, f"{m['time_s']:.1f}", ", ".join(f"{s:.1f}" for s in m["similar"])]
         for name, m in methods.items()
@@ -93,46 +180,58 @@ def _md_reference(results: dict[str, Any]) -> list[str]:
 
 
 def _md_q_sweep(results: dict[str, Any]) -> list[str]:
-    """Appendix E: the regions' metrics for each |Q|."""
+    """Appendix E: the regions' metrics for each |Q|, one table per sampling of Q."""
     columns = [
         (part, key) for part in ("reference", "unseen") for key in ("ACU-GT", "ACU-MD", "CVR")
     ]
-    rows = [
-        [str(q), *[_cell(results[part], key, i) for part, key in columns]]
-        for i, q in enumerate(results["options"]["q_values"])
-    ]
-    header = ["|Q|", *[f"{key} {part}" for part, key in columns]]
-    model = f"ACU-GT of F: {results['reference']['model_acc'][0]:.2f} (reference), "
-    model += f"{results['unseen']['model_acc'][0]:.2f} (unseen)."
-    return [*_table(header, rows), "", model]
+    lines = []
+    for sampling, block in results["samplings"].items():
+        parts = _with_runs(results, {part: block[part] for part in ("reference", "unseen")})
+        times = _with_runs(results, {"t": block})["t"]
+        rows = [
+            [
+                str(q),
+                *[cell(parts[part], key, i) for part, key in columns],
+                cell(times, "fit_s", i),
+                cell(times, "cover_s", i),
+            ]
+            for i, q in enumerate(results["options"]["q_values"])
+        ]
+        header = ["|Q|", *[f"{key} {part}" for part, key in columns], "fit (s)", "covers (s)"]
+        lines += [f"Sampling of Q: `{sampling}`", "", *_table(header, rows), ""]
+    return lines
 
 
 def _md_similar(results: dict[str, Any]) -> list[str]:
-    """Purity@k of the rankings, then the pointing game of the methods."""
-    ks, rankings, methods = results["options"]["purity_ks"], results["rankings"], results["methods"]
-    best = {k: _best(rankings, f"purity@{k}", False) for k in ks}
-    rows = [
-        [name, *[_cell(r, f"purity@{k}", best=best[k] == name) for k in ks]]
-        for name, r in rankings.items()
-    ]
-    best_energy = _best(methods, "energy", False)
-    energy = [
-        [name, _cell(m, "energy", best=name == best_energy), f"{m['time_s']:.1f}"]
-        for name, m in methods.items()
-    ]
-    return [
-        "Share of the top-k similar reference images with the input's sub-concept (%):",
+    """Purity@k and the reused map's mAD@k of the rankings, then the pointing game."""
+    rankings = _with_runs(results, results["rankings"])
+    keys = list(next(iter(results["rankings"].values())))
+    keys = [k for k in keys if not k.endswith("_std")]
+    columns = [(k, f"{k} (%)", not k.startswith("mAD")) for k in keys]
+    lines = [
+        "Share of the top-k similar reference images with the input's class / sub-concept, and "
+        "mAD (%) of the input's heat map reused on them:",
         "",
-        *_table(["Ranking", *[f"purity@{k}" for k in ks]], rows),
+        *_columns_table(rankings, columns, "Ranking"),
         "",
         "Reference images covered by RI's P(x), besides the input, on average: "
         f"{results['covered_others']:.1f}.",
-        "",
-        "Share of the heat-map energy inside the object's mask on the unseen set (%); the mask "
-        f"covers {results['mask_area']:.1f}% of the pixels on average:",
-        "",
-        *_table(["Method", "energy in mask (%)", "time (s)"], energy),
     ]
+    if "methods" in results:
+        methods = _with_runs(results, results["methods"])
+        best = _best(methods, "energy", True)
+        energy = [
+            [name, cell(m, "energy", best=name == best), f"{m['time_s']:.1f}"]
+            for name, m in methods.items()
+        ]
+        lines += [
+            "",
+            "Share of the heat-map energy inside the object's mask on the unseen set (%); the "
+            f"mask covers {results['mask_area']:.1f}% of the pixels on average:",
+            "",
+            *_table(["Method", "energy in mask (%)", "time (s)"], energy),
+        ]
+    return lines
 
 
 _MARKDOWN = {
@@ -152,6 +251,37 @@ def _machine(results: dict[str, Any]) -> str:
     )
 
 
+def _header(results: dict[str, Any]) -> str:
+    setup, options = results["setup"], results["options"]
+    sizes = setup.get("run_sizes") or [(setup["n_reference"], setup["n_unseen"])]
+    images = " or ".join(f"{r} reference / {u} unseen" for r, u in sizes)
+    split = (
+        "each run draws its own stratified images"
+        if options.get("split") == "per-run"
+        else "the same images in every run"
+    )
+    accuracy = (
+        _with_runs(results, {"a": results["model_acc"]})["a"] if "model_acc" in results else None
+    )
+    model_acc = (
+        f" The model's accuracy on the runs' images: {cell(accuracy, 'reference')}% (reference), "
+        f"{cell(accuracy, 'unseen')}% (unseen)."
+        if accuracy
+        else ""
+    )
+    spread = "mean ± std" if results["runs"] > 1 else "one run, no spread"
+    return (
+        f"Model `{setup['model']}` at layer `{setup['target_layer']}`; {images} images ({split}); "
+        f"|Q| = {options['n_boundaries']}, |V| = {results['n_regions']}; "
+        f"{results['runs']} run(s) with seeds {results['seeds']}; {spread}; "
+        f"{results['time_s']:.0f} s in all on {setup['device']} ({_machine(results)}); per run, "
+        f"RI's index took {results['ri_fit_s']:.1f} s"
+        + (f" and k-means {results['kmeans_s']:.1f} s" if results["kmeans_s"] else "")
+        + " (not in the methods' times, which cover making the explanations, not scoring them)."
+        + model_acc
+    )
+
+
 def results_markdown(results: dict[str, Any], plots: list[str] | None = None) -> str:
     """A Markdown report of ``evaluate``'s results, with tables shaped like the paper's.
 
@@ -159,18 +289,10 @@ def results_markdown(results: dict[str, Any], plots: list[str] | None = None) ->
         results: what `evaluate` returned.
         plots: file names of plots to link below the tables.
     """
-    setup, options = results["setup"], results["options"]
     lines = [
         f"### `{results['protocol']}` on `{results['dataset']}`",
         "",
-        f"Model `{setup['model']}` at layer `{setup['target_layer']}`; "
-        f"{setup['n_reference']} reference / {setup['n_unseen']} unseen images; "
-        f"|Q| = {options['n_boundaries']}, |V| = {results['n_regions']}; "
-        f"{results['runs']} run(s) with seeds {results['seeds']}; mean ± std; "
-        f"{results['time_s']:.0f} s in all on {setup['device']} ({_machine(results)}); per run, "
-        f"RI's index took {results['ri_fit_s']:.1f} s"
-        + (f" and k-means {results['kmeans_s']:.1f} s" if results["kmeans_s"] else "")
-        + " (not in the methods' times, which cover making the explanations, not scoring them).",
+        _header(results),
         "",
         *([f"Command: `{results['command']}`", ""] if "command" in results else []),
         *_MARKDOWN[results["protocol"]](results),
@@ -198,7 +320,7 @@ def write_results(results: dict[str, Any], out: str | Path) -> list[Path]:
     """
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    plots = save_plots(results, out)
     (out / "results.json").write_text(json.dumps(_json_ready(results), indent=2) + "\n")
+    plots = save_plots(results, out)
     (out / "results.md").write_text(results_markdown(results, [p.name for p in plots]))
     return [out / "results.json", out / "results.md", *plots]

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from torch import Tensor
 
 if TYPE_CHECKING:
+    from ...regions import RegionSet
     from ..run import Run
 
 __all__ = ["Method"]
@@ -38,3 +39,18 @@ class Method(ABC):
         Returns:
             (the similar images' reference indices, ``index`` first; their explanations).
         """
+
+    def groups(self, run: Run) -> Tensor:
+        """(N,) the interpretation explaining each unseen image, for the average per
+        interpretation: by default its nearest k-means centre (CPU long)."""
+        return run.unseen_centre
+
+    def regions(self, run: Run) -> RegionSet | None:
+        """The regions whose coverage of the unseen images is reported, if any."""
+        return None
+
+    def samplings(self) -> tuple[str, ...]:
+        """The ways of drawing ``Q`` (:data:`repinterp.build.SAMPLINGS`) whose indexes the
+        method uses: fitted once per run before the clocks start (their time is reported
+        apart); none by default."""
+        return ()

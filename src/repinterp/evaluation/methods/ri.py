@@ -1,25 +1,105 @@
-"""Representative interpretations (the paper's method) as a method of the protocols."""
+"""Representative interpretations (the paper's method) and its variants as methods of the
+protocols."""
 
 from __future__ import annotations
 
+import torch
 from torch import Tensor
 
+from ...build import SAMPLINGS
+from ...interpretation import SIMILARITY_METRICS, Interpretation
+from ...polytope_weights import covered_sample, with_score_weights
+from ...regions import RegionSet
 from ..run import Run, self_first
 from .base import Method
 
-__all__ = ["RIMethod"]
+__all__ = ["KNOBS", "RIMethod"]
+
+# Each knob of RI, its values, the paper's first.
+KNOBS: dict[str, tuple[str, ...]] = {
+    "solver": ("greedy", "exact"),
+    "sampling": SAMPLINGS,
+    "weights": ("gradient", "score"),
+    "similar": SIMILARITY_METRICS,
+}
 
 
 class RIMethod(Method):
-    """Representative interpretations: regions on unseen images, semantic distance on the
-    reference set."""
+    """Representative interpretations: regions on unseen images, similar images on the
+    reference set; the paper's by default.
 
-    name = "RI"
+    Args:
+        solver: ``"greedy"`` (Algorithm 1) or ``"exact"`` (the MILP; its time limit is
+            ``options.time_limit``).
+        sampling: how ``Q`` is drawn: ``"uniform"``, ``"balanced"`` or ``"pairs"``
+            (:func:`repinterp.build.sample_sources`).
+        weights: the heat maps' channel weights: ``"gradient"`` (§5.1) or ``"score"``
+            (polytope Score-CAM, :mod:`repinterp.polytope_weights`, on ``options.score_images``
+            covered images).
+        similar: the ranking of similar images in ``reference``: ``"semantic"`` (§5.2),
+            ``"euclidean"`` or ``"cosine"`` (``Interpretation.similar``).
+
+    Its name is ``RI`` followed by ``+value`` for each knob not at the paper's value, in the
+    order above (e.g. ``RI+pairs+score``).
+    """
+
+    def __init__(
+        self,
+        solver: str = "greedy",
+        sampling: str = "uniform",
+        weights: str = "gradient",
+        similar: str = "semantic",
+    ) -> None:
+        self.knobs = {"solver": solver, "sampling": sampling, "weights": weights}
+        self.knobs["similar"] = similar
+        for knob, value in self.knobs.items():
+            if value not in KNOBS[knob]:
+                raise ValueError(
+                    f"unknown {knob} {value!r}; choose one of {', '.join(KNOBS[knob])}"
+                )
+        self.name = "RI" + "".join(
+            f"+{value}" for knob, value in self.knobs.items() if value != KNOBS[knob][0]
+        )
+
+    def samplings(self) -> tuple[str, ...]:
+        return (self.knobs["sampling"],)
+
+    def _weighted(self, run: Run, interpretation: Interpretation) -> Interpretation:
+        if self.knobs["weights"] == "gradient" or not interpretation.has_heatmap:
+            return interpretation
+        sample = covered_sample(interpretation, run.options.score_images, run.seed)
+        return with_score_weights(interpretation, run.setup.inputs("reference", sample))
+
+    def regions(self, run: Run) -> RegionSet:
+        """The run's k-means regions (inputs and centres), their covers solved on this
+        variant's ``Q`` by its solver, drawn with its weights."""
+        knobs = self.knobs
+        return run.cached(
+            ("regions", knobs["sampling"], knobs["solver"], knobs["weights"]),
+            lambda: self._regions(run),
+        )
+
+    def _regions(self, run: Run) -> RegionSet:
+        base = run.regions
+        ri = run.interpreter_for(self.knobs["sampling"])
+        regions = base.regions
+        if (self.knobs["sampling"], self.knobs["solver"]) != ("uniform", "greedy"):
+            regions = ri.explain_reference(base.inputs, solver=self.knobs["solver"])
+        regions = [self._weighted(run, region) for region in regions]
+        return RegionSet(ri, base.inputs, regions, base.centres)
 
     def unseen(self, run: Run, images01: Tensor) -> Tensor:
-        return run.regions.heatmap(run.setup.normalize(images01).to(run.setup.device))
+        return self.regions(run).heatmap(run.setup.normalize(images01).to(run.setup.device))
+
+    def groups(self, run: Run) -> Tensor:
+        regions = self.regions(run)
+        parts = [regions.assign(x).region.cpu() for x in run.setup.chunks("unseen")]
+        return torch.cat(parts)
 
     def reference(self, run: Run, index: int, k: int) -> tuple[Tensor, Tensor]:
-        explanation = run.interpreter.explain_reference([index])[0]
-        similar = self_first(explanation.similar().cpu(), index, k)
+        ri = run.interpreter_for(self.knobs["sampling"])
+        explanation = ri.explain_reference([index], solver=self.knobs["solver"])[0]
+        explanation = self._weighted(run, explanation)
+        ranking = explanation.similar(metric=self.knobs["similar"]).cpu()
+        similar = self_first(ranking, index, k)
         return similar, explanation.heatmap(run.setup.inputs("reference", similar))

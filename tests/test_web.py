@@ -37,6 +37,7 @@ from repinterp.evaluation.metrics import keep_top_pixels
 from repinterp.heatmap import colorize, normalize_maps, overlay
 from repinterp.regions import RegionSet
 from repinterp.web import create_app, server_config
+from repinterp.web.app import host_name
 from repinterp.web.compare import METHODS
 from repinterp.web.gallery import distinct_polytopes, polytope_key
 from repinterp.web.images import MAX_UPLOAD_BYTES, MAX_UPLOAD_PIXELS, MIN_SIDE
@@ -64,11 +65,11 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @contextmanager
-def running(app: Starlette, **limits: float) -> Iterator[str]:
+def running(app: Starlette, host: str = "127.0.0.1", **limits: float) -> Iterator[str]:
     """Serve ``app`` as ``repinterp serve`` does (``limits``: of :func:`server_config`), with
-    uvicorn in a thread on a free loopback port; yield its base URL."""
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
+    uvicorn in a thread on a free port of ``host``; yield its base URL."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    sock.bind((host, 0))
     server = uvicorn.Server(server_config(app, quiet=True, **limits))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
@@ -77,7 +78,7 @@ def running(app: Starlette, **limits: float) -> Iterator[str]:
         assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
         time.sleep(0.02)
     try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+        yield f"http://{host_name(host)}:{sock.getsockname()[1]}"
     finally:
         server.should_exit = True
         thread.join(10)

@@ -8,17 +8,14 @@ from __future__ import annotations
 import json
 import socket
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 import httpx
 import numpy as np
 import pytest
-import uvicorn
 
 from repinterp import RepresentativeInterpreter
 from repinterp.cli import build_parser, main
-from repinterp.web import create_app, server_config
+from repinterp.web import create_app
 from repinterp.web.server import allowed_names
 from tests.test_web import png_bytes, running, small_app
 
@@ -69,32 +66,11 @@ def _ipv6_loopback() -> bool:
         return False
 
 
-@contextmanager
-def _served_on_ipv6(app) -> Iterator[int]:
-    import threading
-
-    sock = socket.socket(socket.AF_INET6)
-    sock.bind(("::1", 0))
-    server = uvicorn.Server(server_config(app, quiet=True))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.02)
-    try:
-        yield sock.getsockname()[1]
-    finally:
-        server.should_exit = True
-        thread.join(10)
-        sock.close()
-
-
 @pytest.mark.skipif(not _ipv6_loopback(), reason="this machine has no IPv6 loopback")
 def test_ipv6_loopback_serves_the_page(workspace):
     app = create_app(workspace, n_regions=1, allowed_hosts=allowed_names("::1"))
-    with _served_on_ipv6(app) as port:
-        base = f"http://[::1]:{port}"
+    with running(app, host="::1") as base:
+        assert base.startswith("http://[::1]:")
         page = httpx.get(base + "/", timeout=30)
         assert page.status_code == 200 and "repinterp viewer" in page.text
         assert httpx.get(base + "/api/info", timeout=30).json()["n_reference"] == 4000

@@ -56,6 +56,8 @@ dl.legend dt { font-weight: 600; } dl.legend dd { margin: 0; }
 .scale { display: flex; justify-content: space-between; width: min(420px, 100%);
   font-size: .9rem; color: var(--muted); } .scale-note { margin-top: .2rem; }
 nav ol { columns: 2 16rem; } .note { color: #c06000; }
+@media (max-width: 600px) { dl.legend { grid-template-columns: 1fr; } dl.legend dd {
+  margin-bottom: .5rem; } }
 """
 
 

@@ -17,22 +17,11 @@ from torch import Tensor
 from ..evaluation.baselines import channel_weights, reused_cam
 from ..workspace import Workspace
 
-__all__ = ["CAMS", "METHODS", "CamWeights", "check_method"]
+__all__ = ["CAMS", "METHODS", "CamWeights"]
 
 # Method ids in the API (and the page's order: RI first, Score-CAM last) -> names.
 METHODS = {"ri": "RI", "gradcam": "Grad-CAM", "gradcampp": "Grad-CAM++", "scorecam": "Score-CAM"}
 CAMS = tuple(method for method in METHODS if method != "ri")
-
-
-def check_method(method: str) -> str:
-    """``method`` if it is a key of :data:`METHODS`.
-
-    Raises:
-        ValueError: an unknown method.
-    """
-    if method not in METHODS:
-        raise ValueError(f"unknown method {method!r}; expected one of {', '.join(METHODS)}")
-    return method
 
 
 class CamWeights:
@@ -57,9 +46,9 @@ class CamWeights:
     def weights(self, method: str, key: str, pixels: Tensor, target_class: int) -> Tensor:
         """K channel weights of ``method`` (a CAM id of :data:`METHODS`) for ``target_class``
         on the input ``key`` (C x H x W pixels in [0, 1])."""
-        name = METHODS[check_method(method)]
-        if method == "ri":
-            raise ValueError("RI's channel weights are its interpretation's, not a CAM's")
+        if method not in CAMS:
+            raise ValueError(f"not a CAM method: {method!r}; expected one of {', '.join(CAMS)}")
+        name = METHODS[method]
         with self._lock:
             cached = self._weights.get((key, method))
             if cached is not None:

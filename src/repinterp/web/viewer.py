@@ -17,18 +17,15 @@ from __future__ import annotations
 import functools
 import io
 import json
-import re
 import secrets
 import threading
 import time
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import Tensor
 
 from ..heatmap import COLORMAPS, DEFAULT_COLORMAP, SCALE, colorize, normalize_maps
-from ..interpreter import Interpretation
 from ..report.figures import (
     FRACTION,
     CaseStudy,
@@ -39,7 +36,7 @@ from ..report.figures import (
 )
 from ..report.html import colorbar_css
 from ..workspace import Workspace
-from .compare import METHODS, CamWeights, check_method
+from .compare import METHODS, CamWeights
 from .gallery import Polytope, distinct_polytopes
 from .images import (
     MAX_UPLOAD_BYTES,
@@ -49,6 +46,7 @@ from .images import (
     decode_upload,
     encode_png,
 )
+from .keys import Entry, choice, reference_index, whole_number
 
 __all__ = ["BadRequest", "NotFound", "Viewer"]
 
@@ -61,52 +59,6 @@ CACHED_EXPLANATIONS = 256
 COMPARE_K = 4
 MAX_COMPARE_K = 8
 EXPORT_K = 8
-
-KEY = re.compile(r"r(?P<reference>0|[1-9][0-9]{0,8})|u(?P<upload>[A-Za-z0-9_-]{16})")
-
-
-@dataclass(frozen=True)
-class Entry:
-    """An explained image: its pixels (C x H x W in [0, 1]), its interpretation, and the
-    reference images it covers, most similar first, with their ``Dist``; a reference image
-    itself is left out of its own list."""
-
-    key: str
-    pixels: Tensor
-    explanation: Interpretation
-    ranked: Tensor
-    distances: Tensor
-
-    @classmethod
-    def of(
-        cls, key: str, pixels: Tensor, explanation: Interpretation, own: int | None = None
-    ) -> Entry:
-        """``own``: the input's reference index (None for an upload), left out."""
-        ranked = explanation.similar()
-        position = torch.searchsorted(explanation.covered, ranked)
-        distances = explanation.distances()[position]
-        if own is not None:
-            keep = ranked != own
-            ranked, distances = ranked[keep], distances[keep]
-        return cls(key, pixels, explanation, ranked, distances)
-
-
-def _page(value: str | None, name: str, default: int, low: int, high: int) -> int:
-    try:
-        number = default if value is None else int(value)
-    except ValueError:
-        raise BadRequest(f"{name} must be a whole number, got {value!r}") from None
-    if not low <= number <= high:
-        raise BadRequest(f"{name} must lie in [{low}, {high}], got {number}")
-    return number
-
-
-def _choice(value: str | None, name: str, choices: tuple[str, ...], default: str) -> str:
-    if value is None:
-        return default
-    if value not in choices:
-        raise BadRequest(f"unknown {name} {value!r}; expected one of {', '.join(choices)}")
-    return value
 
 
 class Viewer:
@@ -156,16 +108,7 @@ class Viewer:
 
     # ------------------------------------------------------------------ keys and entries
     def _reference(self, key: str) -> int | None:
-        """The reference index that ``key`` names, or None for an upload key."""
-        match = KEY.fullmatch(key)
-        if match is None:
-            raise NotFound(f"no image {key!r}: images are r<reference index> or u<upload id>")
-        if match["upload"] is not None:
-            return None
-        i = int(match["reference"])
-        if i >= len(self.index):
-            raise NotFound(f"no reference image {i}: the index has {len(self.index)}")
-        return i
+        return reference_index(key, len(self.index))
 
     def _upload(self, key: str) -> Entry:
         entry = self._uploads.get(key)
@@ -275,8 +218,8 @@ class Viewer:
             NotFound: no such image.
             BadRequest: ``offset`` or ``limit`` is not a whole number in range.
         """
-        start = _page(offset, "offset", 0, 0, MAX_OFFSET)
-        count = _page(limit, "limit", PAGE_SIZE, 1, MAX_PAGE)
+        start = whole_number(offset, "offset", 0, 0, MAX_OFFSET)
+        count = whole_number(limit, "limit", PAGE_SIZE, 1, MAX_PAGE)
         with self._lock:
             entry = self._entry(key)
             summary = self._summary(entry)
@@ -348,8 +291,8 @@ class Viewer:
             NotFound: no such image or explanation, or RI's heat map of it does not exist.
             BadRequest: an unknown method or colormap.
         """
-        method = _choice(method, "method", tuple(METHODS), "ri")
-        cmap = _choice(cmap, "colormap", COLORMAPS, DEFAULT_COLORMAP)
+        method = choice(method, "method", tuple(METHODS), "ri")
+        cmap = choice(cmap, "colormap", COLORMAPS, DEFAULT_COLORMAP)
         with self._lock:
             return self._png(key, heat, method, cmap)
 
@@ -363,11 +306,8 @@ class Viewer:
             NotFound: no such image.
             BadRequest: an unknown method or a bad ``k`` (1 to ``MAX_COMPARE_K``).
         """
-        try:
-            method = check_method(method or "")
-        except ValueError as exc:
-            raise BadRequest(str(exc)) from None
-        count = _page(k, "k", COMPARE_K, 1, MAX_COMPARE_K)
+        method = choice(method, "method", tuple(METHODS), "ri")
+        count = whole_number(k, "k", COMPARE_K, 1, MAX_COMPARE_K)
         with self._lock:
             self._entry(key)  # a forgotten upload is not served from the cache
             return self._compare(key, method, count)

@@ -207,6 +207,11 @@ function fact(name, label, value, title) {
   return [el("dt", { title }, label), el("dd", { "data-fact": name, title }, value)];
 }
 
+// A picture in a card: its caption line (a link or a name), then its labelled numbers.
+function card(kind, item, caption, head, numbers) {
+  return el("figure", { class: kind }, picture(item, caption, { numbers }), el("figcaption", {}, head, ...numbers()));
+}
+
 function similarCard(item, data) {
   const caption = `#${item.rank}: reference image ${item.reference}`;
   const differs = item.label !== data.predicted_class;
@@ -215,21 +220,12 @@ function similarCard(item, data) {
     num("score", percent(item.score)),
     num("label", className(item.label), { className: differs ? "differs" : null }),
   ];
-  return el(
-    "figure",
-    { class: "card" },
-    picture(item, caption, { numbers }),
-    el(
-      "figcaption",
-      {},
-      el(
-        "a",
-        { href: `#${item.key}`, title: `rank ${item.rank} by Dist; reference image ${item.reference}: explain it` },
-        `#${item.rank} ref ${item.reference}`,
-      ),
-      ...numbers(),
-    ),
+  const link = el(
+    "a",
+    { href: `#${item.key}`, title: `rank ${item.rank} by Dist; reference image ${item.reference}: explain it` },
+    `#${item.rank} ref ${item.reference}`,
   );
+  return card("card", item, caption, link, numbers);
 }
 
 function render(data) {
@@ -375,17 +371,8 @@ function fillRow(row, result) {
       num("score", percent(item.score)),
       ...(item.masked_score === null ? [] : [num("masked", percent(item.masked_score))]),
     ];
-    return el(
-      "figure",
-      { class: "cell" },
-      picture(item, caption, { numbers }),
-      el(
-        "figcaption",
-        {},
-        el("span", { title: caption }, item.rank === 0 ? "input" : `#${item.rank} ref ${item.reference}`),
-        ...numbers().slice(1),
-      ),
-    );
+    const name = el("span", { title: caption }, item.rank === 0 ? "input" : `#${item.rank} ref ${item.reference}`);
+    return card("cell", item, caption, name, numbers);
   });
   row.querySelector(".compare-cells").replaceChildren(...cells);
 }

@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import http.client
 import io
+import json
 import os
 import re
 import select
@@ -572,3 +573,28 @@ def test_export_is_the_case_study_png_and_its_numbers(client, viewer):
     got = [data["input_masked_score"], *(item["masked_score"] for item in data["similar"])]
     assert got == pytest.approx(expected, abs=1e-5)
     assert client.get("/api/export/r4000.json").status_code == 404
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_viewer_on_cuda_answers_like_on_cpu(viewer):
+    workspace = fit_workspace(
+        "mnist_cnn",
+        BUNDLED_WEIGHTS / "mnist_cnn.safetensors",
+        "mnist5k",
+        n_boundaries=20,
+        device="cuda",
+        progress=False,
+    )
+    gpu = Viewer(workspace, n_regions=2)
+    for method in METHODS:
+        on_gpu, on_cpu = gpu.compare("r7", method), viewer.compare("r7", method)
+        shown = [[item["reference"] for item in c["items"]] for c in (on_gpu, on_cpu)]
+        assert shown[0] == shown[1], method
+        assert on_gpu["mean_masked_score"] == pytest.approx(on_cpu["mean_masked_score"], abs=1e-3)
+        drawn = np.asarray(Image.open(io.BytesIO(gpu.png("r12", "r7", method)))).astype(int)
+        expected = np.asarray(Image.open(io.BytesIO(viewer.png("r12", "r7", method))))
+        assert np.abs(drawn - expected).mean() < 2, method
+    assert gpu.export("r7", "png")[:8] == b"\x89PNG\r\n\x1a\n"
+    assert json.loads(gpu.export("r7", "json"))["key"] == "r7"
+    assert gpu.upload(png_bytes(np.eye(28)))["source"] == "upload"
+    assert gpu.wait_for_regions(120) and gpu.regions()["status"] == "ready"

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from repinterp import RepresentativeInterpreter
-from repinterp.cli import build_parser, main
-from repinterp.web import create_app
+from repinterp.cli import build_parser
+from repinterp.web import create_app, serve
 from repinterp.web.server import allowed_names
 from tests.test_web import png_bytes, running, small_app
 
@@ -79,13 +79,10 @@ def test_ipv6_loopback_serves_the_page(workspace):
     assert app.state.viewer.wait_for_regions(60)
 
 
-def test_serve_refuses_a_port_out_of_range(capsys):
-    for port in ("70000", "-1"):
-        with pytest.raises(SystemExit) as exit_info:
-            main(["serve", "--index", "no-such-index", "--port", port])
-        assert exit_info.value.code == 2
-        error = capsys.readouterr().err
-        assert error == f"repinterp: error: port must lie in [0, 65535], got {port}\n"
+def test_serve_refuses_a_port_out_of_range(tmp_path):
+    for port in (70000, -1):
+        with pytest.raises(ValueError, match=rf"^port must lie in \[0, 65535\], got {port}$"):
+            serve(tmp_path / "no-such-index", port=port)
 
 
 # ----------------------------------------------------------------------------- Origin

@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import http.client
 import io
+import json
 import os
 import re
 import select
@@ -27,12 +28,21 @@ import numpy as np
 import pytest
 import torch
 import uvicorn
+from matplotlib import colormaps
 from PIL import Image
 from starlette.applications import Starlette
 
 from repinterp.cli import build_parser
-from repinterp.web import create_app
-from repinterp.web.viewer import MAX_UPLOAD_BYTES, MAX_UPLOAD_PIXELS, MIN_SIDE, Viewer
+from repinterp.evaluation.baselines import ReusableCAM
+from repinterp.evaluation.metrics import keep_top_pixels
+from repinterp.heatmap import colorize, normalize_maps, overlay
+from repinterp.regions import RegionSet
+from repinterp.web import create_app, server_config
+from repinterp.web.app import host_name
+from repinterp.web.compare import METHODS
+from repinterp.web.gallery import distinct_polytopes, polytope_key
+from repinterp.web.images import MAX_UPLOAD_BYTES, MAX_UPLOAD_PIXELS, MIN_SIDE
+from repinterp.web.viewer import Viewer
 from repinterp.workspace import BUNDLED_WEIGHTS, fit_workspace
 
 N_REGIONS = 8
@@ -56,11 +66,12 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @contextmanager
-def running(app: Starlette) -> Iterator[str]:
-    """Serve ``app`` with uvicorn in a thread on a free loopback port; yield its base URL."""
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
+def running(app: Starlette, host: str = "127.0.0.1", **limits: float) -> Iterator[str]:
+    """Serve ``app`` as ``repinterp serve`` does (``limits``: of :func:`server_config`), with
+    uvicorn in a thread on a free port of ``host``; yield its base URL."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    sock.bind((host, 0))
+    server = uvicorn.Server(server_config(app, quiet=True, **limits))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     deadline = time.monotonic() + 30
@@ -68,7 +79,7 @@ def running(app: Starlette) -> Iterator[str]:
         assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
         time.sleep(0.02)
     try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+        yield f"http://{host_name(host)}:{sock.getsockname()[1]}"
     finally:
         server.should_exit = True
         thread.join(10)
@@ -131,10 +142,15 @@ def test_page_loads_only_its_own_files(client):
     assert '<link rel="stylesheet" href="/static/style.css"' in page.text
     assert "default-src 'self'" in page.headers["content-security-policy"]
     assert page.headers["x-content-type-options"] == "nosniff"
-    for name, kind in (("app.js", "text/javascript"), ("style.css", "text/css")):
+    assert '<link rel="icon" href="/static/favicon.svg"' in page.text
+    files = {"app.js": "text/javascript", "style.css": "text/css", "favicon.svg": "image/svg+xml"}
+    for name, kind in files.items():
         response = client.get(f"/static/{name}")
         assert response.status_code == 200
         assert response.headers["content-type"].startswith(kind)
+    favicon = client.get("/favicon.ico")
+    assert favicon.status_code == 200
+    assert favicon.content == client.get("/static/favicon.svg").content
     for text in (
         page.text,
         client.get("/static/app.js").text,
@@ -156,8 +172,12 @@ def test_info(client, viewer):
 
 
 def test_other_host_headers_are_refused(client):
-    assert client.get("/api/info", headers={"Host": "evil.example"}).status_code == 400
-    assert client.get("/api/info", headers={"Host": "localhost:1234"}).status_code == 200
+    for host in ("evil.example", "evil.example:8000", "127.0.0.1.evil.example", "[::2]:80", ""):
+        response = client.get("/api/info", headers={"Host": host})
+        assert response.status_code == 400, host
+        assert "Invalid host header" in response.json()["error"]
+    for host in ("localhost:1234", "127.0.0.1", "LOCALHOST", "[::1]:8000", "[::1]"):
+        assert client.get("/api/info", headers={"Host": host}).status_code == 200, host
 
 
 # ----------------------------------------------------------------------------- explanations
@@ -170,11 +190,13 @@ def test_reference_explanation_matches_the_engine(client, viewer):
     assert data["score"] == pytest.approx(e.score)
     assert data["boundaries"] == e.boundaries.tolist()
     assert data["delta"] == e.delta
-    assert data["representativeness"] == e.representativeness == data["similar"]["total"]
+    assert data["representativeness"] == e.representativeness == data["similar"]["total"] + 1
+    assert data["similar"]["input_left_out"]
     assert data["has_heatmap"] and "heat=r7" in data["heatmap"]
     items = data["similar"]["items"]
-    assert [item["reference"] for item in items] == e.similar(12).tolist()
-    assert items[0]["reference"] == 7 and items[0]["distance"] == 0
+    ranked = e.similar().tolist()
+    assert ranked[0] == 7, "the input is its own most similar image"
+    assert [item["reference"] for item in items] == ranked[1:13]
     distances = [item["distance"] for item in items]
     assert distances == sorted(distances)
     assert [item["rank"] for item in items] == list(range(1, 13))
@@ -184,7 +206,7 @@ def test_reference_explanation_matches_the_engine(client, viewer):
 
 
 def test_paging(client, viewer):
-    ranked = viewer.interpreter.explain_reference([3])[0].similar().tolist()
+    ranked = [i for i in viewer.interpreter.explain_reference([3])[0].similar().tolist() if i != 3]
     pages = [client.get(f"/api/explain/r3?offset={o}&limit=5").json() for o in (0, 5, 10)]
     assert [item["reference"] for p in pages for item in p["similar"]["items"]] == ranked[:15]
     assert pages[1]["similar"]["offset"] == 5 and pages[1]["similar"]["limit"] == 5
@@ -247,6 +269,13 @@ def test_traversal_is_404_and_reads_nothing(server, tmp_path):
 
 
 # ----------------------------------------------------------------------------- images
+def _decoded(response: httpx.Response) -> np.ndarray:
+    """A PNG answer at its data's resolution (undoing the whole-factor nearest upscaling)."""
+    array = np.asarray(Image.open(io.BytesIO(response.content)))
+    factor = MIN_SIDE // 28
+    return array[::factor, ::factor]
+
+
 def test_images_are_sharp_cached_pngs(client, viewer):
     pixels = viewer.workspace.reference.pixels(7)[0]
     response = client.get("/api/image/r7.png")
@@ -262,9 +291,43 @@ def test_images_are_sharp_cached_pngs(client, viewer):
 
     heat = client.get("/api/image/r12.png?heat=r7")
     assert heat.status_code == 200 and heat.headers["cache-control"].startswith("public")
-    overlay = Image.open(io.BytesIO(heat.content))
-    assert overlay.size == image.size and overlay.mode == "RGB"
+    drawn = Image.open(io.BytesIO(heat.content))
+    assert drawn.size == image.size and drawn.mode == "RGB"
     assert client.get("/api/image/r12.png?heat=r7").content == heat.content
+
+
+@pytest.mark.parametrize("cmap", [None, "inferno", "viridis", "jet"])
+def test_heat_maps_are_the_engines_in_a_per_image_min_max_colormap(client, viewer, cmap):
+    e = viewer.interpreter.explain_reference([7])[0]
+    pixels = viewer.workspace.reference.pixels(12).unsqueeze(0)
+    heat = e.heatmap(viewer.workspace.normalization(pixels))[0]
+    expected = np.rint(colorize(normalize_maps(heat), cmap or "inferno") * 255)
+    query = "" if cmap is None else f"&cmap={cmap}"
+    drawn = _decoded(client.get(f"/api/image/r12.png?heat=r7{query}"))
+    assert np.abs(drawn.astype(int) - expected).max() <= 1
+    assert drawn.reshape(-1, 3).min(0).sum() < drawn.reshape(-1, 3).max(0).sum(), "not blank"
+
+
+def test_bad_image_options_are_400(client):
+    for query, message in (("cmap=rainbow", "unknown colormap"), ("method=lime", "unknown method")):
+        response = client.get(f"/api/image/r1.png?heat=r7&{query}")
+        assert response.status_code == 400 and message in response.json()["error"], query
+
+
+def test_overlay_blends_a_perceptual_colormap_by_default():
+    image = torch.rand(1, 6, 5)
+    heat = torch.rand(6, 5)
+    colour = colorize(heat)
+    assert np.allclose(colour, colormaps["inferno"](heat.numpy())[..., :3])
+    for alpha in (0.0, 0.3, 1.0):
+        blended = overlay(image, heat, alpha=alpha)
+        grey = image[0].numpy()[..., None]
+        assert np.allclose(blended, (1 - alpha) * grey + alpha * colour)
+    assert np.allclose(overlay(image, heat, cmap="jet"), 0.5 * grey + 0.5 * colorize(heat, "jet"))
+    with pytest.raises(ValueError, match="alpha must lie in"):
+        overlay(image, heat, alpha=1.5)
+    with pytest.raises(ValueError, match="unknown colormap 'nope'"):
+        overlay(image, heat, cmap="nope")
 
 
 # ----------------------------------------------------------------------------- uploads
@@ -346,25 +409,56 @@ def test_uploads_are_kept_in_a_bounded_store(client, viewer, monkeypatch):
 
 
 # ----------------------------------------------------------------------------- regions
-def test_regions_gallery(client, viewer):
+def _ready_regions(client: httpx.Client) -> dict:
     deadline = time.monotonic() + REGIONS_TIMEOUT
     while (data := client.get("/api/regions").json())["status"] == "computing":
         assert time.monotonic() < deadline, "regions were not ready in time"
         time.sleep(0.5)
     assert data["status"] == "ready", data["message"]
+    return data
+
+
+def test_regions_gallery_has_one_card_per_polytope_and_its_counts_add_up(client, viewer):
+    data = _ready_regions(client)
     cards = data["regions"]
+    assert data["n_regions"] == N_REGIONS and data["n_reference"] == 4000
     assert 1 <= len(cards) <= N_REGIONS
     assert sorted(v for card in cards for v in card["regions"]) == list(range(N_REGIONS))
+    assert sum(card["interpreted"] for card in cards) == 4000
     sizes = [card["representativeness"] for card in cards]
     assert sizes == sorted(sizes, reverse=True)
+    regions = viewer.interpreter.regions(n_regions=N_REGIONS, seed=0)
+    keys = set()
     for card in cards:
         e = viewer.interpreter.explain_reference([card["reference"]])[0]
+        keys.add(polytope_key(e))
+        assert card["inputs"] == [int(regions.inputs[v]) for v in card["regions"]]
+        assert {polytope_key(regions.regions[v]) for v in card["regions"]} == {polytope_key(e)}
+        assert card["boundaries"] == sorted(e.boundaries.tolist())
         assert card["representativeness"] == e.representativeness
         assert card["predicted_class"] == e.predicted_class
         assert card["class_name"] == str(e.predicted_class)
         assert 1 <= len(card["covered"]) <= 4
-        assert {item["reference"] for item in card["covered"]} <= set(e.covered.tolist())
+        covered = [item["reference"] for item in card["covered"]]
+        assert covered == [i for i in e.similar().tolist() if i != card["reference"]][:4]
         assert all(f"heat={card['key']}" in item["heatmap"] for item in card["covered"])
+    assert len(keys) == len(cards), "two cards show the same polytope"
+    interpreted = regions.assign(
+        viewer.workspace.normalization(viewer.workspace.reference_pixels(range(4000)))
+    ).region
+    for card in cards:
+        assert card["interpreted"] == sum(int((interpreted == v).sum()) for v in card["regions"])
+
+
+def test_regions_with_the_same_polytope_are_one_card(viewer):
+    ri = viewer.interpreter
+    inputs = torch.tensor([5, 7, 5, 11, 7])
+    features = ri.reference_features
+    regions = RegionSet(ri, inputs, ri.explain_reference(inputs), features[inputs].clone())
+    polytopes = distinct_polytopes(regions, features)
+    assert sorted(p.regions for p in polytopes) == [[0, 2], [1, 4], [3]]
+    assert {tuple(p.inputs) for p in polytopes} == {(5, 5), (7, 7), (11,)}
+    assert sum(p.interpreted for p in polytopes) == len(features)
 
 
 def test_a_gallery_without_regions_says_why(viewer):
@@ -408,3 +502,99 @@ def test_serve_prints_its_address_serves_and_stops_on_ctrl_c(viewer, tmp_path_fa
         if process.poll() is None:
             process.kill()
             process.wait()
+
+
+# ----------------------------------------------------------------------------- compare, export
+def _masked(viewer, pixels: torch.Tensor, maps: torch.Tensor, target: int) -> list[float]:
+    """Scores of ``target`` on the images with only their 20 % hottest pixels kept, computed
+    here from the metric and the model alone."""
+    masked, keep = keep_top_pixels(pixels, maps, 0.2)
+    assert int(keep[0].sum()) == round(0.2 * 28 * 28)
+    model = viewer.interpreter.model
+    with torch.no_grad():
+        return model(viewer.workspace.normalization(masked)).softmax(1)[:, target].tolist()
+
+
+@pytest.mark.parametrize("method", ["ri", "gradcam", "gradcampp", "scorecam"])
+def test_compare_reuses_each_methods_weights_on_the_same_similar_images(client, viewer, method):
+    data = client.get(f"/api/compare/r7?method={method}&k=3").json()
+    e = viewer.interpreter.explain_reference([7])[0]
+    similar = [i for i in e.similar().tolist() if i != 7][:3]
+    assert [item["reference"] for item in data["items"]] == [7, *similar]
+    assert [item["rank"] for item in data["items"]] == [0, 1, 2, 3]
+    assert data["name"] == METHODS[method] and data["kept_fraction"] == 0.2
+    pixels = viewer.workspace.reference_pixels([7, *similar])
+    inputs = viewer.workspace.normalization(pixels)
+    if method == "ri":
+        maps = e.heatmap(inputs)
+    else:
+        cam = ReusableCAM(METHODS[method], viewer.interpreter.model, "features.7")
+        cam.fit(inputs[:1], [e.predicted_class])
+        maps = cam.heatmaps(inputs, [0, 0, 0, 0])
+    expected = _masked(viewer, pixels, maps, e.predicted_class)
+    masked = [item["masked_score"] for item in data["items"]]
+    assert masked == pytest.approx(expected, abs=1e-5)
+    assert data["mean_masked_score"] == pytest.approx(sum(expected) / 4, abs=1e-5)
+    for item, image_map in zip(data["items"], maps, strict=True):
+        query = "" if method == "ri" else f"method={method}"
+        assert query in item["heatmap"] and "heat=r7" in item["heatmap"]
+        drawn = _decoded(client.get(item["heatmap"]))
+        colour = np.rint(colorize(normalize_maps(image_map)) * 255)
+        assert np.abs(drawn.astype(int) - colour).max() <= 1, item["key"]
+    assert client.get(f"/api/compare/r7?method={method}&k=3").json()["items"] == data["items"]
+
+
+def test_compare_of_an_upload_and_bad_requests(client):
+    upload = client.post("/api/upload", content=png_bytes(np.eye(28))).json()
+    data = client.get(f"/api/compare/{upload['key']}?method=gradcam").json()
+    assert data["items"][0]["key"] == upload["key"] and data["items"][0]["reference"] is None
+    assert len(data["items"]) == 1 + min(4, upload["similar"]["total"])
+    for query, status in (("method=lime", 400), ("method=ri&k=0", 400), ("method=ri&k=9", 400)):
+        response = client.get(f"/api/compare/r7?{query}")
+        assert response.status_code == status and response.json()["error"], query
+    assert client.get("/api/compare/r4000?method=ri").status_code == 404
+
+
+def test_export_is_the_case_study_png_and_its_numbers(client, viewer):
+    png = client.get("/api/export/r7.png")
+    assert png.status_code == 200 and png.headers["content-type"] == "image/png"
+    assert png.headers["content-disposition"] == 'attachment; filename="repinterp-r7.png"'
+    with Image.open(io.BytesIO(png.content)) as figure:
+        assert figure.format == "PNG" and figure.width >= 1000
+    data = client.get("/api/export/r7.json").json()
+    e = viewer.interpreter.explain_reference([7])[0]
+    similar = [i for i in e.similar().tolist() if i != 7][:8]
+    assert [item["reference"] for item in data["similar"]] == similar
+    assert data["similar_total"] == e.representativeness - 1
+    assert data["boundaries"] == e.boundaries.tolist() and data["key"] == "r7"
+    pixels = viewer.workspace.reference_pixels([7, *similar])
+    maps = e.heatmap(viewer.workspace.normalization(pixels))
+    expected = _masked(viewer, pixels, maps, e.predicted_class)
+    got = [data["input_masked_score"], *(item["masked_score"] for item in data["similar"])]
+    assert got == pytest.approx(expected, abs=1e-5)
+    assert client.get("/api/export/r4000.json").status_code == 404
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_viewer_on_cuda_answers_like_on_cpu(viewer):
+    workspace = fit_workspace(
+        "mnist_cnn",
+        BUNDLED_WEIGHTS / "mnist_cnn.safetensors",
+        "mnist5k",
+        n_boundaries=20,
+        device="cuda",
+        progress=False,
+    )
+    gpu = Viewer(workspace, n_regions=2)
+    for method in METHODS:
+        on_gpu, on_cpu = gpu.compare("r7", method), viewer.compare("r7", method)
+        shown = [[item["reference"] for item in c["items"]] for c in (on_gpu, on_cpu)]
+        assert shown[0] == shown[1], method
+        assert on_gpu["mean_masked_score"] == pytest.approx(on_cpu["mean_masked_score"], abs=1e-3)
+        drawn = np.asarray(Image.open(io.BytesIO(gpu.png("r12", "r7", method)))).astype(int)
+        expected = np.asarray(Image.open(io.BytesIO(viewer.png("r12", "r7", method))))
+        assert np.abs(drawn - expected).mean() < 2, method
+    assert gpu.export("r7", "png")[:8] == b"\x89PNG\r\n\x1a\n"
+    assert json.loads(gpu.export("r7", "json"))["key"] == "r7"
+    assert gpu.upload(png_bytes(np.eye(28)))["source"] == "upload"
+    assert gpu.wait_for_regions(120) and gpu.regions()["status"] == "ready"

@@ -250,6 +250,7 @@ def _serve(args: argparse.Namespace) -> None:
         n_regions=args.regions,
         seed=args.seed,
         device=args.device,
+        allowed_hosts=args.allowed_host,
     )
 
 
@@ -361,6 +362,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (127.0.0.1)")
     p.add_argument("--port", type=int, default=8000, help="port; 0 picks a free one (8000)")
     p.add_argument("--regions", type=int, default=20, help="regions in the gallery (20)")
+    p.add_argument(
+        "--allowed-host",
+        action="append",
+        default=[],
+        metavar="HOST",
+        help="another name the viewer may be reached by (Host header); repeatable; always "
+        "accepted: --host, localhost, 127.0.0.1, [::1]",
+    )
     _common(p)
     p.set_defaults(func=_serve)
 

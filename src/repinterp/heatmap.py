@@ -9,7 +9,17 @@ from torch import Tensor
 
 from .boundaries import Boundaries
 
-__all__ = ["EPS", "channel_weights", "heatmaps", "normalize_maps", "overlay"]
+__all__ = [
+    "COLORMAPS",
+    "DEFAULT_COLORMAP",
+    "EPS",
+    "SCALE",
+    "channel_weights",
+    "colorize",
+    "heatmaps",
+    "normalize_maps",
+    "overlay",
+]
 
 EPS = 1e-7
 
@@ -76,22 +86,54 @@ def heatmaps(
     return torch.cat(out) if out else features.new_zeros(0, *size)
 
 
-def overlay(image: Tensor, heat: Tensor, alpha: float = 0.5, cmap: str = "jet") -> np.ndarray:
-    """An RGB overlay of a heat map on an image, for display.
+COLORMAPS = ("inferno", "viridis", "jet")
+DEFAULT_COLORMAP = "inferno"
+SCALE = "per-image min-max: 0 = coldest pixel, 1 = hottest"
+
+
+def colorize(heat: Tensor, cmap: str = DEFAULT_COLORMAP) -> np.ndarray:
+    """A heat map in colour, for display.
+
+    Args:
+        heat: H x W in [0, 1] (as :func:`heatmaps` makes them: per-image min-max, see
+            :data:`SCALE`).
+        cmap: a matplotlib colormap name; the perceptually uniform ``"inferno"`` by default
+            (``"jet"`` only on request: its bright bands look like edges that are not there).
+
+    Returns:
+        H x W x 3 float array in [0, 1].
+
+    Raises:
+        ValueError: an unknown colormap.
+    """
+    from matplotlib import colormaps
+
+    if cmap not in colormaps:
+        raise ValueError(f"unknown colormap {cmap!r}; e.g. one of {', '.join(COLORMAPS)}")
+    return colormaps[cmap](heat.detach().cpu().float().clamp(0, 1).numpy())[..., :3]
+
+
+def overlay(
+    image: Tensor, heat: Tensor, alpha: float = 0.5, cmap: str = DEFAULT_COLORMAP
+) -> np.ndarray:
+    """An RGB overlay of a heat map on an image, for display: ``(1 - alpha) * image + alpha *
+    colorize(heat, cmap)``.
 
     Args:
         image: C x H x W in [0, 1] pixel space (C = 1 or 3).
         heat: H x W in [0, 1].
-        alpha: weight of the heat map.
-        cmap: a matplotlib colormap name.
+        alpha: opacity of the heat map, in [0, 1] (0: the image alone, 1: the heat map alone).
+        cmap: a matplotlib colormap name (see :func:`colorize`).
 
     Returns:
         H x W x 3 float array in [0, 1].
-    """
-    from matplotlib import colormaps
 
+    Raises:
+        ValueError: ``alpha`` outside [0, 1] or an unknown colormap.
+    """
+    if not 0 <= alpha <= 1:
+        raise ValueError(f"alpha must lie in [0, 1], got {alpha}")
     rgb = image.detach().cpu().float().clamp(0, 1)
     if rgb.shape[0] == 1:
         rgb = rgb.expand(3, -1, -1)
-    colour = colormaps[cmap](heat.detach().cpu().float().numpy())[..., :3]
-    return (1 - alpha) * rgb.permute(1, 2, 0).numpy() + alpha * colour
+    return (1 - alpha) * rgb.permute(1, 2, 0).numpy() + alpha * colorize(heat, cmap)

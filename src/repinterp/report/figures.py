@@ -1,19 +1,43 @@
 """Case-study figures as in the paper's Fig. 2: an input, its most similar covered reference
-images, and the same images under the input's heat map."""
+images, and the same images under the input's heat map (alone and overlaid), with a colour bar
+and a legend that names every number."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 from torch import Tensor
 
 from ..data import Normalization
 from ..evaluation.metrics import keep_top_pixels
-from ..heatmap import overlay
+from ..heatmap import DEFAULT_COLORMAP, SCALE, colorize, normalize_maps, overlay
+from ..interpretation import Explainer
 from ..interpreter import Interpretation
 
-__all__ = ["CaseStudy", "case_study", "save_case_study_figure"]
+__all__ = [
+    "FRACTION",
+    "CaseStudy",
+    "case_study",
+    "class_scores",
+    "legend",
+    "masked_class_scores",
+    "save_case_study_figure",
+]
+
+FRACTION = 0.2
+
+
+def legend(class_name: str, fraction: float = FRACTION) -> list[str]:
+    """What the numbers and colours of a case study mean, one sentence a line."""
+    return [
+        f"score: the model's probability of class {class_name!r} (the input's prediction) "
+        "on the image.",
+        f"masked: the same score with {round(100 * (1 - fraction))} % of the pixels blacked "
+        f"out, the coldest by the heat map (the paper's Fig. 2).",
+        f"Heat maps: the input's channel weights reused on every image; {SCALE}.",
+    ]
 
 
 @dataclass
@@ -37,9 +61,35 @@ class CaseStudy:
     class_name: str
 
 
-def _class_scores(explanation: Interpretation, inputs: Tensor) -> list[float]:
-    logits, _ = explanation.interpreter.forward(inputs)
-    return logits.float().softmax(1)[:, explanation.predicted_class].tolist()
+def class_scores(interpreter: Explainer, inputs: Tensor, target_class: int) -> list[float]:
+    """The model's softmax probability of ``target_class`` on N model inputs (N x C x H x W)."""
+    logits, _ = interpreter.forward(inputs)
+    return logits.float().softmax(1)[:, target_class].tolist()
+
+
+def masked_class_scores(
+    interpreter: Explainer,
+    pixels: Tensor,
+    maps: Tensor,
+    normalize: Normalization,
+    target_class: int,
+    fraction: float = FRACTION,
+) -> list[float]:
+    """Scores of ``target_class`` on images that keep only their ``fraction`` hottest pixels.
+
+    Args:
+        interpreter: runs the model.
+        pixels: N x C x H x W in [0, 1].
+        maps: N x H x W heat maps (any method's: higher = more important).
+        normalize: pixels -> model inputs.
+        target_class: the class scored.
+        fraction: share of pixels kept (the rest are set to 0, black).
+
+    Returns:
+        N probabilities.
+    """
+    masked, _ = keep_top_pixels(pixels.cpu(), maps.cpu(), fraction)
+    return class_scores(interpreter, normalize(masked).to(interpreter.device), target_class)
 
 
 def case_study(
@@ -48,7 +98,7 @@ def case_study(
     titles: list[str],
     normalize: Normalization,
     class_name: str,
-    fraction: float = 0.2,
+    fraction: float = FRACTION,
 ) -> CaseStudy:
     """Scores, heat maps and masked scores for a case-study figure.
 
@@ -60,42 +110,79 @@ def case_study(
         class_name: name of the predicted class.
         fraction: share of pixels kept for the masked scores.
     """
-    device = explanation.interpreter.device
+    interpreter = explanation.interpreter
     pixels = pixels.cpu()
-    inputs = normalize(pixels).to(device)
-    scores = _class_scores(explanation, inputs)
+    inputs = normalize(pixels).to(interpreter.device)
+    c = explanation.predicted_class
+    scores = class_scores(interpreter, inputs, c)
     if not explanation.has_heatmap:
         return CaseStudy(pixels, titles, scores, None, None, class_name)
     heat = explanation.heatmap(inputs).cpu()
-    masked, _ = keep_top_pixels(pixels, heat, fraction)
-    masked_scores = _class_scores(explanation, normalize(masked).to(device))
-    return CaseStudy(pixels, titles, scores, heat, masked_scores, class_name)
+    masked = masked_class_scores(interpreter, pixels, heat, normalize, c, fraction)
+    return CaseStudy(pixels, titles, scores, heat, masked, class_name)
 
 
-def save_case_study_figure(study: CaseStudy, path: str | Path, title: str) -> None:
-    """Two rows: the images with their scores; the same with the heat map overlaid and the
-    score of each 20%-kept masked image (second row omitted when there is no heat map)."""
+def save_case_study_figure(
+    study: CaseStudy,
+    path: str | Path | BinaryIO,
+    title: str,
+    cmap: str = DEFAULT_COLORMAP,
+    alpha: float = 0.5,
+) -> None:
+    """Write the figure as a PNG: a column per image, three rows (the image and its score; the
+    heat map alone; the heat map overlaid with the masked score), a colour bar and a legend.
+    Without a heat map, only the first row.
+
+    Args:
+        study: what to draw.
+        path: a file name or a binary file open for writing.
+        title: shown above the figure, with the predicted class.
+        cmap: colormap of the heat maps (see :func:`repinterp.heatmap.colorize`).
+        alpha: opacity of the heat map in the overlay row.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.cm import ScalarMappable
 
     n = study.pixels.shape[0]
-    rows = 1 if study.heatmaps is None else 2
-    fig, axes = plt.subplots(rows, n, figsize=(1.6 * n, 1.9 * rows + 0.5), squeeze=False)
+    rows = 1 if study.heatmaps is None else 3
+    fig, axes = plt.subplots(
+        rows,
+        n,
+        figsize=(1.2 * n + 1.6, 1.45 * rows + 1.3),
+        squeeze=False,
+        layout="constrained",
+    )
+    names = ["image", "heat map", f"overlay ({round(100 * alpha)} %)"]
+    shown_maps = None if study.heatmaps is None else normalize_maps(study.heatmaps)
     for j in range(n):
         image = study.pixels[j]
         shown = image.expand(3, -1, -1) if image.shape[0] == 1 else image
-        axes[0, j].imshow(shown.permute(1, 2, 0).numpy())
-        axes[0, j].set_title(study.titles[j], fontsize=8)
-        axes[0, j].set_xlabel(f"{study.scores[j]:.3f}", fontsize=8)
-        if rows == 2:
-            axes[1, j].imshow(overlay(image, study.heatmaps[j]))
-            axes[1, j].set_xlabel(f"masked {study.masked_scores[j]:.3f}", fontsize=8)
+        axes[0, j].imshow(shown.permute(1, 2, 0).numpy(), interpolation="nearest")
+        axes[0, j].set_title(study.titles[j], fontsize=10)
+        axes[0, j].set_xlabel(f"score {study.scores[j]:.3f}", fontsize=10)
+        if shown_maps is not None:
+            heat = shown_maps[j]
+            axes[1, j].imshow(colorize(heat, cmap), interpolation="nearest")
+            axes[2, j].imshow(overlay(image, heat, alpha, cmap), interpolation="nearest")
+            axes[2, j].set_xlabel(f"masked {study.masked_scores[j]:.3f}", fontsize=10)
     for ax in axes.flat:
         ax.set_xticks([])
         ax.set_yticks([])
-    fig.suptitle(f"{title}: class {study.class_name!r}", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    for r in range(rows):
+        axes[r, 0].set_ylabel(names[r], fontsize=10)
+    lines = legend(study.class_name)
+    if shown_maps is not None:
+        bar = fig.colorbar(
+            ScalarMappable(cmap=cmap), ax=axes[1:, :], fraction=0.04, pad=0.02, aspect=12
+        )
+        bar.set_ticks([0, 0.5, 1], labels=["0 coldest", "0.5", "1 hottest"], fontsize=9)
+        bar.set_label("heat, per-image min-max", fontsize=9)
+    else:
+        lines = lines[:1]
+    fig.suptitle(f"{title}: predicted class {study.class_name!r}", fontsize=11)
+    fig.supxlabel("\n".join(lines), fontsize=9, ha="left", x=0.01)
+    fig.savefig(path, dpi=100, format="png")
     plt.close(fig)

@@ -1,4 +1,5 @@
-"""A one-page static HTML report of explained inputs."""
+"""A one-page static HTML report of explained inputs: grouped by predicted class, with a table of
+contents, a legend that names every number, and the heat maps' colour bar."""
 
 from __future__ import annotations
 
@@ -6,20 +7,108 @@ import html
 from pathlib import Path
 from typing import Any
 
-__all__ = ["write_report"]
+from ..heatmap import DEFAULT_COLORMAP, SCALE
+
+__all__ = ["GLOSSARY", "colorbar_css", "write_report"]
+
+# Every number the report shows: (name, what it is).
+GLOSSARY = [
+    ("score", "the model's softmax probability of the predicted class on the image"),
+    (
+        "masked",
+        "the same probability when only the 20 % hottest pixels of the image's heat map are "
+        "kept and the other 80 % blacked out (higher: the heat map found what the model uses)",
+    ),
+    (
+        "representativeness |R|",
+        "reference images covered by P(x): on the input's side of every one of its boundaries",
+    ),
+    ("|P(x)|", "boundaries in the interpretation P(x), out of the |Q| sampled"),
+    (
+        "τ(x) (delta)",
+        "reference images of another class that no choice of boundaries separates from the "
+        "input; P(x) may cover that many",
+    ),
+    (
+        "Dist",
+        "RI's distance of a covered image to the input: the summed absolute difference of their "
+        "projections on P(x)'s boundaries (the JSON files hold it)",
+    ),
+]
 
 _STYLE = """
-body { font-family: system-ui, sans-serif; margin: 2rem auto; max-width: 1100px; color: #222; }
-h1 { font-size: 1.5rem; } h2 { font-size: 1.1rem; margin-top: 2rem; }
-table { border-collapse: collapse; margin: .5rem 0; font-size: .9rem; }
-td, th { border: 1px solid #ccc; padding: .2rem .6rem; text-align: left; }
-img { max-width: 100%; border: 1px solid #ddd; }
-.note { color: #a15c00; }
+:root { color-scheme: light dark; --ink: #222; --muted: #666; --line: #ccc; --paper: #fff; }
+@media (prefers-color-scheme: dark) {
+  :root { --ink: #e6e6e6; --muted: #a8a8a8; --line: #444; --paper: #15181c; }
+}
+body { font: 16px/1.5 system-ui, sans-serif; margin: 0 auto; padding: 1rem; max-width: 1280px;
+       color: var(--ink); background: var(--paper); }
+h1 { font-size: 1.5rem; } h2 { font-size: 1.3rem; margin-top: 2.5rem;
+  border-bottom: 1px solid var(--line); } h3 { font-size: 1.05rem; margin-top: 1.5rem; }
+table { border-collapse: collapse; margin: .5rem 0; font-size: .95rem; }
+td, th { border: 1px solid var(--line); padding: .2rem .6rem; text-align: left; }
+th { font-weight: 600; } abbr { cursor: help; }
+dl.legend { display: grid; grid-template-columns: max-content 1fr; gap: .2rem 1rem; }
+dl.legend dt { font-weight: 600; } dl.legend dd { margin: 0; }
+.figure { overflow-x: auto; } .figure img { width: 100%; min-width: 900px; display: block;
+  background: #fff; border: 1px solid var(--line); }
+.colorbar { height: 14px; width: min(420px, 100%); border: 1px solid var(--line); }
+.scale { display: flex; justify-content: space-between; width: min(420px, 100%);
+  font-size: .9rem; color: var(--muted); } .scale-note { margin-top: .2rem; }
+nav ol { columns: 2 16rem; } .note { color: #c06000; }
+@media (max-width: 600px) { dl.legend { grid-template-columns: 1fr; } dl.legend dd {
+  margin-bottom: .5rem; } }
 """
 
 
+def colorbar_css(cmap: str = DEFAULT_COLORMAP, stops: int = 11) -> str:
+    """A CSS ``linear-gradient`` (left = 0 = coldest) of a matplotlib colormap."""
+    from matplotlib import colormaps
+    from matplotlib.colors import to_hex
+
+    colours = [to_hex(colormaps[cmap](i / (stops - 1))) for i in range(stops)]
+    return f"linear-gradient(to right, {', '.join(colours)})"
+
+
+def _class_of(summary: dict[str, Any]) -> str:
+    name = summary.get("class_name")
+    return str(summary["predicted_class"] if name is None else name)
+
+
+def _anchor(text: str) -> str:
+    return "".join(c if c.isalnum() else "-" for c in text)
+
+
+def _entry(entry: dict[str, Any]) -> list[str]:
+    s = entry["summary"]
+    name = html.escape(entry["name"])
+    tips = dict(GLOSSARY)
+    rows = [
+        ("predicted class", "the class the model predicts for the input", _class_of(s)),
+        ("score", tips["score"], f"{s['score']:.3f}"),
+        ("representativeness |R|", tips["representativeness |R|"], str(s["representativeness"])),
+        ("|P(x)|", tips["|P(x)|"], str(len(s["boundaries"]))),
+        ("τ(x) (delta)", tips["τ(x) (delta)"], str(s["delta"])),
+    ]
+    table = "".join(
+        f"<tr><th><abbr title='{html.escape(tip)}'>{html.escape(key)}</abbr></th>"
+        f"<td>{html.escape(value)}</td></tr>"
+        for key, tip, value in rows
+    )
+    note = f"<p class='note'>{html.escape(s['message'])}</p>" if s["message"] else ""
+    return [
+        f"<h3 id='{_anchor(entry['name'])}'>{name}: predicted "
+        f"{html.escape(_class_of(s))}</h3><table>{table}</table>{note}",
+        f"<div class='figure'><img src='{html.escape(entry['figure'])}' "
+        f"alt='case study {name}: the input, its most similar reference images, their heat "
+        "maps and scores'></div>",
+        f"<p><a href='{html.escape(entry['json'])}'>{name} as JSON</a></p>",
+    ]
+
+
 def write_report(path: str | Path, title: str, intro: str, entries: list[dict[str, Any]]) -> None:
-    """Write ``index.html``.
+    """Write ``index.html``: the entries under a heading per predicted class, a table of
+    contents, and a legend with the heat maps' colour bar.
 
     Args:
         path: the HTML file to write.
@@ -28,28 +117,35 @@ def write_report(path: str | Path, title: str, intro: str, entries: list[dict[st
         entries: one per explained input: ``name``, ``figure`` (relative path of its PNG),
             ``json`` (relative path of its JSON) and ``summary`` (``Interpretation.to_dict()``).
     """
+    classes: dict[str, list[dict[str, Any]]] = {}
+    for entry in sorted(entries, key=lambda e: e["summary"]["predicted_class"]):
+        classes.setdefault(_class_of(entry["summary"]), []).append(entry)
+    toc = "".join(
+        f"<li><a href='#class-{_anchor(c)}'>class {html.escape(c)}</a>: "
+        + ", ".join(f"<a href='#{_anchor(e['name'])}'>{html.escape(e['name'])}</a>" for e in group)
+        + "</li>"
+        for c, group in classes.items()
+    )
+    glossary = "".join(f"<dt>{html.escape(k)}</dt><dd>{html.escape(v)}</dd>" for k, v in GLOSSARY)
     parts = [
         "<!doctype html><html lang='en'><head><meta charset='utf-8'>",
+        "<meta name='viewport' content='width=device-width, initial-scale=1'>",
         f"<title>{html.escape(title)}</title><style>{_STYLE}</style></head><body>",
         f"<h1>{html.escape(title)}</h1><p>{html.escape(intro)}</p>",
+        f"<nav aria-label='contents'><h2>Contents</h2><ol>{toc}</ol></nav>",
+        "<section id='legend'><h2>How to read the figures</h2>",
+        "<p>Each figure: the input, then its most similar covered reference images (ranked by "
+        "RI's Dist); the rows show the images with their score, the heat map alone, and the "
+        "heat map over the image with the masked score.</p>",
+        f"<div class='colorbar' style='background: {colorbar_css()}' role='img' "
+        f"aria-label='colour bar of the heat maps'></div>",
+        "<div class='scale'><span>0 = coldest pixel</span><span>1 = hottest pixel</span></div>",
+        f"<p class='scale-note'>Colours of the heat maps: {html.escape(SCALE)}.</p>",
+        f"<dl class='legend'>{glossary}</dl></section>",
     ]
-    for entry in entries:
-        s = entry["summary"]
-        label = s["class_name"] if s["class_name"] is not None else s["predicted_class"]
-        rows = [
-            ("predicted class", f"{label} (score {s['score']:.3f})"),
-            ("representativeness", f"{s['representativeness']} reference images covered"),
-            ("boundaries in P(x)", str(len(s["boundaries"]))),
-            ("delta", str(s["delta"])),
-        ]
-        table = "".join(
-            f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>" for k, v in rows
-        )
-        note = f"<p class='note'>{html.escape(s['message'])}</p>" if s["message"] else ""
-        parts += [
-            f"<h2>{html.escape(entry['name'])}</h2><table>{table}</table>{note}",
-            f"<img src='{html.escape(entry['figure'])}' alt='case study {entry['name']}'>",
-            f"<p><a href='{html.escape(entry['json'])}'>JSON</a></p>",
-        ]
+    for c, group in classes.items():
+        parts.append(f"<h2 id='class-{_anchor(c)}'>Class {html.escape(c)}</h2>")
+        for entry in group:
+            parts += _entry(entry)
     parts.append("</body></html>")
     Path(path).write_text("\n".join(parts))

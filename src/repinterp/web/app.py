@@ -1,41 +1,46 @@
 """The viewer over HTTP: a Starlette app serving a JSON API, PNG images and one static page.
 
-The three static files are read into memory when the app is made; no request names a file.
+The static files are read into memory when the app is made; no request names a file. Every
+request's ``Host`` must be on an allow-list (DNS rebinding), and a request that changes state
+(an upload) must come from the viewer's own page, not from another site's (CSRF).
 """
 
 from __future__ import annotations
 
 import logging
-import socket
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
 from importlib import resources
 from pathlib import Path
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
-from starlette.middleware.trustedhost import TrustedHostMiddleware
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..workspace import Workspace, open_index
-from .viewer import DEFAULT_REGIONS, MAX_UPLOAD_BYTES, BadRequest, NotFound, Viewer
+from .images import MAX_UPLOAD_BYTES, BadRequest, NotFound
+from .viewer import DEFAULT_REGIONS, Viewer
 
-__all__ = ["LOOPBACK_HOSTS", "create_app", "serve"]
+__all__ = ["LOCAL_HOSTS", "create_app", "host_name"]
 
-LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+# Host names that always reach this machine's loopback: accepted by default.
+LOCAL_HOSTS = ("127.0.0.1", "localhost", "[::1]")
 logger = logging.getLogger(__name__)
 STATIC = {
     "index.html": "text/html; charset=utf-8",
     "app.js": "text/javascript; charset=utf-8",
     "style.css": "text/css; charset=utf-8",
+    "favicon.svg": "image/svg+xml",
 }
 IMMUTABLE = "public, max-age=31536000, immutable"
 PRIVATE = "private, max-age=3600"
+SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
 SECURITY_HEADERS = [
     (
         b"content-security-policy",
@@ -45,6 +50,18 @@ SECURITY_HEADERS = [
     (b"x-content-type-options", b"nosniff"),
     (b"referrer-policy", b"no-referrer"),
 ]
+
+
+def host_name(value: str) -> str:
+    """A host as a ``Host`` header names it, without its port, lower-case; an IPv6 address
+    in brackets (``::1`` and ``[::1]:8000`` both give ``[::1]``)."""
+    value = value.strip().lower()
+    if value.startswith("["):
+        end = value.find("]")
+        return value[: end + 1] if end > 0 else value
+    if value.count(":") > 1:  # a bare IPv6 address
+        return f"[{value}]"
+    return value.partition(":")[0]
 
 
 class SecurityHeaders:
@@ -63,6 +80,48 @@ class SecurityHeaders:
         await self.app(scope, receive, send_with_headers)
 
 
+class OriginCheck:
+    """Refuses (400) a request whose ``Host`` is not allowed, and (403) a state-changing request
+    (any method but GET, HEAD, OPTIONS) sent by a page of another origin: its ``Origin`` is not
+    the viewer's own, or the browser says ``Sec-Fetch-Site: cross-site`` or ``same-site``.
+
+    Clients that are not browsers (curl, httpx) send neither header and are served.
+
+    Args:
+        app: the app behind.
+        allowed_hosts: host names accepted in ``Host`` (see :func:`host_name`); ``"*"`` accepts
+            any.
+    """
+
+    def __init__(self, app: ASGIApp, allowed_hosts: Iterable[str]) -> None:
+        self.app = app
+        self.allowed = {host_name(h) for h in allowed_hosts}
+
+    def _refusal(self, scope: Scope) -> tuple[int, str] | None:
+        headers = Headers(scope=scope)
+        host = headers.get("host", "")
+        if "*" not in self.allowed and host_name(host) not in self.allowed:
+            return 400, f"Invalid host header: {host!r} is not one of this viewer's names"
+        if scope["method"] in SAFE_METHODS:
+            return None
+        own = f"{scope.get('scheme', 'http')}://{host}".lower()
+        origin = headers.get("origin")
+        if origin is not None and origin.lower() != own:
+            return 403, f"cross-origin request refused: Origin {origin} is not this viewer ({own})"
+        site = headers.get("sec-fetch-site")
+        if site is not None and site not in ("same-origin", "none"):
+            return 403, f"cross-origin request refused: Sec-Fetch-Site is {site}"
+        return None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        refusal = self._refusal(scope) if scope["type"] == "http" else None
+        if refusal is None:
+            await self.app(scope, receive, send)
+            return
+        status, message = refusal
+        await JSONResponse({"error": message}, status_code=status)(scope, receive, send)
+
+
 def _error(status: int) -> Callable[[Request, Exception], Awaitable[JSONResponse]]:
     async def handler(request: Request, exc: Exception) -> JSONResponse:
         return JSONResponse({"error": str(exc)}, status_code=status)
@@ -72,6 +131,11 @@ def _error(status: int) -> Callable[[Request, Exception], Awaitable[JSONResponse
 
 async def _http_error(request: Request, exc: HTTPException) -> JSONResponse:
     return JSONResponse({"error": exc.detail}, status_code=exc.status_code, headers=exc.headers)
+
+
+async def _disconnected(request: Request, exc: Exception) -> Response:
+    """The client went away (or was cut off for stalling) mid-request: nothing to answer."""
+    return Response(status_code=408)
 
 
 async def _read_upload(request: Request) -> bytes:
@@ -99,17 +163,17 @@ def create_app(
     n_regions: int = DEFAULT_REGIONS,
     seed: int = 0,
     device: str | None = None,
-    allowed_hosts: tuple[str, ...] | list[str] = LOOPBACK_HOSTS,
+    allowed_hosts: Iterable[str] = LOCAL_HOSTS,
 ) -> Starlette:
     """The viewer's ASGI app for a workspace or an index folder.
 
     Args:
         source: a :class:`~repinterp.workspace.Workspace`, or an index folder to open.
-        n_regions: regions in the gallery (k-means, computed once in the background).
+        n_regions: k-means regions behind the gallery (computed once in the background).
         seed: seed of the k-means.
         device: torch device when opening a folder; None for CPU.
-        allowed_hosts: ``Host`` headers accepted (guards against DNS rebinding); ``("*",)``
-            accepts any.
+        allowed_hosts: host names accepted in the ``Host`` header (guards against DNS
+            rebinding), with or without a port; ``("*",)`` accepts any.
 
     ``app.state.viewer`` is the :class:`~repinterp.web.viewer.Viewer` behind the routes.
     """
@@ -152,76 +216,56 @@ def create_app(
         return JSONResponse(await run_in_threadpool(viewer.upload, data))
 
     def image(request: Request) -> Response:
-        key, heat = request.path_params["key"], request.query_params.get("heat")
-        data = viewer.png(key, heat)
+        key, query = request.path_params["key"], request.query_params
+        heat = query.get("heat")
+        data = viewer.png(key, heat, query.get("method"), query.get("cmap"))
         shared = all(name.startswith("r") for name in (key, heat) if name)
         cache = IMMUTABLE if shared else PRIVATE
         return Response(data, media_type="image/png", headers={"Cache-Control": cache})
+
+    def compare(request: Request) -> JSONResponse:
+        query = request.query_params
+        return JSONResponse(
+            viewer.compare(request.path_params["key"], query.get("method"), query.get("k"))
+        )
+
+    def export(kind: str, media_type: str) -> Callable[[Request], Response]:
+        def endpoint(request: Request) -> Response:
+            key = request.path_params["key"]
+            name = f"repinterp-{key}.{kind}"
+            return Response(
+                viewer.export(key, kind),
+                media_type=media_type,
+                headers={"Content-Disposition": f'attachment; filename="{name}"'},
+            )
+
+        return endpoint
 
     app = Starlette(
         lifespan=lifespan,
         routes=[
             Route("/", page("index.html")),
             *(Route(f"/static/{name}", page(name)) for name in STATIC if name != "index.html"),
+            Route("/favicon.ico", page("favicon.svg")),
             Route("/api/info", info),
             Route("/api/regions", regions),
             Route("/api/explain/{key}", explain),
             Route("/api/upload", upload, methods=["POST"]),
             Route("/api/image/{key}.png", image),
+            Route("/api/compare/{key}", compare),
+            Route("/api/export/{key}.png", export("png", "image/png")),
+            Route("/api/export/{key}.json", export("json", "application/json")),
         ],
         middleware=[
             Middleware(SecurityHeaders),
-            Middleware(TrustedHostMiddleware, allowed_hosts=list(allowed_hosts)),
+            Middleware(OriginCheck, allowed_hosts=allowed_hosts),
         ],
         exception_handlers={
             HTTPException: _http_error,
             NotFound: _error(404),
             BadRequest: _error(400),
+            ClientDisconnect: _disconnected,
         },
     )
     app.state.viewer = viewer
     return app
-
-
-def serve(
-    index_dir: str | Path,
-    host: str = "127.0.0.1",
-    port: int = 8000,
-    quiet: bool = False,
-    *,
-    n_regions: int = DEFAULT_REGIONS,
-    seed: int = 0,
-    device: str | None = None,
-) -> None:
-    """Serve the viewer of an index folder at ``http://host:port/`` until interrupted.
-
-    The port is bound before the index is opened, so a busy port fails at once; port 0 picks a
-    free one (the printed address says which). Connections made meanwhile wait.
-    """
-    import uvicorn
-
-    loopback = host in LOOPBACK_HOSTS
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, port))
-        sock.listen()
-        if not quiet:
-            print(f"opening {index_dir} …", flush=True)
-        app = create_app(
-            index_dir,
-            n_regions=n_regions,
-            seed=seed,
-            device=device,
-            allowed_hosts=LOOPBACK_HOSTS if loopback else ("*",),
-        )
-        shown = f"[{host}]" if ":" in host else host
-        url = f"http://{shown}:{sock.getsockname()[1]}/"
-        print(f"repinterp viewer: {url} (Ctrl+C to stop)", flush=True)
-        if not loopback:
-            print(f"warning: listening on {host}: anyone who can reach this machine can use it")
-        config = uvicorn.Config(app, log_level="warning" if quiet else "info", access_log=False)
-        try:
-            uvicorn.Server(config).run(sockets=[sock])
-        except KeyboardInterrupt:  # uvicorn re-raises the Ctrl+C it has handled
-            pass

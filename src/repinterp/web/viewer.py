@@ -1,133 +1,64 @@
 """What the web viewer shows, without HTTP: explanations of reference and uploaded images, their
-similar images ranked by ``Dist`` and heat maps as PNGs, and a gallery of regions.
+similar images ranked by ``Dist``, heat maps as PNGs (RI's, or a CAM baseline's reused on the
+same images), the comparison of the four, exports, and a gallery of distinct regions.
 
 Images are named by keys, never by paths: ``r<i>`` is reference image ``i``, ``u<token>`` an
 upload (kept in a small bounded store under a random token). The explanation of an image has the
 same key as the image.
 
-Explanations of reference images and PNGs are kept in per-viewer LRU caches
-(``functools.lru_cache``); uploads in a store that forgets the oldest upload first.
+Explanations of reference images, PNGs, comparisons and exports are kept in per-viewer LRU
+caches (``functools.lru_cache``); uploads in a store that forgets the oldest upload first.
+Everything that runs the model holds the viewer's lock: pytorch-grad-cam hooks the model's
+target layer while it computes, and must not see another request's forward pass.
 """
 
 from __future__ import annotations
 
 import functools
 import io
-import math
-import re
+import json
 import secrets
 import threading
-import warnings
-from dataclasses import dataclass
+import time
 from typing import Any
 
-import numpy as np
 import torch
-from PIL import Image, UnidentifiedImageError
 from torch import Tensor
 
-from ..heatmap import overlay
-from ..interpreter import Interpretation
-from ..workspace import Workspace, load_image_file
+from ..heatmap import COLORMAPS, DEFAULT_COLORMAP, SCALE, colorize, normalize_maps
+from ..report.figures import (
+    FRACTION,
+    CaseStudy,
+    case_study,
+    class_scores,
+    masked_class_scores,
+    save_case_study_figure,
+)
+from ..report.html import colorbar_css
+from ..workspace import Workspace
+from .compare import METHODS, CamWeights
+from .gallery import Polytope, distinct_polytopes
+from .images import (
+    MAX_UPLOAD_BYTES,
+    MAX_UPLOAD_PIXELS,
+    BadRequest,
+    NotFound,
+    decode_upload,
+    encode_png,
+)
+from .keys import Entry, choice, reference_index, whole_number
 
-__all__ = [
-    "MAX_UPLOAD_BYTES",
-    "MAX_UPLOAD_PIXELS",
-    "BadRequest",
-    "NotFound",
-    "Viewer",
-    "decode_upload",
-    "encode_png",
-]
+__all__ = ["BadRequest", "NotFound", "Viewer"]
 
-MAX_UPLOAD_BYTES = 5 * 1024 * 1024
-MAX_UPLOAD_PIXELS = 4096 * 4096
-UPLOAD_FORMATS = ("PNG", "JPEG")
-MIN_SIDE = 112
 PAGE_SIZE = 12
 MAX_PAGE = 60
 MAX_OFFSET = 10**9
 COVERED_SHOWN = 4
 DEFAULT_REGIONS = 20
 CACHED_EXPLANATIONS = 256
-
-KEY = re.compile(r"r(?P<reference>0|[1-9][0-9]{0,8})|u(?P<upload>[A-Za-z0-9_-]{16})")
-
-
-class NotFound(LookupError):
-    """No such image, explanation or heat map (HTTP 404)."""
-
-
-class BadRequest(ValueError):
-    """A request the viewer cannot serve as asked: a broken upload, a bad page (HTTP 400)."""
-
-
-@dataclass(frozen=True)
-class Entry:
-    """An explained image: its pixels (C x H x W in [0, 1]), its interpretation, and the
-    reference images it covers, most similar first, with their ``Dist``."""
-
-    key: str
-    pixels: Tensor
-    explanation: Interpretation
-    ranked: Tensor
-    distances: Tensor
-
-    @classmethod
-    def of(cls, key: str, pixels: Tensor, explanation: Interpretation) -> Entry:
-        ranked = explanation.similar()
-        position = torch.searchsorted(explanation.covered, ranked)
-        return cls(key, pixels, explanation, ranked, explanation.distances()[position])
-
-
-def encode_png(image: np.ndarray) -> bytes:
-    """An H x W (grey) or H x W x 3 array in [0, 1] as a PNG, upscaled by a whole factor with
-    nearest neighbours so that its shorter side has at least ``MIN_SIDE`` pixels."""
-    array = np.clip(np.rint(image * 255), 0, 255).astype(np.uint8)
-    factor = max(1, math.ceil(MIN_SIDE / min(array.shape[:2])))
-    picture = Image.fromarray(array)
-    picture = picture.resize((picture.width * factor, picture.height * factor), Image.NEAREST)
-    buffer = io.BytesIO()
-    picture.save(buffer, format="PNG")
-    return buffer.getvalue()
-
-
-def decode_upload(data: bytes, shape: tuple[int, int, int]) -> Tensor:
-    """An uploaded PNG or JPEG as C x H x W pixels in [0, 1], fitted to the index's input size.
-
-    Raises:
-        BadRequest: too many bytes or pixels, another format, or a broken file.
-    """
-    if not data:
-        raise BadRequest("the upload is empty")
-    if len(data) > MAX_UPLOAD_BYTES:
-        raise BadRequest(f"the upload has {len(data)} bytes; at most {MAX_UPLOAD_BYTES} accepted")
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", Image.DecompressionBombWarning)
-        try:
-            with Image.open(io.BytesIO(data), formats=UPLOAD_FORMATS) as image:
-                width, height = image.size
-            if width * height <= MAX_UPLOAD_PIXELS:
-                return load_image_file(io.BytesIO(data), shape)
-        except UnidentifiedImageError:
-            raise BadRequest("the upload is not a PNG or JPEG image") from None
-        except (OSError, Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
-            raise BadRequest(f"the image cannot be decoded: {exc}") from None
-        except ValueError as exc:  # load_image_file's, for a file that breaks off mid-image
-            raise BadRequest(f"the image cannot be decoded: {exc.__cause__ or exc}") from None
-    raise BadRequest(
-        f"the image has {width} x {height} pixels; at most {MAX_UPLOAD_PIXELS} are accepted"
-    )
-
-
-def _page(value: str | None, name: str, default: int, low: int, high: int) -> int:
-    try:
-        number = default if value is None else int(value)
-    except ValueError:
-        raise BadRequest(f"{name} must be a whole number, got {value!r}") from None
-    if not low <= number <= high:
-        raise BadRequest(f"{name} must lie in [{low}, {high}], got {number}")
-    return number
+COMPARE_K = 4
+MAX_COMPARE_K = 8
+EXPORT_K = 8
 
 
 class Viewer:
@@ -138,7 +69,7 @@ class Viewer:
 
     Args:
         workspace: the fitted interpreter and its data.
-        n_regions: regions in the gallery (at most ``|R|``).
+        n_regions: k-means regions behind the gallery (at most ``|R|``).
         seed: seed of the k-means.
         max_uploads: uploaded images kept; the oldest is forgotten first.
         cache_size: PNG images kept in memory (the least recently used is dropped first).
@@ -158,14 +89,16 @@ class Viewer:
         self.class_names = [str(c) for c in workspace.reference.class_names]
         self.labels = workspace.reference.labels
         self.version = secrets.token_hex(4)
+        self.cams = CamWeights(workspace)
         self._lock = threading.RLock()
         self.max_uploads = max_uploads
         self._uploads: dict[str, Entry] = {}  # oldest first
-        self._reference_entry = functools.lru_cache(maxsize=CACHED_EXPLANATIONS)(
-            self._explain_reference
-        )
+        cached = functools.lru_cache(maxsize=CACHED_EXPLANATIONS)
+        self._reference_entry = cached(self._explain_reference)
+        self._compare = cached(self._comparison)
+        self._case_study = functools.lru_cache(maxsize=16)(self._study)
         self._png = functools.lru_cache(maxsize=cache_size)(self._render_png)
-        self._gallery: list[dict[str, Any]] | None = None
+        self._gallery: dict[str, Any] | None = None
         self._gallery_error: str | None = None
         self.n_regions = min(n_regions, len(self.index))
         self._regions_thread = threading.Thread(
@@ -175,16 +108,7 @@ class Viewer:
 
     # ------------------------------------------------------------------ keys and entries
     def _reference(self, key: str) -> int | None:
-        """The reference index that ``key`` names, or None for an upload key."""
-        match = KEY.fullmatch(key)
-        if match is None:
-            raise NotFound(f"no image {key!r}: images are r<reference index> or u<upload id>")
-        if match["upload"] is not None:
-            return None
-        i = int(match["reference"])
-        if i >= len(self.index):
-            raise NotFound(f"no reference image {i}: the index has {len(self.index)}")
-        return i
+        return reference_index(key, len(self.index))
 
     def _upload(self, key: str) -> Entry:
         entry = self._uploads.get(key)
@@ -202,12 +126,22 @@ class Viewer:
 
     def _explain_reference(self, i: int) -> Entry:
         explanation = self.interpreter.explain_reference([i])[0]
-        return Entry.of(f"r{i}", self.workspace.reference.pixels(i), explanation)
+        return Entry.of(f"r{i}", self.workspace.reference.pixels(i), explanation, own=i)
+
+    def _inputs(self, pixels: Tensor) -> Tensor:
+        return self.workspace.normalization(pixels).to(self.interpreter.device)
+
+    def _with_references(self, entry: Entry, refs: list[int]) -> Tensor:
+        """The entry's pixels, then those of reference images ``refs``: (1 + k) x C x H x W."""
+        images = [entry.pixels] + [self.workspace.reference.pixels(ref) for ref in refs]
+        return torch.stack(images)
 
     # ------------------------------------------------------------------ JSON
-    def url(self, key: str, heat: str | None = None) -> str:
-        """Where the page fetches image ``key``, plain or under the heat map of ``heat``."""
+    def url(self, key: str, heat: str | None = None, method: str = "ri") -> str:
+        """Where the page fetches image ``key``, or its heat map under explanation ``heat``
+        (drawn by ``method``: RI's, or a CAM's weights of ``heat`` reused)."""
         query = f"heat={heat}&" if heat else ""
+        query += f"method={method}&" if heat and method != "ri" else ""
         return f"/api/image/{key}.png?{query}v={self.version}"
 
     def info(self) -> dict[str, Any]:
@@ -226,14 +160,22 @@ class Viewer:
             "max_page": MAX_PAGE,
             "max_upload_bytes": MAX_UPLOAD_BYTES,
             "max_upload_pixels": MAX_UPLOAD_PIXELS,
+            "methods": METHODS,
+            "compare_k": COMPARE_K,
+            "max_compare_k": MAX_COMPARE_K,
+            "kept_fraction": FRACTION,
+            "colormaps": {name: colorbar_css(name) for name in COLORMAPS},
+            "default_colormap": DEFAULT_COLORMAP,
+            "scale": SCALE,
             "version": self.version,
         }
 
-    def _item(self, ref: int, heat: Entry) -> dict[str, Any]:
+    def _item(self, ref: int, heat: Entry, method: str = "ri") -> dict[str, Any]:
         """Reference image ``ref`` as the page shows it, under ``heat``'s heat map; ``score`` is
         the model's probability of ``heat``'s predicted class."""
         predicted = heat.explanation.predicted_class
         key = f"r{ref}"
+        drawn = method != "ri" or heat.explanation.has_heatmap
         return {
             "key": key,
             "reference": ref,
@@ -241,7 +183,7 @@ class Viewer:
             "predicted_class": int(self.index.predictions[ref]),
             "label": int(self.labels[ref]),
             "image": self.url(key),
-            "heatmap": self.url(key, heat.key) if heat.explanation.has_heatmap else None,
+            "heatmap": self.url(key, heat.key, method) if drawn else None,
         }
 
     def _similar(self, entry: Entry, offset: int, limit: int) -> list[dict[str, Any]]:
@@ -252,6 +194,21 @@ class Viewer:
             for n, (ref, d) in enumerate(zip(refs, distances, strict=True))
         ]
 
+    def _summary(self, entry: Entry) -> dict[str, Any]:
+        e = entry.explanation
+        i = self._reference(entry.key)
+        summary = e.to_dict(top_k=0)
+        del summary["similar"]
+        summary.update(
+            key=entry.key,
+            source="upload" if i is None else "reference",
+            reference=i,
+            label=None if i is None else int(self.labels[i]),
+            n_reference=e.n_reference,
+            has_heatmap=e.has_heatmap,
+        )
+        return summary
+
     def explanation(
         self, key: str, offset: str | None = None, limit: str | None = None
     ) -> dict[str, Any]:
@@ -261,28 +218,20 @@ class Viewer:
             NotFound: no such image.
             BadRequest: ``offset`` or ``limit`` is not a whole number in range.
         """
-        start = _page(offset, "offset", 0, 0, MAX_OFFSET)
-        count = _page(limit, "limit", PAGE_SIZE, 1, MAX_PAGE)
+        start = whole_number(offset, "offset", 0, 0, MAX_OFFSET)
+        count = whole_number(limit, "limit", PAGE_SIZE, 1, MAX_PAGE)
         with self._lock:
             entry = self._entry(key)
-            e = entry.explanation
-            similar = self._similar(entry, start, count)
-            i = self._reference(key)
-            summary = e.to_dict(top_k=0)
+            summary = self._summary(entry)
             summary.update(
-                key=key,
-                source="upload" if i is None else "reference",
-                reference=i,
-                label=None if i is None else int(self.labels[i]),
-                n_reference=e.n_reference,
-                has_heatmap=e.has_heatmap,
                 image=self.url(key),
-                heatmap=self.url(key, key) if e.has_heatmap else None,
+                heatmap=self.url(key, key) if entry.explanation.has_heatmap else None,
                 similar={
                     "offset": start,
                     "limit": count,
                     "total": len(entry.ranked),
-                    "items": similar,
+                    "input_left_out": summary["source"] == "reference",
+                    "items": self._similar(entry, start, count),
                 },
             )
             return summary
@@ -294,41 +243,190 @@ class Viewer:
             BadRequest: the upload is too large or not a readable image.
         """
         pixels = decode_upload(data, self.index.input_shape)
-        normalized = self.workspace.normalization(pixels).to(self.interpreter.device)
         with self._lock:
             key = f"u{secrets.token_urlsafe(12)}"
-            self._uploads[key] = Entry.of(key, pixels, self.interpreter.explain(normalized))
+            explanation = self.interpreter.explain(self._inputs(pixels))
+            self._uploads[key] = Entry.of(key, pixels, explanation)
             while len(self._uploads) > self.max_uploads:
                 del self._uploads[next(iter(self._uploads))]
             return self.explanation(key)
 
+    # ------------------------------------------------------------------ heat maps and images
+    def _maps(self, heat: str, method: str, pixels: Tensor) -> Tensor:
+        """N x H x W heat maps of explanation ``heat`` on N images (pixels), by ``method``."""
+        entry = self._entry(heat)
+        e = entry.explanation
+        if method == "ri":
+            if not e.has_heatmap:
+                raise NotFound(f"no heat map for {heat}: {e.message}")
+            return e.heatmap(self._inputs(pixels)).cpu()
+        return self.cams.maps(method, heat, entry.pixels, e.predicted_class, pixels)
+
+    def _render_png(self, key: str, heat: str | None, method: str, cmap: str) -> bytes:
+        pixels = self._pixels(key)
+        if heat is None:
+            image = pixels[0] if pixels.shape[0] == 1 else pixels.permute(1, 2, 0)
+            return encode_png(image.numpy())
+        heat_map = self._maps(heat, method, pixels.unsqueeze(0))[0]
+        return encode_png(colorize(normalize_maps(heat_map), cmap))
+
+    def png(
+        self,
+        key: str,
+        heat: str | None = None,
+        method: str | None = None,
+        cmap: str | None = None,
+    ) -> bytes:
+        """Image ``key`` as a PNG, or, with ``heat``, the heat map of explanation ``heat`` on it
+        in colour (per-image min-max; the page lays it over the image or beside it).
+
+        Args:
+            key: the image.
+            heat: the explanation whose heat map is drawn; None for the image itself.
+            method: ``ri`` (default), or a CAM (see :data:`~repinterp.web.compare.METHODS`)
+                whose channel weights on image ``heat`` are reused on image ``key``.
+            cmap: one of :data:`~repinterp.heatmap.COLORMAPS` (default ``inferno``).
+
+        Raises:
+            NotFound: no such image or explanation, or RI's heat map of it does not exist.
+            BadRequest: an unknown method or colormap.
+        """
+        method = choice(method, "method", tuple(METHODS), "ri")
+        cmap = choice(cmap, "colormap", COLORMAPS, DEFAULT_COLORMAP)
+        with self._lock:
+            return self._png(key, heat, method, cmap)
+
+    # ------------------------------------------------------------------ compare and export
+    def compare(self, key: str, method: str | None, k: str | None = None) -> dict[str, Any]:
+        """One method's heat maps of image ``key`` and its ``k`` most similar images (RI's
+        ranking), each with the score of the predicted class when only the ``FRACTION``
+        hottest pixels are kept (``masked_score``).
+
+        Raises:
+            NotFound: no such image.
+            BadRequest: an unknown method or a bad ``k`` (1 to ``MAX_COMPARE_K``).
+        """
+        method = choice(method, "method", tuple(METHODS), "ri")
+        count = whole_number(k, "k", COMPARE_K, 1, MAX_COMPARE_K)
+        with self._lock:
+            self._entry(key)  # a forgotten upload is not served from the cache
+            return self._compare(key, method, count)
+
+    def _comparison(self, key: str, method: str, k: int) -> dict[str, Any]:
+        start = time.perf_counter()
+        entry = self._entry(key)
+        e = entry.explanation
+        refs = entry.ranked[:k].tolist()
+        pixels = self._with_references(entry, refs)
+        scores = class_scores(self.interpreter, self._inputs(pixels), e.predicted_class)
+        drawn = method != "ri" or e.has_heatmap
+        masked: list[float | None] = [None] * len(scores)
+        if drawn:
+            maps = self._maps(key, method, pixels)
+            masked = masked_class_scores(
+                self.interpreter, pixels, maps, self.workspace.normalization, e.predicted_class
+            )
+        own = self._reference(key)
+        items = [
+            {
+                "key": key,
+                "reference": own,
+                "rank": 0,
+                "score": scores[0],
+                "masked_score": masked[0],
+                "image": self.url(key),
+                "heatmap": self.url(key, key, method) if drawn else None,
+            }
+        ]
+        for n, ref in enumerate(refs):
+            item = self._item(ref, entry, method)
+            items.append(
+                {**item, "rank": n + 1, "score": scores[n + 1], "masked_score": masked[n + 1]}
+            )
+        return {
+            "key": key,
+            "method": method,
+            "name": METHODS[method],
+            "predicted_class": e.predicted_class,
+            "class_name": self.class_names[e.predicted_class],
+            "kept_fraction": FRACTION,
+            "message": None if drawn else e.message,
+            "mean_masked_score": sum(masked) / len(masked) if drawn else None,
+            "seconds": time.perf_counter() - start,
+            "items": items,
+        }
+
+    def _study(self, key: str) -> CaseStudy:
+        entry = self._entry(key)
+        refs = entry.ranked[:EXPORT_K].tolist()
+        titles = ["input"] + [f"#{n + 1} ref {ref}" for n, ref in enumerate(refs)]
+        class_name = self.class_names[entry.explanation.predicted_class]
+        return case_study(
+            entry.explanation,
+            self._with_references(entry, refs),
+            titles,
+            self.workspace.normalization,
+            class_name,
+        )
+
+    def export(self, key: str, kind: str) -> bytes:
+        """The explanation of image ``key`` as a file: ``png``, the case-study figure of the
+        command line (the input and its ``EXPORT_K`` most similar images, heat maps, scores,
+        colour bar and legend); ``json``, its numbers.
+
+        Raises:
+            NotFound: no such image, or another kind.
+        """
+        if kind not in ("png", "json"):
+            raise NotFound(f"no export as {kind!r}: png or json")
+        with self._lock:
+            entry = self._entry(key)
+            study = self._case_study(key)
+            if kind == "png":
+                buffer = io.BytesIO()
+                title = entry.key if entry.key[0] == "u" else f"reference image {entry.key[1:]}"
+                save_case_study_figure(study, buffer, title)
+                return buffer.getvalue()
+            summary = self._summary(entry)
+            similar = self._similar(entry, 0, EXPORT_K)
+            masked = study.masked_scores or [None] * len(study.scores)
+            for item, score in zip(similar, masked[1:], strict=True):
+                for url in ("image", "heatmap"):
+                    del item[url]
+                item["masked_score"] = score
+            summary.update(
+                input_masked_score=masked[0],
+                kept_fraction=FRACTION,
+                similar_total=len(entry.ranked),
+                similar=similar,
+            )
+            return (json.dumps(summary, indent=2) + "\n").encode()
+
     # ------------------------------------------------------------------ regions
+    def _card(self, polytope: Polytope) -> dict[str, Any]:
+        ref, e = polytope.inputs[0], polytope.explanation
+        entry = Entry.of(f"r{ref}", self.workspace.reference.pixels(ref), e, own=ref)
+        return {
+            **self._item(ref, entry),
+            "regions": polytope.regions,
+            "inputs": polytope.inputs,
+            "class_name": self.class_names[e.predicted_class],
+            "representativeness": e.representativeness,
+            "interpreted": polytope.interpreted,
+            "delta": e.delta,
+            "boundaries": sorted(e.boundaries.tolist()),
+            "covered": self._similar(entry, 0, COVERED_SHOWN),
+        }
+
     def _build_gallery(self, seed: int) -> None:
         try:
             regions = self.interpreter.regions(n_regions=self.n_regions, seed=seed)
+            polytopes = distinct_polytopes(regions, self.interpreter.reference_features)
         except Exception as exc:  # whatever it is, the page must hear of it
             self._gallery_error = f"no regions: {exc}"
             return
-        cards: dict[int, dict[str, Any]] = {}
         with self._lock:
-            inputs = regions.inputs.tolist()
-            for v, (ref, e) in enumerate(zip(inputs, regions.regions, strict=True)):
-                if ref in cards:
-                    cards[ref]["regions"].append(v)
-                    continue
-                entry = Entry.of(f"r{ref}", self.workspace.reference.pixels(ref), e)
-                covered = self._similar(entry, 0, COVERED_SHOWN + 1)
-                cards[ref] = {
-                    **self._item(ref, entry),
-                    "regions": [v],
-                    "class_name": self.class_names[e.predicted_class],
-                    "representativeness": e.representativeness,
-                    "delta": e.delta,
-                    "covered": [item for item in covered if item["reference"] != ref][
-                        :COVERED_SHOWN
-                    ],
-                }
-        self._gallery = sorted(cards.values(), key=lambda card: -card["representativeness"])
+            self._gallery = {"cards": [self._card(polytope) for polytope in polytopes]}
 
     def wait_for_regions(self, timeout: float | None = None) -> bool:
         """Block until the thread computing the regions has ended; False on timeout."""
@@ -336,32 +434,12 @@ class Viewer:
         return not self._regions_thread.is_alive()
 
     def regions(self) -> dict[str, Any]:
-        """The gallery: ``status`` is ``computing``, ``ready`` or ``unavailable``."""
+        """The gallery: ``status`` is ``computing``, ``ready`` or ``unavailable``; one card per
+        distinct polytope (see :mod:`repinterp.web.gallery`)."""
+        done = {"n_regions": self.n_regions, "n_reference": len(self.index)}
         if self._gallery_error is not None:
-            return {"status": "unavailable", "message": self._gallery_error, "regions": []}
+            return {"status": "unavailable", "message": self._gallery_error, **done, "regions": []}
         if self._gallery is None:
             message = f"computing {self.n_regions} regions (k-means on the reference features)"
-            return {"status": "computing", "message": message, "regions": []}
-        return {"status": "ready", "message": None, "regions": self._gallery}
-
-    # ------------------------------------------------------------------ images
-    def _render_png(self, key: str, heat: str | None) -> bytes:
-        """Image ``key`` as a PNG, or overlaid with the heat map of explanation ``heat``."""
-        pixels = self._pixels(key)
-        if heat is None:
-            image = pixels[0] if pixels.shape[0] == 1 else pixels.permute(1, 2, 0)
-            return encode_png(image.numpy())
-        entry = self._entry(heat)
-        if not entry.explanation.has_heatmap:
-            raise NotFound(f"no heat map for {heat}: {entry.explanation.message}")
-        inputs = self.workspace.normalization(pixels.unsqueeze(0)).to(self.interpreter.device)
-        return encode_png(overlay(pixels, entry.explanation.heatmap(inputs)[0]))
-
-    def png(self, key: str, heat: str | None = None) -> bytes:
-        """Image ``key`` as a PNG, or overlaid with the heat map of explanation ``heat``.
-
-        Raises:
-            NotFound: no such image or explanation, or that explanation has no heat map.
-        """
-        with self._lock:
-            return self._png(key, heat)
+            return {"status": "computing", "message": message, **done, "regions": []}
+        return {"status": "ready", "message": None, **done, "regions": self._gallery["cards"]}

@@ -1,8 +1,55 @@
 // The repinterp viewer: plain JavaScript over the JSON API of docs/web.md.
 "use strict";
 
-const state = { info: null, view: "heat", key: null, offset: 0, limit: 12, total: 0, zoomed: null };
+const state = {
+  info: null,
+  view: "overlay", // image | overlay | side
+  lastHeatView: "overlay",
+  cmap: "inferno",
+  key: null,
+  data: null,
+  offset: 0,
+  limit: 12,
+  total: 0,
+  zoomed: null,
+  regions: null,
+  compared: new Map(), // "key method" -> comparison
+};
 const $ = (id) => document.getElementById(id);
+
+// What each number on the page is: its name and a sentence (shown as a tooltip and in the legend).
+const GLOSSARY = {
+  score: ["score", "the model's probability (softmax) of the input's predicted class on this image"],
+  masked: [
+    "masked",
+    "the same probability when only the heat map's 20 % hottest pixels are kept and the other " +
+      "80 % blacked out: high when the heat map finds what the model uses",
+  ],
+  dist: [
+    "Dist",
+    "RI's distance to the input: the summed absolute difference of the two images' " +
+      "projections on the boundaries of P(x) (0 = the same everywhere)",
+  ],
+  rank: ["rank", "place in RI's ranking of the similar images by Dist (#1 = most similar)"],
+  label: ["label", "the reference image's true class (in red when it is not the input's predicted class)"],
+  rep: [
+    "representativeness |R|",
+    "reference images covered by P(x): on the input's side of every one of its boundaries",
+  ],
+  p: ["|P(x)|", "boundaries in the interpretation P(x), out of the |Q| sampled"],
+  tau: [
+    "τ(x)",
+    "delta: reference images of another class that no choice of boundaries separates from " +
+      "the input; P(x) may cover that many",
+  ],
+  interprets: [
+    "interprets",
+    "reference images this card's regions interpret: those it covers with the largest |R| " +
+      "among the regions, else those nearest its k-means centre; over all cards these add up to |R|",
+  ],
+  regions: ["regions", "k-means regions whose input has this very polytope (same boundaries, same sides)"],
+};
+const tip = (name) => GLOSSARY[name][1];
 
 // An element with attributes (null ones left out) and children (strings become text, never HTML).
 function el(tag, attributes = {}, ...children) {
@@ -14,180 +61,411 @@ function el(tag, attributes = {}, ...children) {
   return node;
 }
 
+// A number with its name; the tooltip says what it is.
+function num(name, value, { label = GLOSSARY[name][0], className = null } = {}) {
+  return el(
+    "span",
+    { class: className ? `num ${className}` : "num", title: `${label}: ${tip(name)}`, "data-num": name },
+    el("span", { class: "name" }, label),
+    " ",
+    el("b", {}, String(value)),
+  );
+}
+
+class ApiError extends Error {
+  constructor(message, status) {
+    super(message);
+    this.status = status;
+  }
+}
+
 async function api(url, options = {}) {
   const response = await fetch(url, options);
   const body = await response.json().catch(() => ({}));
-  if (!response.ok) throw new Error(body.error || `${response.status} ${response.statusText}`);
+  if (!response.ok) throw new ApiError(body.error || `${response.status} ${response.statusText}`, response.status);
   return body;
 }
 
-function showError(message) {
-  $("error").textContent = message || "";
-  $("error").hidden = !message;
+// Errors appear next to the control that caused them, and the next action clears them all.
+function clearErrors() {
+  for (const node of document.querySelectorAll(".error")) {
+    node.textContent = "";
+    node.hidden = true;
+  }
 }
 
-const percent = (x) => `${(100 * x).toFixed(2)}%`;
+function showError(id, message) {
+  $(id).textContent = message;
+  $(id).hidden = false;
+}
+
+const percent = (x) => `${(100 * x).toFixed(2)}\u00a0%`; // no line break before %
 const className = (c) => state.info.class_names[c] ?? String(c);
 
-// --------------------------------------------------------------------------- pictures and zoom
-// What an image shows: its heat map when the view is "heat" and it has one, else the image.
-const sourceOf = (img) =>
-  state.view === "heat" && img.dataset.heatmap ? img.dataset.heatmap : img.dataset.image;
-
-function showView(img) {
-  const source = sourceOf(img);
-  if (img.getAttribute("src") !== source) img.src = source;
+// --------------------------------------------------------------------------- pictures
+// A picture: the image, with its heat map over it or beside it (body's view class), a
+// placeholder of the final size until both have loaded; Enter or a click zooms it.
+function heatSource(url) {
+  return `${url}&cmap=${state.cmap}`;
 }
 
-// An image that follows the image / heat-map toggle and opens large when clicked.
-function picture(item, caption) {
-  const img = el("img", {
-    class: "zoomable",
-    alt: caption,
-    title: `${caption} (click to zoom)`,
-    "data-image": item.image,
-    "data-heatmap": item.heatmap,
+// numbers: a function giving the picture's labelled numbers, shown again when it is zoomed.
+function picture(item, caption, { zoomable = true, numbers = () => [] } = {}) {
+  const box = el("div", {
+    class: "pic loading",
     "data-key": item.key,
     "data-caption": caption,
+    title: zoomable ? `${caption} (click or Enter to zoom)` : caption,
   });
-  showView(img);
-  return img;
+  if (zoomable) {
+    box.classList.add("zoomable");
+    box.tabIndex = 0;
+    box.setAttribute("role", "button");
+    box.setAttribute("aria-label", `${caption}: zoom`);
+  }
+  box.item = item;
+  box.numbers = numbers;
+  const [height, width] = state.info.input_shape.slice(1);
+  const images = [el("img", { class: "base", alt: caption, width, height, src: item.image })];
+  if (item.heatmap) {
+    const heat = el("img", { class: "heat", alt: `heat map of ${caption}`, width, height });
+    heat.dataset.source = item.heatmap;
+    heat.src = heatSource(item.heatmap);
+    images.push(heat);
+  } else {
+    box.classList.add("no-heat");
+    images.push(el("span", { class: "heat-missing" }, "no heat map"));
+  }
+  let pending = images.filter((node) => node.tagName === "IMG").length;
+  for (const img of images.filter((node) => node.tagName === "IMG")) {
+    img.addEventListener("load", () => {
+      pending -= 1;
+      if (pending === 0) box.classList.remove("loading");
+    });
+    img.addEventListener("error", () => {
+      box.classList.remove("loading");
+      box.classList.add("failed");
+    });
+  }
+  box.append(...images);
+  return box;
 }
 
 function setView(view) {
   state.view = view;
-  for (const radio of document.querySelectorAll("input[name=view]")) {
-    radio.checked = radio.value === view;
-  }
-  document.querySelectorAll("img[data-image]").forEach(showView);
-  if (state.zoomed) $("zoom-image").src = sourceOf(state.zoomed);
+  if (view !== "image") state.lastHeatView = view;
+  document.body.classList.remove("view-image", "view-overlay", "view-side");
+  document.body.classList.add(`view-${view}`);
+  for (const radio of document.querySelectorAll("input[name=view]")) radio.checked = radio.value === view;
 }
 
-function zoom(img) {
-  state.zoomed = img;
-  $("zoom-image").src = sourceOf(img);
-  $("zoom-image").alt = img.dataset.caption;
-  $("zoom-caption").textContent = img.dataset.caption;
-  $("zoom-toggle").hidden = !img.dataset.heatmap;
-  $("zoom-explain").hidden = !img.dataset.key || img.dataset.key === state.key;
-  $("zoom").showModal();
+function setColormap(cmap) {
+  state.cmap = cmap;
+  $("colorbar").querySelector(".bar").style.background = state.info.colormaps[cmap];
+  for (const img of document.querySelectorAll("img.heat")) img.src = heatSource(img.dataset.source);
+}
+
+function setOpacity(value) {
+  document.documentElement.style.setProperty("--opacity", String(value / 100));
+  $("opacity-value").textContent = `${value} %`;
+}
+
+// --------------------------------------------------------------------------- zoom
+function zoomGroup(box) {
+  const group = box.closest("[data-group]");
+  return group ? [...group.querySelectorAll(".pic.zoomable")] : [box];
+}
+
+function zoom(box) {
+  state.zoomed = box;
+  const group = zoomGroup(box);
+  const at = group.indexOf(box);
+  $("zoom-picture").replaceChildren(picture(box.item, box.dataset.caption, { zoomable: false }));
+  $("zoom-numbers").replaceChildren(...box.numbers());
+  const position = group.length > 1 ? ` (${at + 1} of ${group.length})` : "";
+  $("zoom-caption").textContent = `${box.dataset.caption}${position}`;
+  $("zoom-caption").title = "the zoomed image, and its place among the images of its group";
+  $("zoom-prev").disabled = at <= 0;
+  $("zoom-next").disabled = at >= group.length - 1;
+  $("zoom-toggle").hidden = !box.item.heatmap;
+  $("zoom-explain").hidden = !box.dataset.key || box.dataset.key === state.key;
+  if (!$("zoom").open) $("zoom").showModal();
+}
+
+function stepZoom(step) {
+  const group = zoomGroup(state.zoomed);
+  const next = group[group.indexOf(state.zoomed) + step];
+  if (next) zoom(next);
+}
+
+function toggleView() {
+  setView(state.view === "image" ? state.lastHeatView : "image");
 }
 
 // --------------------------------------------------------------------------- explanation
-function fact(name, label, value) {
-  return [el("dt", {}, label), el("dd", { "data-fact": name }, value)];
+function fact(name, label, value, title) {
+  return [el("dt", { title }, label), el("dd", { "data-fact": name, title }, value)];
+}
+
+// A picture in a card: its caption line (a link or a name), then its labelled numbers.
+function card(kind, item, caption, head, numbers) {
+  return el("figure", { class: kind }, picture(item, caption, { numbers }), el("figcaption", {}, head, ...numbers()));
+}
+
+function similarCard(item, data) {
+  const caption = `#${item.rank}: reference image ${item.reference}`;
+  const differs = item.label !== data.predicted_class;
+  const numbers = () => [
+    num("dist", item.distance.toFixed(2)),
+    num("score", percent(item.score)),
+    num("label", className(item.label), { className: differs ? "differs" : null }),
+  ];
+  const link = el(
+    "a",
+    { href: `#${item.key}`, title: `rank ${item.rank} by Dist; reference image ${item.reference}: explain it` },
+    `#${item.rank} ref ${item.reference}`,
+  );
+  return card("card", item, caption, link, numbers);
 }
 
 function render(data) {
   const similar = data.similar;
-  Object.assign(state, {
-    key: data.key,
-    offset: similar.offset,
-    limit: similar.limit,
-    total: similar.total,
-  });
-  const title =
-    data.source === "reference" ? `Reference image ${data.reference}` : "Uploaded image";
+  Object.assign(state, { key: data.key, data, offset: similar.offset, limit: similar.limit, total: similar.total });
+  const title = data.source === "reference" ? `Reference image ${data.reference}` : "Uploaded image";
   $("title").textContent = title;
-  $("input-pictures").replaceChildren(picture(data, title));
+  $("title").title = data.source === "reference" ? "reference images are numbered from 0" : "an image you uploaded";
+  const inputNumbers = () => [num("score", percent(data.score)), num("rep", data.representativeness), num("tau", data.delta)];
+  $("input-pictures").replaceChildren(picture(data, title, { numbers: inputNumbers }));
+  const info = state.info;
   const facts = [
-    fact("class", "Predicted class", `${data.class_name ?? data.predicted_class}`),
-    fact("score", "Score", percent(data.score)),
-    data.label === null ? [] : fact("label", "True label", className(data.label)),
+    fact("class", "Predicted class", className(data.predicted_class), "the class the model predicts for this image"),
+    fact("score", "Score", percent(data.score), `score: ${tip("score")}`),
+    data.label === null ? [] : fact("label", "True label", className(data.label), "the image's label in the data set"),
     fact(
       "representativeness",
-      "Representativeness",
+      "Representativeness |R|",
       `${data.representativeness} of ${data.n_reference} reference images`,
+      `representativeness |R|: ${tip("rep")}`,
     ),
-    fact("boundaries", "Boundaries |P(x)|", `${data.boundaries.length} of ${state.info.n_boundaries}`),
-    fact("delta", "delta = τ(x)", String(data.delta)),
+    fact("boundaries", "Boundaries |P(x)|", `${data.boundaries.length} of ${info.n_boundaries}`, `|P(x)|: ${tip("p")}`),
+    fact("delta", "τ(x) (delta)", String(data.delta), `τ(x): ${tip("tau")}`),
   ];
   $("facts").replaceChildren(...facts.flat());
   $("message").textContent = data.message || "";
+  $("message").title = "the engine's note on this interpretation";
   $("message").hidden = !data.message;
 
   const first = similar.items.length ? similar.offset + 1 : 0;
   $("range").textContent = `(${first}–${similar.offset + similar.items.length} of ${similar.total})`;
-  $("similar").replaceChildren(
-    ...similar.items.map((item) => {
-      const caption = `#${item.rank}: reference image ${item.reference}`;
-      return el(
-        "figure",
-        { class: "card" },
-        picture(item, caption),
-        el(
-          "figcaption",
-          {},
-          el("a", { href: `#${item.key}`, title: "explain this image" }, `#${item.rank} ref ${item.reference}`),
-          el("span", {}, `Dist ${item.distance.toFixed(2)}`),
-          el("span", {}, `score ${percent(item.score)}`),
-          el(
-            "span",
-            { class: item.label === data.predicted_class ? null : "differs" },
-            `label ${className(item.label)}`,
-          ),
-        ),
-      );
-    }),
-  );
+  $("similar-hint").textContent =
+    "Covered by the same interpretation P(x), most similar first; heat maps reuse the input's " +
+    "channel weights." +
+    (similar.input_left_out ? " The input itself (Dist 0) is left out." : "");
+  $("similar").replaceChildren(...similar.items.map((item) => similarCard(item, data)));
   $("prev").disabled = similar.offset === 0;
   $("next").disabled = similar.offset + similar.limit >= similar.total;
   $("explanation").dataset.key = data.key;
+  $("not-found").hidden = true;
   $("explanation").hidden = false;
+  document.title = `${title} · repinterp viewer`;
+}
+
+function resetCompare() {
+  $("compare").hidden = true;
+  $("compare-button").setAttribute("aria-expanded", "false");
+  $("compare-rows").replaceChildren();
+}
+
+function notFound(key, message) {
+  Object.assign(state, { key: null, data: null });
+  $("explanation").hidden = true;
+  $("explanation").dataset.key = "";
+  resetCompare();
+  $("not-found-message").textContent = `Nothing at #${key}: ${message}.`;
+  $("not-found").hidden = false;
+  document.title = "Not found · repinterp viewer";
 }
 
 async function load(key, offset = 0) {
+  const fresh = key !== state.key;
+  const query = `offset=${offset}&limit=${state.info.page_size}`;
   try {
-    showError(null);
-    const query = `offset=${offset}&limit=${state.info.page_size}`;
     const data = await api(`/api/explain/${encodeURIComponent(key)}?${query}`);
-    const fresh = data.key !== state.key;
+    if (fresh) resetCompare();
     render(data);
     if (fresh) $("explanation").scrollIntoView({ block: "start" });
   } catch (error) {
-    showError(error.message);
+    if (fresh) notFound(key, error.message);
+    else showError("page-error", error.message);
   }
 }
 
 function route() {
+  clearErrors();
   const key = decodeURIComponent(location.hash.slice(1));
   if (key && key !== state.key) load(key);
 }
 
 async function upload(file) {
+  clearErrors();
   try {
-    showError(null);
     const data = await api("/api/upload", {
       method: "POST",
       body: file,
-      headers: { "Content-Type": file.type || "application/octet-stream" },
+      headers: { "Content-Type": file.type || "application/octet-stream", "X-Repinterp": "1" },
     });
+    resetCompare();
     render(data);
     history.pushState(null, "", `#${data.key}`);
     $("explanation").scrollIntoView({ block: "start" });
   } catch (error) {
-    showError(`upload failed: ${error.message}`);
+    showError("upload-error", `upload failed: ${error.message}`);
+  }
+}
+
+async function exportAs(kind) {
+  clearErrors();
+  const button = $(`export-${kind}`);
+  button.disabled = true;
+  try {
+    const response = await fetch(`/api/export/${encodeURIComponent(state.key)}.${kind}`);
+    if (!response.ok) {
+      const body = await response.json().catch(() => ({}));
+      throw new Error(body.error || `${response.status} ${response.statusText}`);
+    }
+    const link = el("a", { href: URL.createObjectURL(await response.blob()), download: `repinterp-${state.key}.${kind}` });
+    document.body.append(link);
+    link.click();
+    link.remove();
+    setTimeout(() => URL.revokeObjectURL(link.href), 60_000);
+  } catch (error) {
+    showError("action-error", `export failed: ${error.message}`);
+  } finally {
+    button.disabled = false;
+  }
+}
+
+// --------------------------------------------------------------------------- compare
+function compareRow(method) {
+  const name = state.info.methods[method];
+  return el(
+    "div",
+    { class: "compare-row loading", "data-method": method, "data-group": `compare-${method}` },
+    el("h4", {}, name, el("span", { class: "status" }, el("span", { class: "spinner", "aria-hidden": "true" }), ` computing ${name}…`)),
+    el("div", { class: "compare-cells" }),
+  );
+}
+
+function fillRow(row, result) {
+  row.classList.remove("loading");
+  const status = row.querySelector(".status");
+  if (result.message) {
+    status.replaceChildren(`: ${result.message}`);
+  } else {
+    status.replaceChildren(" · ", num("masked", percent(result.mean_masked_score), { label: "mean masked" }));
+  }
+  const cells = result.items.map((item) => {
+    const caption =
+      item.rank === 0 ? `${result.name}: the input` : `${result.name}: #${item.rank} reference image ${item.reference}`;
+    const numbers = () => [
+      num("score", percent(item.score)),
+      ...(item.masked_score === null ? [] : [num("masked", percent(item.masked_score))]),
+    ];
+    const name = el("span", { title: caption }, item.rank === 0 ? "input" : `#${item.rank} ref ${item.reference}`);
+    return card("cell", item, caption, name, numbers);
+  });
+  row.querySelector(".compare-cells").replaceChildren(...cells);
+}
+
+async function compare() {
+  clearErrors();
+  if (!$("compare").hidden) {
+    resetCompare();
+    return;
+  }
+  const key = state.key;
+  $("compare").hidden = false;
+  $("compare-button").setAttribute("aria-expanded", "true");
+  const methods = Object.keys(state.info.methods); // RI first, Score-CAM (the slow one) last
+  const rows = methods.map(compareRow);
+  $("compare-rows").replaceChildren(...rows);
+  for (const [i, method] of methods.entries()) {
+    const id = `${key} ${method}`;
+    try {
+      if (!state.compared.has(id)) {
+        state.compared.set(id, await api(`/api/compare/${encodeURIComponent(key)}?method=${method}&k=${state.info.compare_k}`));
+      }
+      if (state.key !== key || !rows[i].isConnected) return;
+      fillRow(rows[i], state.compared.get(id));
+    } catch (error) {
+      if (state.key !== key || !rows[i].isConnected) return;
+      rows[i].classList.remove("loading");
+      rows[i].querySelector(".status").replaceChildren();
+      showError("action-error", `compare failed (${state.info.methods[method]}): ${error.message}`);
+    }
   }
 }
 
 // --------------------------------------------------------------------------- regions
 function regionCard(region) {
-  const name = `region ${region.regions.join(", ")}`;
-  const caption = `${name}: reference image ${region.reference}, class ${region.class_name}`;
+  const names = region.regions.map((v) => `#${v}`).join(", ");
+  const caption = `class ${region.class_name}: reference image ${region.reference}, the input of region ${names}`;
+  const inputs = region.inputs.map((ref) => `ref ${ref}`).join(", ");
+  const numbers = () => [
+    num("rep", region.representativeness, { label: "covers" }),
+    num("interprets", region.interpreted),
+    num("p", region.boundaries.length, { label: "|P|" }),
+    num("tau", region.delta, { label: "τ" }),
+  ];
+  const stats = numbers();
+  stats[2].title += `; this polytope's: ${region.boundaries.join(", ")}`;
+  const regionsNum = el(
+    "span",
+    { class: "num", title: `k-means regions ${names} (inputs: ${inputs}): ${tip("regions")}`, "data-num": "regions" },
+    el("span", { class: "name" }, region.regions.length === 1 ? "region" : `${region.regions.length} regions`),
+    " ",
+    el("b", {}, names),
+  );
+  const covered = region.covered.map((item) =>
+    picture(item, `reference image ${item.reference}, #${item.rank} in the polytope of class ${region.class_name}`, {
+      numbers: () => [num("dist", item.distance.toFixed(2)), num("score", percent(item.score))],
+    }),
+  );
   return el(
     "article",
-    { class: "region", "data-key": region.key },
-    el("h3", {}, el("a", { href: `#${region.key}`, title: "explain" }, `class ${region.class_name}`)),
-    picture(region, caption),
-    el("p", {}, `covers ${region.representativeness} · delta ${region.delta}`),
+    { class: "region", "data-key": region.key, "data-group": `region-${region.key}` },
     el(
-      "div",
-      { class: "covered" },
-      ...region.covered.map((item) =>
-        picture(item, `reference image ${item.reference}, covered by ${name}`),
+      "h3",
+      {},
+      el(
+        "a",
+        { href: `#${region.key}`, title: `predicted class ${region.class_name}: explain reference image ${region.reference}` },
+        `class ${region.class_name}`,
       ),
     ),
+    picture(region, caption, { numbers }),
+    el("p", { class: "stats" }, ...stats, regionsNum),
+    el("div", { class: "covered" }, ...covered),
   );
+}
+
+function renderRegions() {
+  const data = state.regions;
+  const chosen = $("class-filter").value;
+  const order = {
+    representativeness: (a, b) => b.representativeness - a.representativeness,
+    class: (a, b) => a.predicted_class - b.predicted_class || b.representativeness - a.representativeness,
+    regions: (a, b) => b.regions.length - a.regions.length || b.representativeness - a.representativeness,
+  }[$("sort").value];
+  const shown = data.regions.filter((r) => chosen === "" || String(r.predicted_class) === chosen).sort(order);
+  const regionCount = shown.reduce((n, r) => n + r.regions.length, 0);
+  const interpreted = shown.reduce((n, r) => n + r.interpreted, 0);
+  const scope = chosen === "" ? "" : ` of class ${className(Number(chosen))}`;
+  $("regions-status").textContent =
+    `${shown.length} distinct polytopes${scope} (cards) stand for ${regionCount} of the ${data.n_regions} k-means ` +
+    `regions and interpret ${interpreted} of the ${data.n_reference} reference images.`;
+  $("regions-status").title = "k-means regions with the same polytope are one card; each reference image is interpreted by one region";
+  $("gallery").replaceChildren(...shown.map(regionCard));
 }
 
 async function loadRegions() {
@@ -198,17 +476,118 @@ async function loadRegions() {
       setTimeout(loadRegions, 1000);
       return;
     }
-    $("regions-status").textContent =
-      data.message ||
-      `${data.regions.length} regions (k-means inputs), the most representative first. ` +
-        "Each covers the reference images on its side of every boundary of its P(x).";
-    $("gallery").replaceChildren(...data.regions.map(regionCard));
+    if (data.status !== "ready") {
+      $("regions-status").textContent = data.message;
+      return;
+    }
+    state.regions = data;
+    const counts = new Map();
+    for (const r of data.regions) counts.set(r.predicted_class, (counts.get(r.predicted_class) || 0) + 1);
+    const options = [...counts.keys()].sort((a, b) => a - b).map((c) => el("option", { value: String(c) }, `${className(c)} (${counts.get(c)})`));
+    $("class-filter").replaceChildren(el("option", { value: "" }, `all (${data.regions.length})`), ...options);
+    renderRegions();
   } catch (error) {
     $("regions-status").textContent = error.message;
   }
 }
 
 // --------------------------------------------------------------------------- start
+function onKey(event) {
+  if ($("zoom").open) {
+    if (event.key === "ArrowLeft" || event.key === "ArrowRight") {
+      event.preventDefault();
+      stepZoom(event.key === "ArrowLeft" ? -1 : 1);
+    } else if (event.key === "h") {
+      toggleView();
+    }
+    return;
+  }
+  if (event.altKey || event.ctrlKey || event.metaKey || event.target.matches("input[type=number], textarea")) return;
+  const control = event.target.matches("input, select"); // radios, sliders and lists use arrows
+  if ((event.key === "Enter" || event.key === " ") && event.target.matches(".pic.zoomable")) {
+    event.preventDefault();
+    zoom(event.target);
+  } else if (event.key === "h") {
+    toggleView();
+  } else if ((event.key === "ArrowLeft" || event.key === "ArrowRight") && state.key && !control) {
+    const button = $(event.key === "ArrowLeft" ? "prev" : "next");
+    if (!button.disabled) button.click();
+  }
+}
+
+function wire() {
+  const info = state.info;
+  for (const radio of document.querySelectorAll("input[name=view]")) {
+    radio.addEventListener("change", () => setView(radio.value));
+  }
+  $("cmap").replaceChildren(...Object.keys(info.colormaps).map((name) => el("option", { value: name }, name)));
+  $("cmap").value = info.default_colormap;
+  $("cmap").addEventListener("change", () => setColormap($("cmap").value));
+  $("opacity").addEventListener("input", () => setOpacity(Number($("opacity").value)));
+  document.addEventListener("keydown", onKey);
+  document.addEventListener("click", (event) => {
+    const box = event.target.closest(".pic.zoomable");
+    if (box) zoom(box);
+  });
+  $("by-id").addEventListener("submit", (event) => {
+    event.preventDefault();
+    clearErrors();
+    location.hash = `r${Number($("ref-id").value)}`;
+  });
+  $("ref-id").addEventListener("invalid", () => {
+    clearErrors();
+    showError("id-error", `choose a reference image from 0 to ${info.n_reference - 1}`);
+  });
+  $("random").addEventListener("click", () => {
+    clearErrors();
+    location.hash = `r${Math.floor(Math.random() * info.n_reference)}`;
+  });
+  $("upload").addEventListener("change", async (event) => {
+    const file = event.target.files[0];
+    if (file) await upload(file);
+    event.target.value = "";
+  });
+  $("prev").addEventListener("click", () => {
+    clearErrors();
+    load(state.key, Math.max(0, state.offset - state.limit));
+  });
+  $("next").addEventListener("click", () => {
+    clearErrors();
+    load(state.key, state.offset + state.limit);
+  });
+  $("compare-button").addEventListener("click", compare);
+  $("export-png").addEventListener("click", () => exportAs("png"));
+  $("export-json").addEventListener("click", () => exportAs("json"));
+  $("class-filter").addEventListener("change", () => {
+    clearErrors();
+    renderRegions();
+  });
+  $("sort").addEventListener("change", () => {
+    clearErrors();
+    renderRegions();
+  });
+  const dialog = $("zoom");
+  dialog.addEventListener("close", () => {
+    if (state.zoomed?.isConnected) state.zoomed.focus();
+    state.zoomed = null;
+  });
+  dialog.addEventListener("click", (event) => {
+    if (event.target === dialog) dialog.close();
+  });
+  $("zoom-close").addEventListener("click", () => dialog.close());
+  $("zoom-prev").addEventListener("click", () => stepZoom(-1));
+  $("zoom-next").addEventListener("click", () => stepZoom(1));
+  $("zoom-toggle").addEventListener("click", toggleView);
+  $("zoom-explain").addEventListener("click", () => {
+    clearErrors();
+    const key = state.zoomed.dataset.key;
+    state.zoomed = null;
+    dialog.close();
+    location.hash = key;
+  });
+  window.addEventListener("hashchange", route);
+}
+
 async function start() {
   try {
     state.info = await api("/api/info");
@@ -221,50 +600,15 @@ async function start() {
     `${info.dataset} · ${info.arch} at layer ${info.target_layer} · ` +
     `${info.n_reference} reference images · |Q| = ${info.n_boundaries} boundaries`;
   $("ref-id").max = info.n_reference - 1;
-
-  for (const radio of document.querySelectorAll("input[name=view]")) {
-    radio.addEventListener("change", () => setView(radio.value));
-  }
-  document.addEventListener("keydown", (event) => {
-    if (event.key === "h" && !event.target.matches("input[type=number], textarea")) {
-      setView(state.view === "heat" ? "image" : "heat");
-    }
-  });
-  document.addEventListener("click", (event) => {
-    const img = event.target.closest("img.zoomable");
-    if (img) zoom(img);
-  });
-  $("by-id").addEventListener("submit", (event) => {
-    event.preventDefault();
-    location.hash = `r${Number($("ref-id").value)}`;
-  });
-  $("random").addEventListener("click", () => {
-    location.hash = `r${Math.floor(Math.random() * info.n_reference)}`;
-  });
-  $("upload").addEventListener("change", async (event) => {
-    const file = event.target.files[0];
-    if (file) await upload(file);
-    event.target.value = "";
-  });
-  $("prev").addEventListener("click", () => load(state.key, Math.max(0, state.offset - state.limit)));
-  $("next").addEventListener("click", () => load(state.key, state.offset + state.limit));
-  const dialog = $("zoom");
-  dialog.addEventListener("close", () => {
-    state.zoomed = null;
-  });
-  dialog.addEventListener("click", (event) => {
-    if (event.target === dialog || event.target === $("zoom-image")) dialog.close();
-  });
-  $("zoom-close").addEventListener("click", () => dialog.close());
-  $("zoom-toggle").addEventListener("click", () =>
-    setView(state.view === "heat" ? "image" : "heat"),
+  const [height, width] = info.input_shape.slice(1);
+  document.documentElement.style.setProperty("--aspect", `${width} / ${height}`);
+  $("glossary").replaceChildren(
+    ...Object.values(GLOSSARY).flatMap(([name, text]) => [el("dt", {}, name), el("dd", {}, text)]),
   );
-  $("zoom-explain").addEventListener("click", () => {
-    location.hash = state.zoomed.dataset.key;
-    dialog.close();
-  });
-  window.addEventListener("hashchange", route);
-
+  wire();
+  setColormap(info.default_colormap);
+  setOpacity(Number($("opacity").value));
+  setView("overlay");
   loadRegions();
   route();
 }

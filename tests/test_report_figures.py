@@ -1,0 +1,103 @@
+"""The case-study figure and the static HTML report: what a reader needs to read them."""
+
+from __future__ import annotations
+
+import io
+import re
+
+import numpy as np
+import pytest
+import torch
+from matplotlib import colormaps
+from PIL import Image
+
+from repinterp.report import CaseStudy, save_case_study_figure, write_report
+from repinterp.report.html import GLOSSARY, colorbar_css
+
+
+def _study(heat: bool) -> CaseStudy:
+    generator = torch.Generator().manual_seed(0)
+    pixels = torch.rand(4, 1, 28, 28, generator=generator)
+    maps = torch.rand(4, 28, 28, generator=generator) * 0.3  # not min-max: the figure scales
+    return CaseStudy(
+        pixels=pixels,
+        titles=["input", "#1 ref 5", "#2 ref 9", "#3 ref 2"],
+        scores=[0.99, 0.98, 0.5, 0.25],
+        heatmaps=maps if heat else None,
+        masked_scores=[0.9, 0.8, 0.1, 0.05] if heat else None,
+        class_name="7",
+    )
+
+
+def _colours(png: bytes) -> set[tuple[int, int, int]]:
+    array = np.asarray(Image.open(io.BytesIO(png)).convert("RGB"))
+    return set(map(tuple, array.reshape(-1, 3).tolist()))
+
+
+def _has(colours: set[tuple[int, int, int]], rgb: np.ndarray, tolerance: int = 2) -> bool:
+    target = np.rint(np.asarray(rgb[:3]) * 255)
+    return any(np.abs(np.array(c) - target).max() <= tolerance for c in colours)
+
+
+@pytest.mark.parametrize("cmap", ["inferno", "viridis"])
+def test_figure_has_a_colour_bar_and_per_image_scaled_maps(cmap):
+    buffer = io.BytesIO()
+    save_case_study_figure(_study(heat=True), buffer, "unseen-3", cmap=cmap)
+    with Image.open(io.BytesIO(buffer.getvalue())) as figure:
+        assert figure.format == "PNG" and figure.size == (640, 565)  # 1.2 in a column, 100 dpi
+    colours = _colours(buffer.getvalue())
+    # each map is min-max scaled for display, so both ends of the colormap are drawn
+    assert _has(colours, colormaps[cmap](0.0)) and _has(colours, colormaps[cmap](1.0))
+    other = "viridis" if cmap == "inferno" else "inferno"
+    assert not _has(colours, colormaps[other](1.0), tolerance=0)
+
+
+def test_figure_without_a_heat_map_has_one_row():
+    with_maps, without = io.BytesIO(), io.BytesIO()
+    save_case_study_figure(_study(heat=True), with_maps, "a")
+    save_case_study_figure(_study(heat=False), without, "a")
+    height = {
+        name: Image.open(io.BytesIO(b.getvalue())).height
+        for name, b in (("with", with_maps), ("without", without))
+    }
+    assert height["without"] < height["with"] / 2
+    assert not _has(_colours(without.getvalue()), colormaps["inferno"](1.0))
+
+
+def _entry(name: str, predicted: int, message: str | None = None) -> dict:
+    summary = {
+        "predicted_class": predicted,
+        "class_name": f"c{predicted}",
+        "score": 0.5,
+        "representativeness": 12,
+        "boundaries": [3, 1],
+        "delta": 1,
+        "message": message,
+    }
+    return {"name": name, "figure": f"{name}.png", "json": f"{name}.json", "summary": summary}
+
+
+def test_report_groups_by_class_with_contents_legend_and_colour_bar(tmp_path):
+    entries = [_entry("b<i>", 3, "delta > 0"), _entry("a", 1), _entry("c", 3)]
+    path = tmp_path / "index.html"
+    write_report(path, "Title & co", "intro <text>", entries)
+    page = path.read_text()
+    assert "<meta name='viewport' content='width=device-width, initial-scale=1'>" in page
+    assert "<title>Title &amp; co</title>" in page and "intro &lt;text&gt;" in page
+    headings = re.findall(r"<h2 id='([^']+)'>([^<]+)</h2>", page)
+    assert headings == [("class-c1", "Class c1"), ("class-c3", "Class c3")]
+    toc = page[page.index("<nav") : page.index("</nav>")]
+    assert toc.count("<li>") == 2
+    for anchor in ("#class-c1", "#class-c3", "#a", "#b-i-", "#c"):
+        assert f"href='{anchor}'" in toc
+    entry_headings = re.findall(r"<h3 id='([^']+)'>", page)
+    assert entry_headings == ["a", "b-i-", "c"]
+    assert "b&lt;i&gt;: predicted c3" in page and "<p class='note'>delta &gt; 0</p>" in page
+    assert f"style='background: {colorbar_css()}'" in page
+    assert colorbar_css().startswith("linear-gradient(to right, #000004")
+    assert "0 = coldest pixel" in page and "per-image min-max" in page
+    for name, text in GLOSSARY:
+        assert f"<dt>{name}</dt><dd>{text.replace(chr(39), '&#x27;')}</dd>" in page
+    for tip in ("score", "|P(x)|", "τ(x) (delta)", "representativeness |R|"):
+        assert re.search(f"<abbr title='[^']+'>{re.escape(tip)}</abbr>", page), tip
+    assert "src='a.png'" in page

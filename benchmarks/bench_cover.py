@@ -30,7 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
-from common import machine, parser, table, write
+from common import parser, table, write
 from torch import Tensor
 
 from repinterp.cover import CoverIndex, CoverResult, _auto_method, _MaskedState, greedy_cover
@@ -240,7 +240,6 @@ def measure(
 
 def main() -> None:
     p = parser(__doc__, "cover")
-    p.add_argument("--device", default="cpu", help="torch device (cpu)")
     p.add_argument("--sizes", default="1000,10000,100000,1000000", help="|R| (1k,10k,100k,1M)")
     p.add_argument("--n-single", type=int, default=7, help="inputs timed one per call (7)")
     p.add_argument("--batch", type=int, default=1000, help="inputs per batch call (1000)")
@@ -252,8 +251,6 @@ def main() -> None:
     p.add_argument("--no-real", action="store_true", help="skip the mnist index")
     p.add_argument("--threads", type=int, default=1, help="torch threads (1)")
     args = p.parse_args()
-    if args.out.name == "cover.json" and args.device != "cpu":
-        args.out = args.out.with_name(f"cover_{args.device.split(':')[0]}.json")
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     cases: dict[str, dict[str, float | int | str]] = {}
@@ -295,18 +292,14 @@ def main() -> None:
         f"(previous above {args.previous_max_single:,} one by one and {args.previous_max_batch:,} "
         f"in batches, masked on the host above {args.masked_max_batch:,} in batches)"
     )
-    info = machine()
-    if device.type == "cuda":
-        info["gpu"] = torch.cuda.get_device_name(device)
     write(
         {
             "device": str(device),
             "n_boundaries": N_BOUNDARIES,
             "threads": args.threads,
-            "gpu": info.get("gpu"),
             "cases": cases,
         },
-        args.out,
+        args,
     )
 
 

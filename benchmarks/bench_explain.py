@@ -1,14 +1,14 @@
-"""explain latency: many inputs at once against one by one, and the cover against |R|.
+"""explain latency, one input at a time and many at once, against the model's own forward pass.
 
-1. ``explain_batch`` of ``--n-inputs`` images against as many ``explain`` calls, on a small CNN
-   (random weights, last bias balanced) fitted on |R| = ``--n-ref`` random 28 px images,
-   |Q| = 50.
-2. ``repinterp.cover.greedy_cover`` alone on synthetic indexes: random +-1 int8 sides
-   (|R| x 50) and random classes (10) for the reference images and the inputs, at |R| = 1k,
-   10k and 100k; one input per call (median of ``--n-cover`` inputs) and ``--n-cover`` inputs
-   in one call. Goals: linear in |R|; < 20 ms per input at |R| = 10k.
+A small ReLU CNN (1 x 28 x 28, random weights, last bias balanced so that it predicts every
+class) is fitted with |Q| = 50 on |R| random images for each |R| of ``--sizes``; then, on
+``--device``: ``explain`` of one input per call (median over ``--n-single`` inputs, each call
+timed to the end of its device work), ``explain_batch`` of ``--n-inputs`` inputs (per input),
+and one plain forward pass of the model on one input (median), the peer that an explanation
+cannot beat. Goals (issue 16): one input <= 5 ms + one forward pass on the CPU at |R| = 10k;
+<= 2 ms at |R| = 1M on a GPU.
 
-Usage: python benchmarks/bench_explain.py [--n-ref 10000] [--n-inputs 1000] [--threads 1]
+Usage: python benchmarks/bench_explain.py [--device cuda] [--sizes 10000,100000,1000000]
 """
 
 from __future__ import annotations
@@ -17,112 +17,108 @@ import statistics
 import time
 
 import torch
-from common import RandomImages, balance, interleaved, parser, small_cnn, table, write
+from common import balance, parser, small_cnn, synchronize, table, write
 
 from repinterp import RepresentativeInterpreter
-from repinterp.cover import greedy_cover
 
-GOAL_MS = 20.0
 N_BOUNDARIES = 50
 CLASSES = 10
 
 
-def explain_times(n_ref: int, n_inputs: int, repeats: int) -> dict[str, float]:
-    """Milliseconds per input of ``explain_batch`` and of one ``explain`` call per input."""
-    images = RandomImages(n_ref + n_inputs, (1, 28, 28))
-    stacked = torch.stack([images[i] for i in range(len(images))])
-    reference, inputs = stacked[:n_ref], stacked[n_ref:]
-    model = balance(small_cnn(CLASSES), reference[:2000])
-    ri = RepresentativeInterpreter(model, "relu2", N_BOUNDARIES, batch_size=256, progress=False)
-    ri.fit(reference)
-
-    def one_by_one() -> None:
-        for image in inputs:
-            ri.explain(image)
-
-    ri.explain_batch(inputs[:10])  # warm-up
-    fns = {"batch": lambda: ri.explain_batch(inputs), "single": one_by_one}
-    times, _ = interleaved(fns, repeats)
-    return {f"{name}_ms_per_input": 1000 * min(t) / n_inputs for name, t in times.items()}
-
-
-def cover_times(n_ref: int, n_inputs: int, seed: int = 0) -> dict[str, float]:
-    """Milliseconds per input of the greedy cover on random sides: one input per call
-    (median) and ``n_inputs`` per call."""
-    g = torch.Generator().manual_seed(seed)
-    ref_sides = (torch.randint(0, 2, (n_ref, N_BOUNDARIES), generator=g) * 2 - 1).to(torch.int8)
-    in_sides = (torch.randint(0, 2, (n_inputs, N_BOUNDARIES), generator=g) * 2 - 1).to(torch.int8)
-    ref_class = torch.randint(0, CLASSES, (n_ref,), generator=g)
-    in_class = torch.randint(0, CLASSES, (n_inputs,), generator=g)
-    other = ref_class.unsqueeze(0) != in_class.unsqueeze(1)
-    greedy_cover(ref_sides, in_sides[:1], other[:1])  # warm-up
-    single = []
-    for i in range(n_inputs):
+def _median_ms(fn, inputs: torch.Tensor, device: torch.device) -> float:
+    """Median milliseconds of ``fn(x)`` over the inputs, each call timed to its device's end."""
+    times = []
+    for x in inputs:
+        synchronize(device)
         start = time.perf_counter()
-        greedy_cover(ref_sides, in_sides[i : i + 1], other[i : i + 1])
-        single.append(time.perf_counter() - start)
+        fn(x)
+        synchronize(device)
+        times.append(time.perf_counter() - start)
+    return 1000 * statistics.median(times)
+
+
+def explain_times(n_ref: int, n_single: int, n_batch: int, device: torch.device) -> dict:
+    """Milliseconds: one input per ``explain`` call (median), per input of ``explain_batch``,
+    one forward pass of the model on one input (median), and the fit's seconds."""
+    generator = torch.Generator(device).manual_seed(0)
+    reference = torch.randn(n_ref, 1, 28, 28, generator=generator, device=device)
+    inputs = torch.randn(max(n_single, n_batch), 1, 28, 28, generator=generator, device=device)
+    model = balance(small_cnn(CLASSES).to(device), reference[:2000])
+    ri = RepresentativeInterpreter(
+        model, "relu2", N_BOUNDARIES, batch_size=1024, progress=False, device=device
+    )
     start = time.perf_counter()
-    result = greedy_cover(ref_sides, in_sides, other)
-    batch = time.perf_counter() - start
+    ri.fit(reference)
+    synchronize(device)
+    fit_s = time.perf_counter() - start
+    ri.explain_batch(inputs[:8])  # warm-up: builds the cover index's parts
+    for x in inputs[:3]:
+        ri.explain(x)
+
+    @torch.inference_mode()
+    def forward(x: torch.Tensor) -> None:
+        model(x.unsqueeze(0))
+
+    for x in inputs[:3]:
+        forward(x)
+    single = _median_ms(ri.explain, inputs[:n_single], device)
+    plain = _median_ms(forward, inputs[:n_single], device)
+    synchronize(device)
+    start = time.perf_counter()
+    ri.explain_batch(inputs[:n_batch])
+    synchronize(device)
+    batch = 1000 * (time.perf_counter() - start) / n_batch
     return {
-        "single_ms": 1000 * statistics.median(single),
-        "batch_ms_per_input": 1000 * batch / n_inputs,
-        "mean_boundaries": float((result.order >= 0).sum(1).float().mean()),
+        "fit_s": fit_s,
+        "single_ms": single,
+        "forward_ms": plain,
+        "single_minus_forward_ms": single - plain,
+        "batch_ms_per_input": batch,
     }
 
 
 def main() -> None:
     p = parser(__doc__, "explain")
-    p.add_argument("--n-ref", type=int, default=10_000, help="|R| of the fitted index (10000)")
-    p.add_argument("--n-inputs", type=int, default=1000, help="inputs explained (1000)")
-    p.add_argument("--n-cover", type=int, default=50, help="inputs per cover timing (50)")
-    p.add_argument("--sizes", default="1000,10000,100000", help="|R| of the cover timings")
-    p.add_argument("--repeats", type=int, default=2, help="rounds (2)")
+    p.add_argument("--sizes", default="10000", help="|R| values, comma-separated (10000)")
+    p.add_argument("--n-single", type=int, default=50, help="inputs timed one per call (50)")
+    p.add_argument("--n-inputs", type=int, default=1000, help="inputs of the batch call (1000)")
     p.add_argument("--threads", type=int, default=1, help="torch threads (1)")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
-    torch.manual_seed(0)
-
-    explain = explain_times(args.n_ref, args.n_inputs, args.repeats)
-    print(f"explain, small CNN 28 px, |R| = {args.n_ref}, |Q| = {N_BOUNDARIES}:")
+    device = torch.device(args.device)
+    cases = {}
+    for n in map(int, args.sizes.split(",")):
+        cases[str(n)] = explain_times(n, args.n_single, args.n_inputs, device)
+        print(n, cases[str(n)], flush=True)
+    print(f"\nexplain, small CNN 28 px, |Q| = {N_BOUNDARIES}, device {device}:")
     table(
-        ["how", "ms per input"],
         [
-            [f"explain_batch of {args.n_inputs}", explain["batch_ms_per_input"]],
-            [f"{args.n_inputs} x explain", explain["single_ms_per_input"]],
-            [
-                "one by one / at once",
-                explain["single_ms_per_input"] / explain["batch_ms_per_input"],
-            ],
+            "|R|",
+            "one input (ms)",
+            "forward of one input (ms)",
+            "difference (ms)",
+            "batch (ms/input)",
         ],
-    )
-    cover = {n: cover_times(n, args.n_cover) for n in map(int, args.sizes.split(","))}
-    print(f"\ngreedy cover on random sides, |Q| = {N_BOUNDARIES} (goal < {GOAL_MS} ms at 10k):")
-    sizes = list(cover)
-    table(
-        ["|R|", "ms, one input per call", "ms per input, batch", "|P| (mean)", "ms per 1k of |R|"],
         [
             [
-                n,
+                int(n),
                 c["single_ms"],
+                c["forward_ms"],
+                c["single_minus_forward_ms"],
                 c["batch_ms_per_input"],
-                c["mean_boundaries"],
-                1000 * c["single_ms"] / n,
             ]
-            for n, c in cover.items()
+            for n, c in cases.items()
         ],
     )
-    growth = cover[sizes[-1]]["single_ms"] / cover[sizes[0]]["single_ms"]
-    print(f"time grows {growth:.1f}x for |R| x {sizes[-1] / sizes[0]:.0f} (linear: equal factors)")
     write(
         {
-            "goal_ms": GOAL_MS,
             "n_boundaries": N_BOUNDARIES,
             "threads": args.threads,
-            "explain": {"n_reference": args.n_ref, "n_inputs": args.n_inputs, **explain},
-            "cover": {str(n): c for n, c in cover.items()},
+            "n_single": args.n_single,
+            "n_batch": args.n_inputs,
+            "cases": cases,
         },
-        args.out,
+        args,
     )
 
 

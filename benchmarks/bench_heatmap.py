@@ -4,12 +4,14 @@ Once fitted, a covered image needs only a forward pass to the target layer for i
 (``RegionSet.heatmap``: psi, the region lookup, the weighted sum); Grad-CAM and Grad-CAM++
 need a forward and a backward pass, Score-CAM one forward pass per channel. All on the same
 images, model, target layer and batch size, timed in turns with a plain forward pass of the
-whole model. Model: VGG-11 (random weights, last bias balanced so that it predicts every
-class), ``--size`` px inputs, target layer ``features.19`` (its last ReLU); regions: k-means
+whole model, on ``--device``. Model: a torchvision VGG (``--vgg``, default VGG-11; random
+weights, last bias balanced so that it predicts every class), ``--size`` px inputs, target
+layer its last ReLU (VGG-11 ``features.19``, VGG-19 ``features.35``); regions: k-means
 on ``--n-reference`` random reference images. Score-CAM runs on ``--n-score-cam`` images only
 (it is slow) and is reported per image. Goal: RI / Grad-CAM <= 0.5.
 
 Usage: python benchmarks/bench_heatmap.py [--n-unseen 1000] [--size 64] [--threads 1]
+       python benchmarks/bench_heatmap.py --device cuda --vgg vgg19 --size 224
 """
 
 from __future__ import annotations
@@ -17,13 +19,23 @@ from __future__ import annotations
 import time
 
 import torch
-from common import RandomImages, balance, interleaved, parser, ratios, table, vgg11, write
+from common import (
+    VGG_LAYERS,
+    RandomImages,
+    balance,
+    interleaved,
+    parser,
+    ratios,
+    synchronize,
+    table,
+    vgg,
+    write,
+)
 from pytorch_grad_cam import GradCAM, GradCAMPlusPlus, ScoreCAM
 
 from repinterp import RepresentativeInterpreter
 
 GOAL = 0.5
-LAYER = "features.19"
 
 
 def main() -> None:
@@ -32,6 +44,7 @@ def main() -> None:
     p.add_argument("--n-reference", type=int, default=1000, help="|R| (1000)")
     p.add_argument("--n-score-cam", type=int, default=4, help="images for Score-CAM (4)")
     p.add_argument("--regions", type=int, default=100, help="k-means regions (100)")
+    p.add_argument("--vgg", default="vgg11", help=f"the VGG: {', '.join(VGG_LAYERS)} (vgg11)")
     p.add_argument("--size", type=int, default=64, help="input side, px (64)")
     p.add_argument("--batch-size", type=int, default=64, help="images per pass, all methods (64)")
     p.add_argument("--repeats", type=int, default=1, help="rounds (1)")
@@ -40,17 +53,21 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     shape, batch = (3, args.size, args.size), args.batch_size
+    device, layer_name = torch.device(args.device), VGG_LAYERS[args.vgg]
 
     reference = RandomImages(args.n_reference, shape, seed=0)
     unseen_set = RandomImages(args.n_unseen, shape, seed=1)
-    unseen = torch.stack([unseen_set[i] for i in range(len(unseen_set))])
-    model = balance(vgg11(), torch.stack([reference[i] for i in range(min(256, len(reference)))]))
+    unseen = torch.stack([unseen_set[i] for i in range(len(unseen_set))]).to(device)
+    sample = torch.stack([reference[i] for i in range(min(256, len(reference)))]).to(device)
+    model = balance(vgg(args.vgg).to(device), sample)
     start = time.perf_counter()
-    ri = RepresentativeInterpreter(model, LAYER, n_boundaries=50, batch_size=batch, progress=False)
+    ri = RepresentativeInterpreter(
+        model, layer_name, n_boundaries=50, batch_size=batch, progress=False, device=device
+    )
     ri.fit(reference, keep_features=True)
     regions = ri.regions(n_regions=args.regions, seed=0)
     setup_s = time.perf_counter() - start
-    layer = [model.get_submodule(LAYER)]
+    layer = [model.get_submodule(layer_name)]
 
     def cam_maps(method: type) -> None:
         with method(model=model, target_layers=layer) as cam:
@@ -70,12 +87,15 @@ def main() -> None:
             "gradcampp": lambda: cam_maps(GradCAMPlusPlus),
         },
         args.repeats,
+        device,
     )
     r = ratios(times, "gradcam") | ratios(cpu, "gradcam", "cpu_")
     with ScoreCAM(model=model, target_layers=layer) as cam:
         cam.batch_size = batch
+        synchronize(device)
         start = time.perf_counter()
         cam(input_tensor=unseen[: args.n_score_cam], targets=None)
+        synchronize(device)
         score_cam_per_image = (time.perf_counter() - start) / args.n_score_cam
 
     per_image = {k: 1000 * min(v) / len(unseen) for k, v in times.items()}
@@ -104,7 +124,8 @@ def main() -> None:
     write(
         {
             "goal": GOAL,
-            "model": f"VGG-11, random weights, {args.size} px, layer {LAYER}",
+            "model": f"{args.vgg}, random weights, {args.size} px, layer {layer_name}",
+            "device": str(device),
             "n_unseen": args.n_unseen,
             "n_reference": args.n_reference,
             "n_regions": len(regions),
@@ -116,7 +137,7 @@ def main() -> None:
             "ms_per_image": per_image,
             **r,
         },
-        args.out,
+        args,
     )
 
 

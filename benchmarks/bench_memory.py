@@ -149,7 +149,7 @@ def main() -> None:
         ],
     )
     results = {"n_boundaries": N_BOUNDARIES, "classes": CLASSES, "batch_size": BATCH, "threads": 1}
-    write({**results, "runs": runs, "slopes": slopes}, args.out)
+    write({**results, "runs": runs, "slopes": slopes}, args)
 
 
 if __name__ == "__main__":

@@ -44,9 +44,20 @@ def small_cnn(classes: int = 10, width: int = 32) -> nn.Sequential:
     ).eval()
 
 
+# torchvision VGGs by name, with their last ReLU (the paper's target layer: VGG-19's features.35).
+VGG_LAYERS = {"vgg11": "features.19", "vgg16": "features.29", "vgg19": "features.35"}
+
+
+def vgg(arch: str = "vgg11", classes: int = 10) -> nn.Module:
+    """A torchvision VGG (``VGG_LAYERS``) with random weights, in eval mode."""
+    if arch not in VGG_LAYERS:
+        raise ValueError(f"unknown VGG {arch!r}; choose one of {', '.join(VGG_LAYERS)}")
+    return getattr(torchvision.models, arch)(weights=None, num_classes=classes).eval()
+
+
 def vgg11(classes: int = 10) -> nn.Module:
     """torchvision's VGG-11 with random weights (target layer ``features.19``, its last ReLU)."""
-    return torchvision.models.vgg11(weights=None, num_classes=classes).eval()
+    return vgg("vgg11", classes)
 
 
 def balance(model: nn.Module, images: Tensor, batch_size: int = 64) -> nn.Module:
@@ -84,11 +95,18 @@ def cpu_seconds() -> float:
     return t.user + t.system + t.children_user + t.children_system
 
 
+def synchronize(device: torch.device | str | None = None) -> None:
+    """Wait for the device's queued work (a no-op on the CPU), so that timings include it."""
+    if device is not None and torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 def interleaved(
-    fns: dict[str, Callable[[], object]], repeats: int
+    fns: dict[str, Callable[[], object]], repeats: int, device: torch.device | str | None = None
 ) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
     """Wall and CPU times in seconds of each function over ``repeats`` rounds, the functions
     taking turns within a round so that a change of load on a shared machine hits them alike.
+    On a CUDA ``device`` each time ends when the device's queued work has finished.
 
     Returns:
         ``(wall, cpu)``, each a list of times per function.
@@ -97,8 +115,10 @@ def interleaved(
     cpu: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(repeats):
         for name, fn in fns.items():
+            synchronize(device)
             start, start_cpu = time.perf_counter(), cpu_seconds()
             fn()
+            synchronize(device)
             wall[name].append(time.perf_counter() - start)
             cpu[name].append(cpu_seconds() - start_cpu)
     return wall, cpu
@@ -117,8 +137,9 @@ def ratios(times: dict[str, list[float]], peer: str, prefix: str = "") -> dict[s
     return out
 
 
-def machine() -> dict[str, Any]:
-    """The CPU (``lscpu`` model name), its cores, torch's threads and version, the load."""
+def machine(device: torch.device | str = "cpu") -> dict[str, Any]:
+    """The CPU (``lscpu`` model name), its cores, torch's threads and version, the load, and
+    the device the benchmark ran on (with the GPU's name on CUDA)."""
     try:
         lscpu = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
         model = next(
@@ -132,16 +153,32 @@ def machine() -> dict[str, Any]:
         "torch_threads": torch.get_num_threads(),
         "torch": torch.__version__,
         "load_average_1min": os.getloadavg()[0],
+        "device": str(device),
+        **(
+            {"gpu": torch.cuda.get_device_name(device), "cuda": torch.version.cuda}
+            if torch.device(device).type == "cuda"
+            else {}
+        ),
     }
 
 
 def parser(doc: str, name: str) -> argparse.ArgumentParser:
-    """An argument parser with the shared ``--out`` (JSON results) option."""
+    """An argument parser with the shared ``--out`` (JSON results; default
+    ``docs/bench/NAME.json``, ``NAME_cuda.json`` on CUDA) and ``--device`` options."""
     p = argparse.ArgumentParser(description=doc.splitlines()[0])
-    p.add_argument(
-        "--out", type=Path, default=RESULTS / f"{name}.json", help="JSON results file (%(default)s)"
-    )
+    p.add_argument("--out", type=Path, help=f"JSON results file ({RESULTS}/{name}[_cuda].json)")
+    p.add_argument("--device", default="cpu", help="torch device, e.g. cpu or cuda (cpu)")
+    p.set_defaults(bench=name)
     return p
+
+
+def output_path(args: argparse.Namespace) -> Path:
+    """``--out``, or the default results file of the benchmark on its device."""
+    if args.out is not None:
+        return args.out
+    kind = torch.device(args.device).type
+    suffix = "" if kind == "cpu" else f"_{kind}"
+    return RESULTS / f"{args.bench}{suffix}.json"
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
@@ -156,8 +193,11 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
         print("| " + " | ".join(cell(v) for v in row) + " |")
 
 
-def write(results: dict[str, Any], path: Path) -> None:
-    """Write ``results`` with the machine's description as JSON."""
+def write(results: dict[str, Any], args: argparse.Namespace) -> None:
+    """Write ``results`` with the machine's and device's description as JSON, to
+    :func:`output_path` of ``args``."""
+    path = output_path(args)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"machine": machine(), **results}, indent=2) + "\n")
+    description = machine(args.device)
+    path.write_text(json.dumps({"machine": description, **results}, indent=2) + "\n")
     print(f"\nresults written to {path}")

@@ -34,6 +34,7 @@ from common import (
 from torch import nn
 
 from repinterp import RepresentativeInterpreter
+from repinterp.precision import exact_float32
 from repinterp.shards import Shards
 
 GOAL = 1.05
@@ -74,6 +75,7 @@ def fit_times(
         )
 
     @torch.inference_mode()
+    @exact_float32()  # the peer at the engine's precision: on a GPU, TF32 is off for both
     def forward() -> None:
         for i in range(0, images.shape[0], batch):
             model(images[i : i + batch])

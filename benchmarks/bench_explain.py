@@ -20,6 +20,7 @@ import torch
 from common import balance, parser, small_cnn, synchronize, table, write
 
 from repinterp import RepresentativeInterpreter
+from repinterp.precision import exact_float32
 
 N_BOUNDARIES = 50
 CLASSES = 10
@@ -56,6 +57,7 @@ def explain_times(n_ref: int, n_single: int, n_batch: int, device: torch.device)
         ri.explain(x)
 
     @torch.inference_mode()
+    @exact_float32()  # the peer at the engine's precision
     def forward(x: torch.Tensor) -> None:
         model(x.unsqueeze(0))
 

@@ -27,7 +27,7 @@ def train_digits(out: Path, seed: int) -> Path:
             "train",
             "--dataset",
             "digits",
-            "--arch",
+            "--model",
             "digits_cnn",
             "--epochs",
             "1",
@@ -125,6 +125,7 @@ def _assert_one_line_error(code: int, err: str, pattern: str) -> None:
 
 def test_bad_inputs_end_with_one_line(digits_index, tmp_path, capsys) -> None:
     weights, index = digits_index
+    out = tmp_path / "out"
     fit = ["fit", "--reference", "digits", "--out", str(tmp_path / "x"), "--quiet"]
     cases = [
         ([*fit, "--model", "digits_cnn", "--weights", str(tmp_path / "none.pt")], "not found"),
@@ -135,19 +136,19 @@ def test_bad_inputs_end_with_one_line(digits_index, tmp_path, capsys) -> None:
         ),
         ([*fit, "--model", "mnist_cnn", "--weights", str(weights)], "do not fit"),
         (
-            ["explain", "reference:0", "--index", str(tmp_path), "--out", str(tmp_path)],
+            ["explain", "reference:0", "--index", str(tmp_path), "--out", str(tmp_path / "out")],
             "manifest.json is missing",
         ),
         (
-            ["explain", str(tmp_path / "nope.png"), "--index", str(index), "--out", str(tmp_path)],
+            ["explain", str(tmp_path / "nope.png"), "--index", str(index), "--out", str(out)],
             "image file not found",
         ),
         (
-            ["explain", "unseen:100000", "--index", str(index), "--out", str(tmp_path)],
+            ["explain", "unseen:100000", "--index", str(index), "--out", str(out)],
             "the unseen set has",
         ),
         (
-            ["train", "--dataset", "cifar", "--arch", "digits_cnn", "--out", "w.safetensors"],
+            ["train", "--dataset", "cifar", "--model", "digits_cnn", "--out", "w.safetensors"],
             "unknown data set",
         ),
     ]
@@ -156,9 +157,7 @@ def test_bad_inputs_end_with_one_line(digits_index, tmp_path, capsys) -> None:
         _assert_one_line_error(code, err, pattern)
     broken = tmp_path / "broken.png"
     broken.write_bytes(b"\x89PNG\r\n\x1a\n not really")
-    code, _, err = run(
-        ["explain", str(broken), "--index", str(index), "--out", str(tmp_path)], capsys
-    )
+    code, _, err = run(["explain", str(broken), "--index", str(index), "--out", str(out)], capsys)
     _assert_one_line_error(code, err, "cannot read")
 
 
@@ -167,7 +166,9 @@ def test_report_needs_the_feature_maps(digits_index, tmp_path, capsys) -> None:
     index = tmp_path / "index"
     fit = ["fit", "--model", "digits_cnn", "--weights", str(weights), "--reference", "digits"]
     main([*fit, "--boundaries", "5", "--no-features", "--out", str(index), "--quiet"])
-    code, _, err = run(["report", "--index", str(index), "--out", str(tmp_path), "--quiet"], capsys)
+    code, _, err = run(
+        ["report", "--index", str(index), "--out", str(tmp_path / "report"), "--quiet"], capsys
+    )
     _assert_one_line_error(code, err, "feature maps were not kept")
 
 
@@ -180,7 +181,7 @@ def test_index_for_other_weights_is_refused(digits_index, tmp_path, capsys) -> N
     manifest["recipe"]["weights"] = str(other)
     (copy / "manifest.json").write_text(json.dumps(manifest))
     code, _, err = run(
-        ["explain", "reference:0", "--index", str(copy), "--out", str(tmp_path)], capsys
+        ["explain", "reference:0", "--index", str(copy), "--out", str(tmp_path / "out")], capsys
     )
     _assert_one_line_error(code, err, "other weights")
     assert open_index(index, progress=False).interpreter.fitted_index is not None

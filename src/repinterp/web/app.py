@@ -100,6 +100,7 @@ def create_app(
     seed: int = 0,
     device: str | None = None,
     allowed_hosts: tuple[str, ...] | list[str] = LOOPBACK_HOSTS,
+    weights: str | Path | None = None,
 ) -> Starlette:
     """The viewer's ASGI app for a workspace or an index folder.
 
@@ -110,11 +111,12 @@ def create_app(
         device: torch device when opening a folder; None for CPU.
         allowed_hosts: ``Host`` headers accepted (guards against DNS rebinding); ``("*",)``
             accepts any.
+        weights: the model's weights file when opening a moved index folder.
 
     ``app.state.viewer`` is the :class:`~repinterp.web.viewer.Viewer` behind the routes.
     """
     if not isinstance(source, Workspace):
-        source = open_index(source, device=device, progress=False)
+        source = open_index(source, device=device, progress=False, weights=weights)
     viewer = Viewer(source, n_regions=n_regions, seed=seed)
 
     @asynccontextmanager
@@ -192,6 +194,7 @@ def serve(
     n_regions: int = DEFAULT_REGIONS,
     seed: int = 0,
     device: str | None = None,
+    weights: str | Path | None = None,
 ) -> None:
     """Serve the viewer of an index folder at ``http://host:port/`` until interrupted.
 
@@ -214,6 +217,7 @@ def serve(
             seed=seed,
             device=device,
             allowed_hosts=LOOPBACK_HOSTS if loopback else ("*",),
+            weights=weights,
         )
         shown = f"[{host}]" if ":" in host else host
         url = f"http://{shown}:{sock.getsockname()[1]}/"

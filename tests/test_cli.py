@@ -1,4 +1,5 @@
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -189,9 +190,19 @@ def test_index_for_other_weights_is_refused(digits_index, tmp_path, capsys) -> N
 
 def test_demo_end_to_end(tmp_path, capsys) -> None:
     out = tmp_path / "demo"
-    code, stdout, _ = run(["demo", "--out", str(out), "--quiet", "--top-k", "5"], capsys)
+    (out / "index").mkdir(parents=True)
+    (out / "mine.txt").write_text("mine")
+    (out / "index" / "notes.txt").write_text("notes")
+    argv = ["demo", "--out", str(out), "--quiet", "--top-k", "5"]
+    code, _, err = run(argv, capsys)
+    _assert_one_line_error(code, err, f"{out} holds files that repinterp did not write")
+    code, stdout, _ = run([*argv, "--overwrite"], capsys)
     assert code == 0 and "index.html" in stdout
+    assert (out / "mine.txt").read_text() == "mine"  # --overwrite touched only its own files
+    assert (out / "index" / "notes.txt").read_text() == "notes"
     page = (out / "index.html").read_text()
+    for source in re.findall(r"(?:src|href)='([^']+)'", page):
+        assert (out / source).is_file(), source
     summaries = sorted(out.glob("unseen-*.json"))
     assert len(summaries) == 10
     classes = set()

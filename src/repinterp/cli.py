@@ -283,12 +283,11 @@ def _one_line_warning(message: Warning | str, *_: Any, **__: Any) -> str:
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the ``repinterp`` command."""
     args = build_parser().parse_args(argv)
+    import warnings
+
+    formatwarning, warnings.formatwarning = warnings.formatwarning, _one_line_warning
     try:
-        import warnings
-
         import torch
-
-        warnings.formatwarning = _one_line_warning
 
         torch.manual_seed(args.seed)
         args.device = resolve_device(args.device)
@@ -307,3 +306,5 @@ def main(argv: list[str] | None = None) -> None:
             file=sys.stderr,
         )
         raise SystemExit(2) from None
+    finally:
+        warnings.formatwarning = formatwarning

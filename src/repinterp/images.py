@@ -81,7 +81,7 @@ def read_image(
         ValueError: the file is missing, is not an image, is broken or truncated, or is too
             large (see :data:`MAX_SIDE`, :data:`MAX_PIXELS`, :data:`MAX_ASPECT`).
     """
-    name = name or (str(source) if isinstance(source, (str, Path)) else "the image")
+    name = name or (str(source) if isinstance(source, (str, Path)) else "the file")
     if isinstance(source, bytes):
         source = io.BytesIO(source)
     try:

@@ -136,8 +136,9 @@ class ReferenceIndex:
         Args:
             path: the folder: new, empty, or a repinterp index (which is replaced); its
                 lock is held meanwhile (see :func:`repinterp.outputs.claim`).
-            extra_files: files copied into the folder under the given names, with checksums;
-                a file with a known checksum (``self.checksums``) that differs is refused.
+            extra_files: files copied into the folder under the given names, with checksums
+                (default: ``self.files``); a file with a known checksum (``self.checksums``)
+                that differs is refused.
 
         Raises:
             OutputError: ``path`` holds other files, or another process is writing to it.
@@ -145,7 +146,7 @@ class ReferenceIndex:
         """
         path = Path(path)
         with claim(path, "index"):
-            _Save(path, self, extra_files or {}).run()
+            _Save(path, self, self.files if extra_files is None else extra_files).run()
 
     @staticmethod
     def read_manifest(path: str | Path) -> dict[str, Any]:

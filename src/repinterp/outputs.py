@@ -107,26 +107,37 @@ def _is_index(folder: Path) -> bool:
     return isinstance(manifest, dict) and "format_version" in manifest and "sha256" in manifest
 
 
-# What earlier versions wrote (before the marker existed): every entry matches a pattern.
+def _summaries(folder: Path, names: list[str]) -> bool:
+    """Whether ``folder`` holds explanation summaries, and every JSON file in it is one."""
+    jsons = [_read_json(folder / n) for n in names if n.endswith(".json")]
+    return bool(jsons) and all(isinstance(j, dict) and "representativeness" in j for j in jsons)
+
+
+# What earlier versions wrote (before the marker existed): every entry matches the pattern,
+# and the folder passes the check.
 _LEGACY = {
-    "demo": (r"index\.html|index|unseen-\d+\.(png|json)", "index.html"),
-    "report": (r"index\.html|region-\d+-ref-\d+\.(png|json)", "index.html"),
-    "evaluation": (r"results\.(json|md)|[\w.-]+\.png", "results.json"),
-    "partial": (r"partial\.json|shards\.jsonl|boundaries\.safetensors|features\.npy|shard-.*", ""),
+    "index": (r"\.partial", lambda f, n: True),  # a fit killed before it saved
+    "demo": (
+        r"index\.html|index|unseen-\d+\.(png|json)",
+        lambda f, n: _is_index(f / "index") and _summaries(f, n),
+    ),
+    "report": (r"index\.html|region-\d+-ref-\d+\.(png|json)", _summaries),
+    "explain": (r".+\.(png|json)", _summaries),
+    "evaluation": (
+        r"results\.(json|md)|[\w.-]+\.png",
+        lambda f, n: "protocol" in (_read_json(f / "results.json") or {}),
+    ),
+    "partial": (
+        r"partial\.json|shards\.jsonl|boundaries\.safetensors|features\.npy|shard-.*",
+        lambda f, n: isinstance(_read_json(f / "partial.json"), dict),
+    ),
 }
 
 
 def _legacy_kind(folder: Path, names: list[str]) -> str | None:
-    for kind, (pattern, required) in _LEGACY.items():
-        if all(re.fullmatch(pattern, n) for n in names) and (not required or required in names):
-            if kind == "partial" and "partial.json" not in names:
-                continue
+    for kind, (pattern, check) in _LEGACY.items():
+        if all(re.fullmatch(pattern, n) for n in names) and check(folder, names):
             return kind
-    jsons = [n for n in names if n.endswith(".json")]
-    if jsons and all(re.fullmatch(r".+\.(png|json)", n) for n in names):
-        summaries = [_read_json(folder / n) for n in jsons]
-        if all(isinstance(s, dict) and "representativeness" in s for s in summaries):
-            return "explain"
     return None
 
 
@@ -184,20 +195,28 @@ def lock(folder: str | Path) -> Iterator[None]:
         held.release()
 
 
+_WHAT = {
+    "index": "an index",
+    "partial": "the shards of a fit (--shards)",
+    "explain": "explanations",
+    "report": "a report",
+    "demo": "the demo",
+    "evaluation": "evaluation results",
+}
+
+
 def _refusal(folder: Path, kind: str, found: str) -> str:
     if found == "index":
         return (
-            f"{folder} is a repinterp index: the output of '{kind}' needs a folder of its own "
-            "(an index folder is never another command's output, even with --overwrite)"
+            f"{folder} is a repinterp index: {_WHAT[kind]} need a folder of their own (an index "
+            "is never the output of another command, even with --overwrite)"
         )
-    what = (
-        "holds files that repinterp did not write"
-        if found == "foreign"
-        else f"holds the output of another command ({found})"
-    )
+    held = "files that repinterp did not write" if found == "foreign" else _WHAT[found]
+    if kind == "partial":
+        return f"{folder} holds {held}: give --shards a new or empty folder"
     return (
-        f"{folder} {what}: give a new or empty folder, or pass --overwrite to write the "
-        f"{kind} files into it anyway (nothing else in it is touched)"
+        f"{folder} holds {held}: give a new or empty folder, or pass --overwrite to write "
+        f"{_WHAT[kind]} into it anyway (nothing else in it is touched)"
     )
 
 
@@ -229,7 +248,7 @@ def claim(folder: str | Path, kind: str, overwrite: bool = False) -> Iterator[Pa
         found = folder_kind(folder)
         if found is None or found == kind:
             return
-        if found == "index" or (kind == "index" and found == "partial") or not overwrite:
+        if found == "index" or "partial" in (kind, found) or not overwrite:
             raise OutputError(_refusal(folder, kind, found))
 
     check()

@@ -321,8 +321,9 @@ def _file_name(text: str) -> str:
 def _unique_names(names: list[str], folders: list[Path | None]) -> list[str]:
     """``names`` made distinct: a file's name gets its folder's name, then a number."""
     out = [_file_name(name) for name in names]
+    clashes = [out.count(name) > 1 for name in out]
     for i, folder in enumerate(folders):
-        if out.count(out[i]) > 1 and folder is not None:
+        if clashes[i] and folder is not None:
             out[i] = _file_name(f"{folder.name}-{out[i]}")
     counts = {name: out.count(name) for name in out}
     seen: dict[str, int] = {}

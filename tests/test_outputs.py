@@ -58,7 +58,7 @@ def test_folder_kinds(tmp_path) -> None:
     old_report = tmp_path / "report"  # what an earlier version wrote, without the marker
     old_report.mkdir()
     for name in ("index.html", "region-0-ref-3.png", "region-0-ref-3.json"):
-        (old_report / name).write_text("{}")
+        (old_report / name).write_text(json.dumps({"representativeness": 3}))
     assert folder_kind(old_report) == "report"
     explained = tmp_path / "explained"
     explained.mkdir()
@@ -250,6 +250,9 @@ def test_a_fit_failing_at_any_write_leaves_the_old_index_or_the_new(
             assert which(out, old, new) == "new"
             break
         outcomes.append((which(killed, old, new), which(out, old, new)))
+        # what a kill leaves does not stand in the next command's way
+        assert folder_kind(killed) == "index", k
+        assert folder_kind(killed / ".partial") in (None, "partial"), k
         assert holds_only_the_index(out), k
         ReferenceIndex.load(new).save(killed)  # the next save cleans up after a kill
         assert {p.name for p in killed.iterdir()} - {".partial"} == INDEX_FILES, k

@@ -256,11 +256,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="unseen (Table 1), coverage (Table 2), reference (App. C), q-sweep (App. E), "
         "similar (case studies on shapes)",
     )
-    p.add_argument("--runs", type=_at_least(1), help="seeded runs, mean ± std (5; 2 with --quick)")
+    p.add_argument("--runs", type=int, help="seeded runs, mean ± std (5; 2 with --quick)")
     p.add_argument("--quick", action="store_true", help="600 reference / 200 unseen images")
-    p.add_argument(
-        "--inputs", type=_at_least(1), help="reference inputs of reference/similar (200; 30)"
-    )
+    p.add_argument("--inputs", type=int, help="reference inputs of reference/similar (200; 30)")
     p.add_argument("--methods", help="comma-separated, or 'all' (RI,Grad-CAM,Grad-CAM++,Score-CAM)")
     p.add_argument("--out", help="output folder (evaluation/DATASET-PROTOCOL)")
     p.add_argument(

@@ -13,7 +13,6 @@ per class).
 
 import copy
 import gzip
-import hashlib
 import importlib.resources
 import warnings
 from collections.abc import Sequence
@@ -30,6 +29,7 @@ from torchvision import datasets, transforms
 
 from .images import image_tensor, read_image
 from .shapes import draw_shapes
+from .utils import file_sha256
 
 
 @dataclass(frozen=True)
@@ -189,12 +189,11 @@ class ImageFolderSet(datasets.ImageFolder):
         def readable(path: str) -> bool:
             name = Path(path).relative_to(root).as_posix()
             try:
-                content = Path(path).read_bytes()
-                read_image(content, 3, fast=True, name=name)
+                read_image(path, 3, fast=True, name=name)
+                self.files[name] = (Path(path).stat().st_size, file_sha256(path))
             except (OSError, ValueError) as exc:
                 self.skipped.append((name, str(exc)))
                 return False
-            self.files[name] = (len(content), hashlib.sha256(content).hexdigest())
             return True
 
         pixel_transform = transforms.Compose(

@@ -39,7 +39,13 @@ __all__ = [
 
 MARKER_FILE = ".repinterp-output.json"
 LOCK_FILE = ".repinterp.lock"
-_BOOKKEEPING = frozenset({MARKER_FILE, LOCK_FILE})
+
+
+def _bookkeeping(name: str) -> bool:
+    """This module's own files: the marker (and its temporary files) and the lock."""
+    return name in (MARKER_FILE, LOCK_FILE) or name.startswith(f"{MARKER_FILE}.tmp-")
+
+
 KINDS = ("index", "partial", "explain", "report", "demo", "evaluation")
 
 
@@ -159,7 +165,7 @@ def folder_kind(path: str | Path) -> str | None:
         raise OutputError(f"{folder} is a file, not a folder: give a folder to write into")
     if _is_index(folder):
         return "index"
-    names = sorted(p.name for p in folder.iterdir() if p.name not in _BOOKKEEPING)
+    names = sorted(p.name for p in folder.iterdir() if not _bookkeeping(p.name))
     marker = _read_json(folder / MARKER_FILE)
     if isinstance(marker, dict) and marker.get("kind") in KINDS:
         return str(marker["kind"])
@@ -256,25 +262,25 @@ def claim(folder: str | Path, kind: str, overwrite: bool = False) -> Iterator[Pa
     try:
         with lock(folder):
             check()  # again under the lock: another command may have written meanwhile
+            for stale in folder.glob(f"{MARKER_FILE}.tmp-*"):  # left by a killed command
+                stale.unlink(missing_ok=True)
             if _read_json(folder / MARKER_FILE) != {"kind": kind}:
                 marker = folder / f"{MARKER_FILE}.tmp-{os.getpid()}"
                 write_file(marker, [json.dumps({"kind": kind}).encode()], mode="wb")
                 os.replace(marker, folder / MARKER_FILE)
             yield folder
     finally:
-        if created and folder.is_dir():
-            with suppress(OSError):
-                (folder / f"{MARKER_FILE}.tmp-{os.getpid()}").unlink(missing_ok=True)
-            if {p.name for p in folder.iterdir()} <= _BOOKKEEPING:
-                discard(folder)
+        if created and folder.is_dir() and all(_bookkeeping(p.name) for p in folder.iterdir()):
+            discard(folder)
 
 
 def discard(folder: str | Path) -> None:
     """Remove this module's bookkeeping files from ``folder``, and the folder if that empties
     it (for a folder that is no longer needed, e.g. the partial folder of a finished fit)."""
     folder = Path(folder)
-    for name in _BOOKKEEPING:
-        with suppress(OSError):
-            (folder / name).unlink(missing_ok=True)
+    for entry in folder.iterdir() if folder.is_dir() else ():
+        if _bookkeeping(entry.name):
+            with suppress(OSError):
+                entry.unlink()
     with suppress(OSError):
         folder.rmdir()

@@ -1,4 +1,5 @@
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -27,7 +28,7 @@ def train_digits(out: Path, seed: int) -> Path:
             "train",
             "--dataset",
             "digits",
-            "--arch",
+            "--model",
             "digits_cnn",
             "--epochs",
             "1",
@@ -125,6 +126,7 @@ def _assert_one_line_error(code: int, err: str, pattern: str) -> None:
 
 def test_bad_inputs_end_with_one_line(digits_index, tmp_path, capsys) -> None:
     weights, index = digits_index
+    out = tmp_path / "out"
     fit = ["fit", "--reference", "digits", "--out", str(tmp_path / "x"), "--quiet"]
     cases = [
         ([*fit, "--model", "digits_cnn", "--weights", str(tmp_path / "none.pt")], "not found"),
@@ -135,19 +137,19 @@ def test_bad_inputs_end_with_one_line(digits_index, tmp_path, capsys) -> None:
         ),
         ([*fit, "--model", "mnist_cnn", "--weights", str(weights)], "do not fit"),
         (
-            ["explain", "reference:0", "--index", str(tmp_path), "--out", str(tmp_path)],
+            ["explain", "reference:0", "--index", str(tmp_path), "--out", str(tmp_path / "out")],
             "manifest.json is missing",
         ),
         (
-            ["explain", str(tmp_path / "nope.png"), "--index", str(index), "--out", str(tmp_path)],
+            ["explain", str(tmp_path / "nope.png"), "--index", str(index), "--out", str(out)],
             "image file not found",
         ),
         (
-            ["explain", "unseen:100000", "--index", str(index), "--out", str(tmp_path)],
+            ["explain", "unseen:100000", "--index", str(index), "--out", str(out)],
             "the unseen set has",
         ),
         (
-            ["train", "--dataset", "cifar", "--arch", "digits_cnn", "--out", "w.safetensors"],
+            ["train", "--dataset", "cifar", "--model", "digits_cnn", "--out", "w.safetensors"],
             "unknown data set",
         ),
     ]
@@ -156,9 +158,7 @@ def test_bad_inputs_end_with_one_line(digits_index, tmp_path, capsys) -> None:
         _assert_one_line_error(code, err, pattern)
     broken = tmp_path / "broken.png"
     broken.write_bytes(b"\x89PNG\r\n\x1a\n not really")
-    code, _, err = run(
-        ["explain", str(broken), "--index", str(index), "--out", str(tmp_path)], capsys
-    )
+    code, _, err = run(["explain", str(broken), "--index", str(index), "--out", str(out)], capsys)
     _assert_one_line_error(code, err, "cannot read")
 
 
@@ -167,7 +167,9 @@ def test_report_needs_the_feature_maps(digits_index, tmp_path, capsys) -> None:
     index = tmp_path / "index"
     fit = ["fit", "--model", "digits_cnn", "--weights", str(weights), "--reference", "digits"]
     main([*fit, "--boundaries", "5", "--no-features", "--out", str(index), "--quiet"])
-    code, _, err = run(["report", "--index", str(index), "--out", str(tmp_path), "--quiet"], capsys)
+    code, _, err = run(
+        ["report", "--index", str(index), "--out", str(tmp_path / "report"), "--quiet"], capsys
+    )
     _assert_one_line_error(code, err, "feature maps were not kept")
 
 
@@ -180,7 +182,7 @@ def test_index_for_other_weights_is_refused(digits_index, tmp_path, capsys) -> N
     manifest["recipe"]["weights"] = str(other)
     (copy / "manifest.json").write_text(json.dumps(manifest))
     code, _, err = run(
-        ["explain", "reference:0", "--index", str(copy), "--out", str(tmp_path)], capsys
+        ["explain", "reference:0", "--index", str(copy), "--out", str(tmp_path / "out")], capsys
     )
     _assert_one_line_error(code, err, "other weights")
     assert open_index(index, progress=False).interpreter.fitted_index is not None
@@ -188,9 +190,19 @@ def test_index_for_other_weights_is_refused(digits_index, tmp_path, capsys) -> N
 
 def test_demo_end_to_end(tmp_path, capsys) -> None:
     out = tmp_path / "demo"
-    code, stdout, _ = run(["demo", "--out", str(out), "--quiet", "--top-k", "5"], capsys)
+    (out / "index").mkdir(parents=True)
+    (out / "mine.txt").write_text("mine")
+    (out / "index" / "notes.txt").write_text("notes")
+    argv = ["demo", "--out", str(out), "--quiet", "--top-k", "5"]
+    code, _, err = run(argv, capsys)
+    _assert_one_line_error(code, err, f"{out} holds files that repinterp did not write")
+    code, stdout, _ = run([*argv, "--overwrite"], capsys)
     assert code == 0 and "index.html" in stdout
+    assert (out / "mine.txt").read_text() == "mine"  # --overwrite touched only its own files
+    assert (out / "index" / "notes.txt").read_text() == "notes"
     page = (out / "index.html").read_text()
+    for source in re.findall(r"(?:src|href)='([^'#][^']*)'", page):  # files, not #anchors
+        assert (out / source).is_file(), source
     summaries = sorted(out.glob("unseen-*.json"))
     assert len(summaries) == 10
     classes = set()

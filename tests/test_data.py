@@ -1,3 +1,4 @@
+import io
 import warnings
 
 import numpy as np
@@ -234,3 +235,41 @@ def test_load_dataset(tmp_path):
     for bad in ("cifar", "imagefolder:", "mnist"):
         with pytest.raises(ValueError, match="mnist5k, digits, shapes, imagefolder:PATH"):
             data.load_dataset(bad)
+
+
+def test_16_bit_images_are_read_at_their_depth(tmp_path):
+    from repinterp.workspace import load_image_file
+
+    values = np.linspace(1000, 64000, 16 * 16).reshape(16, 16).astype(np.uint16)
+    root = tmp_path / "deep"
+    (root / "a").mkdir(parents=True)
+    (root / "b").mkdir()
+    Image.fromarray(values).save(root / "a" / "x.png")
+    Image.fromarray(values[::-1].copy()).save(root / "b" / "y.png")
+    with Image.open(root / "a" / "x.png") as image:
+        assert image.mode == "I;16"
+    expected = torch.from_numpy(values.astype(np.float32) / 65535)
+    grey = load_image_file(root / "a" / "x.png", (1, 16, 16))
+    assert torch.allclose(grey[0], expected, atol=1e-6)  # not 95 % of pixels at 1.0
+    rgb = load_image_file(root / "a" / "x.png", (3, 16, 16))
+    assert torch.equal(rgb[0], rgb[2]) and torch.allclose(rgb[1], expected, atol=1e-6)
+    folder = data.imagefolder(root, size=16)
+    assert torch.allclose(folder.pixels(0), expected.expand(3, -1, -1), atol=1e-6)
+    assert float((folder.pixels(1) == 1).float().mean()) == 0
+
+
+def test_image_sizes_are_checked_from_the_header_before_decoding():
+    from repinterp.workspace import load_image_file
+
+    from .test_cli_outputs import png_header
+
+    for width, height, message in (
+        (16_777_216, 1, "16777216 x 1 pixels; at most 16384 per side"),
+        (2_000_000, 1, "2000000 x 1 pixels; at most 16384 per side"),
+        (9000, 8000, "9000 x 8000 pixels; at most 16384 per side and 67,108,864 in all"),
+        (4000, 100, "4000 x 100 pixels, longer than 32 times the other"),
+    ):
+        with pytest.raises(ValueError, match=message):  # a decoder would fail otherwise
+            load_image_file(io.BytesIO(png_header(width, height)), (3, 32, 32))
+    with pytest.raises(ValueError, match="cannot read the file as an image"):
+        load_image_file(io.BytesIO(png_header(64, 64)), (3, 32, 32))  # no pixel data

@@ -440,7 +440,7 @@ def test_other_models_load_from_their_weights(tmp_path) -> None:
     with pytest.raises(ValueError, match="no layer"):
         load_setup("digits", "digits_cnn", weights, layer="features.99")
     with pytest.raises(ValueError, match="needs --weights"):
-        load_setup("digits", "digits_cnn")
+        load_setup("digits", "mnist_cnn")  # digits_cnn has bundled weights, mnist_cnn not here
 
 
 def test_image_folders_run_with_a_named_model(tmp_path) -> None:
@@ -522,3 +522,14 @@ def test_cam_cluster_control_reuses_mean_weights_of_cluster_members(mnist: Setup
     torch.testing.assert_close(maps, expected)
     similar, maps = METHODS["Grad-CAM+cluster"].reference(run_, int(run_.inputs[0]), 3)
     assert similar.tolist() == run_.neighbours(3)[0].tolist() and maps.shape == (3, 28, 28)
+
+
+def test_the_evaluate_options_name_the_real_choices() -> None:
+    """evaluation.command writes the choices out (so that --help imports no torch): they must be
+    the ones the code uses."""
+    from repinterp.build import SAMPLINGS
+    from repinterp.evaluation import command
+    from repinterp.evaluation.scoring import METRICS
+
+    assert command.SAMPLINGS == SAMPLINGS
+    assert command.METRICS == METRICS

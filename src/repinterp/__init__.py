@@ -1,7 +1,28 @@
-"""Representative interpretations of convolutional neural networks (Lam, Chu et al., ICCV 2021)."""
+"""Representative interpretations of convolutional neural networks (Lam, Chu et al., ICCV 2021).
 
-from .interpreter import Interpretation, RepresentativeInterpreter
-from .regions import RegionSet
+The public API is imported on first use, so that ``import repinterp`` (and the command line's
+``--help``) does not pay for torch until it is needed.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .interpreter import Interpretation, RepresentativeInterpreter
+    from .regions import RegionSet
 
 __all__ = ["Interpretation", "RegionSet", "RepresentativeInterpreter"]
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("Interpretation", "RepresentativeInterpreter"):
+        from . import interpreter
+
+        return getattr(interpreter, name)
+    if name == "RegionSet":
+        from .regions import RegionSet
+
+        return RegionSet
+    raise AttributeError(f"module 'repinterp' has no attribute {name!r}")

@@ -421,4 +421,5 @@ def build_index(
         input_shape=input_shape,  # type: ignore[arg-type]
         meta={},
         files={feature_file.name: feature_file} if store is not None else {},
+        checksums={feature_file.name: store.file_sha256()} if store is not None else {},
     )

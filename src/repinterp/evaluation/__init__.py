@@ -10,71 +10,41 @@ compared method, RI's variants included), ``options`` (how a protocol runs), ``p
 the results are written by :mod:`repinterp.report`.
 """
 
-from .metrics import (
-    AverageDropIncrease,
-    DropIncrease,
-    average_drop_increase,
-    average_drop_increase_from_mask,
-    keep_top_pixels,
-    kept_pixel_count,
-    region_metrics,
-)
-from .perturbation import DeletionInsertion, Road, deletion_insertion, road
+import importlib
 
-_BASELINES = ("CAM_METHODS", "ReusableCAM", "channel_weights", "euclidean_neighbours", "reused_cam")
-_ACE = ("ACE", "Concept")
-_SETUP = ("Setup", "load_setup")
-_METHODS = ("METHODS", "Method")
-_OPTIONS = ("PROTOCOLS", "Options")
-_PROTOCOLS = ("evaluate",)
+# Every name is imported from its module on first use: the package imports no torch until then
+# (``repinterp --help`` builds the evaluate options from ``command`` without it), and the
+# baselines (grad-cam) and ACE (scikit-image) need the optional `eval` extra.
+_MODULES = {
+    "metrics": (
+        "AverageDropIncrease",
+        "DropIncrease",
+        "average_drop_increase",
+        "average_drop_increase_from_mask",
+        "keep_top_pixels",
+        "kept_pixel_count",
+        "region_metrics",
+    ),
+    "perturbation": ("DeletionInsertion", "Road", "deletion_insertion", "road"),
+    "baselines": (
+        "CAM_METHODS",
+        "ReusableCAM",
+        "channel_weights",
+        "euclidean_neighbours",
+        "reused_cam",
+    ),
+    "ace": ("ACE", "Concept"),
+    "setup": ("Setup", "load_setup"),
+    "methods": ("METHODS", "Method"),
+    "options": ("PROTOCOLS", "Options"),
+    "protocols": ("evaluate",),
+}
+_WHERE = {name: module for module, names in _MODULES.items() for name in names}
 
-__all__ = [
-    "AverageDropIncrease",
-    "DeletionInsertion",
-    "DropIncrease",
-    "Road",
-    "average_drop_increase",
-    "average_drop_increase_from_mask",
-    "deletion_insertion",
-    "keep_top_pixels",
-    "kept_pixel_count",
-    "region_metrics",
-    "road",
-    *_BASELINES,
-    *_ACE,
-    *_SETUP,
-    *_METHODS,
-    *_OPTIONS,
-    *_PROTOCOLS,
-]
+__all__ = sorted(_WHERE)
 
 
 def __getattr__(name: str) -> object:
-    # The baselines need grad-cam (the optional `eval` extra): imported on first use only.
-    if name in _BASELINES:
-        from . import baselines
-
-        return getattr(baselines, name)
-    # ACE needs scikit-image (also in `eval`): likewise.
-    if name in _ACE:
-        from . import ace
-
-        return getattr(ace, name)
-    # The setup, the methods and the protocols (the methods use the baselines): likewise.
-    if name in _SETUP:
-        from . import setup
-
-        return getattr(setup, name)
-    if name in _METHODS:
-        from . import methods
-
-        return getattr(methods, name)
-    if name in _OPTIONS:
-        from . import options
-
-        return getattr(options, name)
-    if name in _PROTOCOLS:
-        from . import protocols
-
-        return getattr(protocols, name)
+    if name in _WHERE:
+        return getattr(importlib.import_module(f".{_WHERE[name]}", __name__), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -7,22 +7,25 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from ..build import SAMPLINGS
-from ..data import DATASET_CHOICES
-from ..zoo import ARCHS
-from .scoring import METRICS
+# The choices below are written out, not imported: this module (and so ``repinterp --help``)
+# imports no torch. tests/test_protocols.py checks them against build.SAMPLINGS and
+# scoring.METRICS.
+SAMPLINGS = ("uniform", "balanced", "pairs")
+METRICS = ("AD", "ROAD", "deletion", "insertion")
+DATASETS = "mnist5k, digits, shapes, shapes:SIZE or imagefolder:PATH"
+MODELS = "mnist_cnn, digits_cnn, shapes_cnn, a torchvision name (vgg16, resnet50, ...) or timm:NAME"
 
 if TYPE_CHECKING:
     from .options import Options
     from .setup import Setup
 
-__all__ = ["add_arguments", "prepare"]
+__all__ = ["METRICS", "SAMPLINGS", "add_arguments", "prepare"]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the evaluate subcommand's own arguments (not ``--seed/--device/--quiet``)."""
     add = parser.add_argument
-    add("--dataset", required=True, help=f"data set: {', '.join(DATASET_CHOICES)}")
+    add("--dataset", required=True, help=f"data set: {DATASETS}")
     add(
         "--protocol",
         required=True,
@@ -68,7 +71,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add("--time-limit", type=float, help="seconds per input of RI+exact's solver (5)")
     add("--out", help="output folder (evaluation/DATASET-PROTOCOL)")
-    add("--model", help=f"architecture (default: the data set's bundled one): {', '.join(ARCHS)}")
+    add("--model", help=f"architecture (default: the data set's bundled one): {MODELS}")
     add("--weights", help="local weights file of --model")
     add("--layer", help="target layer name (default: the arch's last conv ReLU)")
 

@@ -26,7 +26,7 @@ from ..zoo import build_model, default_target_layer
 
 __all__ = ["BUNDLED", "WEIGHTS_DIR", "Setup", "load_setup", "stratified"]
 
-BUNDLED = {"mnist5k": "mnist_cnn", "shapes": "shapes_cnn"}
+BUNDLED = {"mnist5k": "mnist_cnn", "shapes": "shapes_cnn", "digits": "digits_cnn"}
 WEIGHTS_DIR = Path(__file__).resolve().parent.parent / "weights"
 
 

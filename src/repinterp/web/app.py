@@ -164,6 +164,7 @@ def create_app(
     seed: int = 0,
     device: str | None = None,
     allowed_hosts: Iterable[str] = LOCAL_HOSTS,
+    weights: str | Path | None = None,
 ) -> Starlette:
     """The viewer's ASGI app for a workspace or an index folder.
 
@@ -174,11 +175,12 @@ def create_app(
         device: torch device when opening a folder; None for CPU.
         allowed_hosts: host names accepted in the ``Host`` header (guards against DNS
             rebinding), with or without a port; ``("*",)`` accepts any.
+        weights: the model's weights file when opening a moved index folder.
 
     ``app.state.viewer`` is the :class:`~repinterp.web.viewer.Viewer` behind the routes.
     """
     if not isinstance(source, Workspace):
-        source = open_index(source, device=device, progress=False)
+        source = open_index(source, device=device, progress=False, weights=weights)
     viewer = Viewer(source, n_regions=n_regions, seed=seed)
 
     @asynccontextmanager

@@ -148,13 +148,14 @@ def serve(
     seed: int = 0,
     device: str | None = None,
     allowed_hosts: Iterable[str] = (),
+    weights: str | Path | None = None,
 ) -> None:
     """Serve the viewer of an index folder at ``http://host:port/`` until interrupted.
 
     The port is bound before the index is opened, so a busy port fails at once; port 0 picks a
     free one (the printed address says which). Connections made meanwhile wait. Requests must
     name the server (``Host``) as ``host``, ``localhost``, ``127.0.0.1``, ``[::1]`` or one of
-    ``allowed_hosts``.
+    ``allowed_hosts``. ``weights`` is the model's weights file when the index folder was moved.
 
     Raises:
         ValueError: a port outside [0, 65535].
@@ -170,7 +171,12 @@ def serve(
         if not quiet:
             print(f"opening {index_dir} …", flush=True)
         app = create_app(
-            index_dir, n_regions=n_regions, seed=seed, device=device, allowed_hosts=names
+            index_dir,
+            n_regions=n_regions,
+            seed=seed,
+            device=device,
+            allowed_hosts=names,
+            weights=weights,
         )
         url = f"http://{host_name(host)}:{sock.getsockname()[1]}/"
         print(f"repinterp viewer: {url} (Ctrl+C to stop)", flush=True)

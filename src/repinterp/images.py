@@ -1,0 +1,125 @@
+"""Reading image files: sizes checked from the header before decoding, read at their bit depth.
+
+Every image file the project reads (image folders, files named on the command line, uploads to
+the viewer) goes through :func:`read_image`, so the limits below hold for all of them.
+
+This module imports nothing from repinterp.
+"""
+
+from __future__ import annotations
+
+import io
+import warnings
+from pathlib import Path
+from typing import BinaryIO
+
+import numpy as np
+import torch
+from PIL import Image, UnidentifiedImageError
+from torch import Tensor
+
+__all__ = [
+    "MAX_ASPECT",
+    "MAX_PIXELS",
+    "MAX_SIDE",
+    "ImageSizeError",
+    "check_size",
+    "image_tensor",
+    "read_image",
+]
+
+MAX_SIDE = 16_384
+"""Longest accepted side of an image, in pixels."""
+MAX_PIXELS = 8192 * 8192
+"""Most pixels accepted in one image (width x height)."""
+MAX_ASPECT = 32
+"""Most accepted ratio of the longer side to the shorter one: an image is resized by its shorter
+side, so a 100,000 x 1 image would otherwise become 224 x 22,400,000 pixels."""
+
+_HIGH_DEPTH = ("I;16", "I;16B", "I;16L", "I;16N", "I")
+
+
+class ImageSizeError(ValueError):
+    """An image too large (or too elongated) to be read."""
+
+
+def check_size(width: int, height: int, name: str) -> None:
+    """Raise :class:`ImageSizeError` unless a ``width`` x ``height`` image is within the
+    limits."""
+    if min(width, height) < 1:
+        raise ImageSizeError(f"{name} has no pixels ({width} x {height})")
+    if max(width, height) > MAX_SIDE or width * height > MAX_PIXELS:
+        raise ImageSizeError(
+            f"{name} is {width} x {height} pixels; at most {MAX_SIDE} per side and "
+            f"{MAX_PIXELS:,} in all are read"
+        )
+    if max(width, height) > MAX_ASPECT * min(width, height):
+        raise ImageSizeError(
+            f"{name} is {width} x {height} pixels, longer than {MAX_ASPECT} times the other"
+        )
+
+
+def read_image(
+    source: str | Path | BinaryIO | bytes,
+    channels: int,
+    fast: bool = False,
+    name: str | None = None,
+) -> Image.Image:
+    """Open an image file, check its size from the header, and decode it.
+
+    Args:
+        source: a path, an open binary file or the file's bytes.
+        channels: 1 for grey, 3 for RGB.
+        fast: a JPEG may be decoded at a reduced scale (enough to find a broken file).
+        name: what to call the file in messages (its path by default).
+
+    Returns:
+        A PIL image in mode ``L`` or ``RGB`` (8 bits per channel), or ``F`` with values in
+        [0, 1] for a grey image of 16 bits per pixel (read at its depth, not clipped to 8).
+
+    Raises:
+        ValueError: the file is missing, is not an image, is broken or truncated, or is too
+            large (see :data:`MAX_SIDE`, :data:`MAX_PIXELS`, :data:`MAX_ASPECT`).
+    """
+    name = name or (str(source) if isinstance(source, (str, Path)) else "the file")
+    if isinstance(source, bytes):
+        source = io.BytesIO(source)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            with Image.open(source) as image:
+                check_size(*image.size, name)
+                if fast:
+                    image.draft("RGB" if channels == 3 else "L", (1, 1))
+                image.load()
+                return _convert(image, channels)
+    except ImageSizeError:
+        raise
+    except (FileNotFoundError, IsADirectoryError) as exc:
+        raise ValueError(f"image file not found: {name}") from exc
+    except UnidentifiedImageError as exc:
+        raise ValueError(f"cannot read {name} as an image: not an image file") from exc
+    except MemoryError:
+        raise
+    except Exception as exc:  # a decoder's complaint about a broken file, whatever its type
+        raise ValueError(f"cannot read {name} as an image: {exc}") from exc
+
+
+def _convert(image: Image.Image, channels: int) -> Image.Image:
+    if image.mode in _HIGH_DEPTH:
+        values = np.asarray(image, dtype=np.float32) / 65535
+        return Image.fromarray(np.clip(values, 0, 1), mode="F")
+    if image.mode == "F":
+        return Image.fromarray(np.clip(np.asarray(image), 0, 1), mode="F")
+    return image.convert("L" if channels == 1 else "RGB")
+
+
+def image_tensor(image: Image.Image, channels: int) -> Tensor:
+    """A decoded image (see :func:`read_image`) as C x H x W float32 pixels in [0, 1]."""
+    array = np.asarray(image)
+    pixels = torch.from_numpy(np.array(array, dtype=np.float32 if image.mode == "F" else np.uint8))
+    pixels = pixels.float() / 255 if image.mode != "F" else pixels
+    pixels = pixels.unsqueeze(0) if pixels.dim() == 2 else pixels.permute(2, 0, 1)
+    if pixels.shape[0] != channels:
+        pixels = pixels.expand(channels, -1, -1)
+    return pixels.contiguous()

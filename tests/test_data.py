@@ -273,3 +273,16 @@ def test_image_sizes_are_checked_from_the_header_before_decoding():
             load_image_file(io.BytesIO(png_header(width, height)), (3, 32, 32))
     with pytest.raises(ValueError, match="cannot read the file as an image"):
         load_image_file(io.BytesIO(png_header(64, 64)), (3, 32, 32))  # no pixel data
+
+
+def test_shapes_at_another_size():
+    parts = data.load_dataset("shapes:24", seed=1)
+    expected = data.split(data.shapes(5000, seed=1, size=24), 4000, seed=1)
+    assert torch.equal(parts.reference.images, expected.reference.images)
+    assert torch.equal(parts.unseen.masks, expected.unseen.masks)
+    assert parts.unseen.masks.shape == (1000, 24, 24)
+    for bad, size in (("shapes:", "''"), ("shapes:8", "'8'"), ("shapes:-30", "'-30'")):
+        with pytest.raises(
+            ValueError, match=f"^shapes:SIZE needs an integer SIZE >= 16, got {size}$"
+        ):
+            data.load_dataset(bad)

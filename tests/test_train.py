@@ -50,7 +50,7 @@ def test_sgd_and_no_held_out_set(digits):
         model, digits.reference, None, epochs=2, lr=0.05, optimizer="sgd", progress=False
     )
     assert result.losses[1] < result.losses[0] and math.isnan(result.held_out_accuracy)
-    with pytest.raises(ValueError, match="adam, sgd"):
+    with pytest.raises(ValueError, match="adam, adamw, sgd"):
         train.train(model, digits.reference, None, epochs=1, optimizer="lbfgs")
 
 
@@ -75,3 +75,152 @@ def test_fine_tunes_a_torchvision_model_on_an_image_folder(tmp_path):
     result = train.train(model, folder, folder, epochs=2, batch_size=4, progress=False)
     assert len(result.losses) == 2 and all(math.isfinite(x) for x in result.losses)
     assert 0 <= result.held_out_accuracy <= 1
+
+
+def test_defaults_train_as_before(digits):
+    # The losses of the loop that made the bundled weights (before the schedule options).
+    _, result = _train(digits)
+    assert result.losses == pytest.approx([2.242160975933075, 1.539650763074557, 0.8065546552340])
+    assert result.learning_rates == [3e-3] * 36
+
+
+@pytest.mark.parametrize(
+    ("schedule", "expected"),
+    [
+        ("constant", [0.25, 0.5, 0.75, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0]),
+        ("cosine", [0.25, 0.5, 0.75, 1.0, 1.0, (2 + 2**0.5) / 4, 0.5, (2 - 2**0.5) / 4, 0.0]),
+    ],
+)
+def test_learning_rate_warms_up_then_follows_the_schedule(schedule, expected):
+    factors = [train.learning_rate_factor(s, 8, 4, schedule) for s in range(9)]
+    assert factors[:5] == expected[:5]
+    assert factors[5:] == pytest.approx(expected[5:], abs=1e-12)
+    assert train.learning_rate_factor(0, 8, 0, "cosine") == 1.0
+    with pytest.raises(ValueError, match=r"^unknown schedule 'step'; choose one of: constant, cos"):
+        train.learning_rate_factor(0, 8, 0, "step")
+
+
+def test_the_schedule_drives_every_step(digits):
+    small = digits.reference.subset(range(64))
+    model = zoo.build_model("digits_cnn", 10, seed=0)
+    result = train.train(
+        model, small, None, epochs=3, lr=0.1, batch_size=16, optimizer="sgd", progress=False,
+        schedule="cosine", warmup_epochs=0.5,
+    )  # fmt: skip
+    expected = [0.1 * train.learning_rate_factor(s, 12, 2, "cosine") for s in range(12)]
+    assert result.learning_rates == pytest.approx(expected, rel=1e-12)
+    assert result.learning_rates[:3] == pytest.approx([0.05, 0.1, 0.1])
+
+
+def test_make_optimizer_passes_the_options_on():
+    weights = [torch.nn.Parameter(torch.zeros(2))]
+    sgd = train.make_optimizer(weights, "sgd", lr=0.02, weight_decay=5e-4, momentum=0.8)
+    adamw = train.make_optimizer(weights, "adamw", lr=1e-3, weight_decay=0.05)
+    assert type(sgd) is torch.optim.SGD and type(adamw) is torch.optim.AdamW
+    assert {k: sgd.defaults[k] for k in ("lr", "momentum", "weight_decay")} == {
+        "lr": 0.02, "momentum": 0.8, "weight_decay": 5e-4,
+    }  # fmt: skip
+    assert (adamw.defaults["lr"], adamw.defaults["weight_decay"]) == (1e-3, 0.05)
+    with pytest.raises(ValueError, match=r"adam, adamw, sgd$"):
+        train.make_optimizer(weights, "lbfgs")
+
+
+class _Recorder(torch.nn.Module):
+    """Logits = bias (a fixed Linear of zero weight, lr 0 keeps it), recording every input."""
+
+    def __init__(self, features: int, bias: list[float]) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(features, len(bias))
+        torch.nn.init.zeros_(self.linear.weight)
+        self.linear.bias.data = torch.tensor(bias)
+        self.seen: list[torch.Tensor] = []
+        self.dtypes: list[torch.dtype] = []
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.seen.append(x.clone())
+        logits = self.linear(x.flatten(1))
+        self.dtypes.append(logits.dtype)
+        return logits
+
+
+def _tiny_set(n: int = 32) -> data.ImageSet:
+    generator = torch.Generator().manual_seed(0)
+    images = torch.rand(n, 1, 3, 4, generator=generator)
+    labels = torch.arange(n) % 3
+    return data.ImageSet(images, labels, ["a", "b", "c"], data.Normalization((0.0,), (1.0,)))
+
+
+def test_hflip_mirrors_a_random_half_of_each_epoch():
+    tiny = _tiny_set()
+    model = _Recorder(12, [0.0, 0.0, 0.0])
+    train.train(model, tiny, None, epochs=2, lr=0.0, batch_size=8, hflip=True, progress=False)
+    seen = torch.cat(model.seen)
+    assert seen.shape == (64, 1, 3, 4)
+    originals, mirrors = tiny.images, tiny.images.flip(-1)
+    for epoch in seen.split(32):
+        plain = (epoch[:, None] == originals[None]).flatten(2).all(2)
+        flipped = (epoch[:, None] == mirrors[None]).flatten(2).all(2)
+        # Every image once per epoch, as itself or as its mirror image; some of each.
+        assert ((plain | flipped).sum(0) == 1).all() and ((plain | flipped).sum(1) == 1).all()
+        assert 8 <= int(flipped.any(1).sum()) <= 24
+    model.seen.clear()
+    train.train(model, tiny, None, epochs=1, lr=0.0, batch_size=8, progress=False)
+    assert all((x[:, None] == originals[None]).flatten(2).all(2).any(1).all() for x in model.seen)
+
+
+def test_label_smoothing_and_autocast_reach_the_loss():
+    tiny = _tiny_set(8)
+    bias = [2.0, -1.0, 0.5]
+    model = _Recorder(12, bias)
+    result = train.train(
+        model, tiny, None, epochs=1, lr=0.0, batch_size=8, label_smoothing=0.2, progress=False,
+        autocast=torch.bfloat16, device="cpu",
+    )  # fmt: skip
+    logits = torch.tensor(bias).expand(8, 3)
+    expected = torch.nn.functional.cross_entropy(logits, tiny.labels, label_smoothing=0.2)
+    assert result.losses == pytest.approx([float(expected)], rel=1e-2)  # bf16 logits
+    assert model.dtypes == [torch.bfloat16] and model.linear.weight.dtype == torch.float32
+    train.train(model, tiny, None, epochs=1, lr=0.0, batch_size=8, progress=False, device="cpu")
+    assert model.dtypes[-1] == torch.float32
+    with pytest.raises(ValueError, match=r"label_smoothing in \[0, 1\), got 0.0 and 1.0$"):
+        train.train(model, tiny, None, label_smoothing=1.0)
+
+
+def test_the_train_command_passes_the_recipe_on(monkeypatch, tmp_path, capsys):
+    from repinterp import cli
+
+    seen = {}
+
+    def record(model, train_set, held_out_set, **options):
+        seen.update(options)
+        return train.TrainResult([1.5], 0.5, [0.01])
+
+    monkeypatch.setattr(train, "train", record)
+    out = tmp_path / "w.safetensors"
+    recipe = "--optimizer sgd --momentum 0.8 --weight-decay 5e-4 --schedule cosine"
+    recipe += " --warmup-epochs 1.5 --label-smoothing 0.1 --hflip --dropout 0 --lr 0.02 --quiet"
+    command = f"train --dataset digits --model digits_cnn --out {out} {recipe}"
+    cli.main(command.split())
+    assert {k: seen[k] for k in ("optimizer", "momentum", "weight_decay", "schedule")} == {
+        "optimizer": "sgd", "momentum": 0.8, "weight_decay": 5e-4, "schedule": "cosine",
+    }  # fmt: skip
+    assert (seen["warmup_epochs"], seen["label_smoothing"], seen["hflip"]) == (1.5, 0.1, True)
+    assert (seen["lr"], seen["dropout"]) == (0.02, 0.0) and out.is_file()
+    assert "held-out accuracy: 50.00%" in capsys.readouterr().out
+    plain = tmp_path / "plain.safetensors"
+    cli.main(f"train --dataset digits --model digits_cnn --out {plain} --quiet".split())
+    assert (seen["optimizer"], seen["schedule"], seen["warmup_epochs"]) == ("adam", "constant", 0)
+    assert (seen["label_smoothing"], seen["hflip"], seen["weight_decay"]) == (0, False, 0)
+    assert seen["dropout"] is None
+
+
+def test_dropout_is_overridden_while_training_only():
+    tiny = _tiny_set(16)
+    recorder = _Recorder(12, [0.0, 0.0, 0.0])
+    model = torch.nn.Sequential(torch.nn.Dropout(0.5), recorder)
+    train.train(model, tiny, None, epochs=1, lr=0.0, batch_size=16, dropout=0.0, progress=False)
+    assert model[0].p == 0.5
+    plain = (recorder.seen[0][:, None] == tiny.images[None]).flatten(2).all(2)
+    assert (plain.sum(1) == 1).all()  # every image seen as it is
+    train.train(model, tiny, None, epochs=1, lr=0.0, batch_size=16, progress=False)
+    assert (recorder.seen[1] == 0).float().mean() > 0.3  # the model's own dropout, p = 0.5

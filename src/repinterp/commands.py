@@ -65,6 +65,14 @@ def _train(args: argparse.Namespace) -> None:
         seed=args.seed,
         device=args.device,
         progress=not args.quiet,
+        optimizer=args.optimizer,
+        momentum=args.momentum,
+        weight_decay=args.weight_decay,
+        schedule=args.schedule,
+        warmup_epochs=args.warmup_epochs,
+        label_smoothing=args.label_smoothing,
+        hflip=args.hflip,
+        dropout=args.dropout,
     )
     partial = out.with_name(f".{out.name}.tmp-{os.getpid()}")
     try:

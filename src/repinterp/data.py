@@ -360,7 +360,7 @@ def imagefolder(
     return ImageFolderSet(path, size=size, normalization=normalization)
 
 
-DATASET_CHOICES = ("mnist5k", "digits", "shapes", "imagefolder:PATH")
+DATASET_CHOICES = ("mnist5k", "digits", "shapes", "imagefolder:PATH", "shapes:SIZE")
 IMAGEFOLDER_SHARE = 0.8
 """The share of an image folder that goes to the reference part (the rest is unseen)."""
 
@@ -376,7 +376,9 @@ def load_dataset(
 
     Args:
         spec: ``mnist5k`` (4,000 / 1,000), ``digits`` (1,400 / 397), ``shapes`` (5,000 images,
-            56 px, 3 classes: 4,000 / 1,000) or ``imagefolder:PATH`` (80% / 20%).
+            56 px, 3 classes: 4,000 / 1,000), ``shapes:SIZE`` (the same drawn at SIZE x SIZE
+            px, e.g. ``shapes:224`` for ImageNet-sized models) or ``imagefolder:PATH``
+            (80% / 20%).
         seed: seed of the split (and of the generated images for ``shapes``).
         image_size: side of an image folder's square images (224).
         mean: an image folder's per-channel normalisation mean (ImageNet's).
@@ -386,7 +388,8 @@ def load_dataset(
         `Split`.
 
     Raises:
-        ValueError: unknown name, or folder settings given for a bundled set or out of range.
+        ValueError: unknown name, folder settings given for a bundled set or out of range, or a
+            ``shapes:SIZE`` whose SIZE is not an integer >= 16.
     """
     folder = spec.startswith("imagefolder:") and len(spec) > len("imagefolder:")
     if not folder and (image_size, mean, std) != (None, None, None):
@@ -397,6 +400,11 @@ def load_dataset(
         return digits(seed)
     if spec == "shapes":
         return split(shapes(5000, seed=seed), 4000, seed)
+    if spec.startswith("shapes:"):
+        size = spec.split(":", 1)[1]
+        if not size.isdigit() or int(size) < 16:
+            raise ValueError(f"shapes:SIZE needs an integer SIZE >= 16, got {size!r}")
+        return split(shapes(5000, seed=seed, size=int(size)), 4000, seed)
     if folder:
         normalization = IMAGENET_NORMALIZATION
         if mean is not None or std is not None:

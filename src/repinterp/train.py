@@ -2,9 +2,10 @@
 
 Data sets are anything that yields ``(image C x H x W, int label)`` — `data.ImageSet` and
 `data.ImageFolderSet` (which fine-tunes a torchvision model the same way) alike. The defaults
-(Adam, constant learning rate, no augmentation) made the bundled weights; a linear warm-up,
-cosine decay, label smoothing, mirrored images and mixed precision are options, which a
-torchvision VGG trained from scratch needs (``benchmarks/gpu_vgg_shapes.py``).
+(Adam, constant learning rate, no augmentation) made the bundled weights; AdamW or SGD, a
+linear warm-up, cosine decay, label smoothing, mirrored images, another dropout while training
+and mixed precision are options, which a torchvision VGG trained from scratch needs
+(``benchmarks/gpu_vgg_shapes.py``).
 """
 
 import math

@@ -41,7 +41,7 @@ fi
 "$PYTHON" -c "import torch; print(torch.__version__, torch.cuda.is_available() and torch.cuda.get_device_name())" | tee -a "$log"
 
 step "${CUDA_TESTS_S:-90}" cuda-tests "$PYTHON" -m pytest -q -s -p no:cacheprovider \
-    tests/test_cuda.py tests/test_cover_equivalence.py -k "cuda or device"
+    tests/test_cuda.py tests/test_cover_equivalence.py tests/test_protocols.py -k "cuda or device"
 step "${EXPLAIN_S:-60}" explain "$PYTHON" benchmarks/bench_explain.py --device "$DEVICE" \
     --sizes "$SIZES" --n-single 30 --n-inputs 1000 --threads 8 \
     --out "$RES/explain_cuda.json"

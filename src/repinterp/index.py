@@ -26,6 +26,7 @@ from torch import Tensor
 
 from .boundaries import Boundaries
 from .cover import CoverIndex, sides
+from .heatmap import channel_means
 from .utils import file_sha256
 
 __all__ = ["FEATURE_FILE", "FORMAT_VERSION", "IndexLoadError", "ReferenceIndex"]
@@ -88,6 +89,12 @@ class ReferenceIndex:
         """The sides prepared for :func:`repinterp.cover.greedy_cover` (built once per index;
         each cover path builds its part on first use)."""
         return CoverIndex(self.sides)
+
+    @cached_property
+    def channel_means(self) -> Tensor:
+        """|Q| x K spatial means of the boundaries' weights (see
+        :func:`repinterp.heatmap.channel_means`; computed once)."""
+        return channel_means(self.boundaries)
 
     def to(self, device: torch.device | str) -> ReferenceIndex:
         return ReferenceIndex(

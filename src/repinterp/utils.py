@@ -117,8 +117,8 @@ def check_images(
                 f"outside it at batch positions {bad})"
             )
         return
-    finite = torch.isfinite(images).flatten(1).all(1)
-    if not bool(finite.all()):
+    if not bool(torch.isfinite(images).all()):
+        finite = torch.isfinite(images).flatten(1).all(1)
         bad = (~finite).nonzero().flatten()[:5].tolist()
         raise ValueError(f"{what} contain NaN or Inf values (batch positions {bad})")
 

@@ -11,9 +11,14 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .common import _FLOAT32_EXACT, _ROWS_PER_BUILD, _fields, _round_up
+from .common import _FLOAT32_EXACT, _ROWS_PER_BUILD, _fields, _round_up, _separation_weights
 
 _WORD = 64
+# A step's counts by one pass over the |Q| x W planes cost about as much as field sums over
+# 1 / 10 image per plane word, plus the field sums' fixed cost per step (~2,000 images):
+# benchmarks/bench_cover.py's single inputs, |Q| = 50, |R| = 1k to 1M.
+_ROWS_PER_PLANE_WORD = 0.1
+_ROWS_PER_STEP = 2_000
 
 
 @functools.cache
@@ -171,12 +176,19 @@ def _bit_indices(words: np.ndarray) -> np.ndarray:
 
 
 def _greedy_one(
-    bits: _BitIndex, x_sides: np.ndarray, other: np.ndarray, weights: np.ndarray, zero: np.ndarray
+    bits: _BitIndex, x_sides: np.ndarray, other: np.ndarray
 ) -> tuple[list[int], np.ndarray, int]:
-    """Algorithm 1 for one input, with incremental counts on bit sets.
+    """Algorithm 1 for one input, with counts on bit sets.
+
+    After each step the counts are either recounted by one pass over the planes (popcounts of
+    |Q| x W words, whatever the step removed) or updated on the images the step removed (or
+    recounted on those it keeps, when fewer) by field sums: whichever costs less, by
+    :data:`_ROWS_PER_PLANE_WORD`. Both give the same integers.
 
     Args:
-        weights, zero: the input's :func:`_separation_weights`.
+        bits: the index's structures.
+        x_sides: |Q| int8, the input's sides.
+        other: |R| bool, ``D(x)``.
 
     Returns:
         The chosen boundaries in order, the covered images as bits (W uint64), and delta.
@@ -196,7 +208,10 @@ def _greedy_one(
     counts[1] = n_ref - bits.count[side, np.arange(n_q)] - counts[0]
     covered = bits.valid.copy()
     n_covered = n_ref
-    both = np.empty(2 * n_words, dtype=np.uint64)  # images of D, then the others
+    both = np.empty((2, n_words), dtype=np.uint64)  # images of D, then the others
+    pass_rows = _ROWS_PER_PLANE_WORD * n_q * n_words - _ROWS_PER_STEP
+    per_plane: np.ndarray | None = None
+    weights: tuple[np.ndarray, np.ndarray] | None = None  # :func:`_separation_weights`
     order: list[int] = []
     with np.errstate(divide="ignore", invalid="ignore"):
         while conflicts > delta:
@@ -213,17 +228,29 @@ def _greedy_one(
             conflicts -= n_removed_other
             if conflicts <= delta:
                 break
-            # subtract what the removed images counted, or recount those that stay: the fewer
             recount = n_covered < n_removed
+            if min(n_covered, n_removed) > pass_rows:  # one pass over the planes is cheaper
+                np.bitwise_and(covered, d, out=both[0])
+                np.bitwise_xor(covered, both[0], out=both[1])
+                if per_plane is None:
+                    per_plane = np.empty((n_q, 2, n_words), dtype=np.uint64)
+                np.bitwise_and(planes[:, None], both, out=per_plane)
+                counts = _popcount(per_plane).T.astype(np.float64)
+                continue
+            # subtract what the removed images counted, or recount those that stay: the fewer
             rows, n_other = (covered, conflicts) if recount else (removed, n_removed_other)
-            np.bitwise_and(rows, d, out=both[:n_words])
-            np.bitwise_xor(rows, both[:n_words], out=both[n_words:])
-            where = _bit_indices(both)
+            np.bitwise_and(rows, d, out=both[0])
+            np.bitwise_xor(rows, both[0], out=both[1])
+            flat = both.reshape(-1)
+            where = _bit_indices(flat)
             where[n_other:] -= n_words * _WORD
-            sums = bits.field_sums(where, n_other) @ weights
-            zeros = bits.zero_counts(both)
+            if weights is None:
+                m, z = _separation_weights(torch.from_numpy(x_sides)[None])
+                weights = (m[0].numpy(), z[0].numpy())
+            sums = bits.field_sums(where, n_other) @ weights[0]
+            zeros = bits.zero_counts(flat)
             if zeros is not None:
-                sums += zeros * zero
+                sums += zeros * weights[1]
             if recount:
                 counts = sums
             else:

@@ -44,7 +44,7 @@ from torch.utils.data import (
     default_collate,
 )
 
-from .utils import check_images
+from .utils import all_finite, check_images
 
 __all__ = [
     "IMAGE_KEYS",
@@ -151,7 +151,7 @@ def check_batch(images: Tensor, shape: Sequence[int] | None = None, what: str = 
 def check_finite_rows(what: str, *tensors: Tensor) -> None:
     """Raise ``ValueError`` naming the batch positions (rows) where any of ``tensors`` (each
     N x ...) is not finite: what the model computed from finite images overflowed."""
-    if all(bool(torch.isfinite(t).all()) for t in tensors):
+    if all(all_finite(t) for t in tensors):
         return
     finite = torch.stack([torch.isfinite(t.flatten(1)).all(1) for t in tensors]).all(0)
     bad = (~finite).nonzero().flatten()[:5].tolist()

@@ -15,8 +15,8 @@ from .common import _FLOAT32_EXACT, _ROWS_PER_BUILD, _fields, _round_up, _separa
 
 _WORD = 64
 # A step's counts by one pass over the |Q| x W planes cost about as much as field sums over
-# 1 / 10 image per plane word, plus the field sums' fixed cost per step (~2,000 images):
-# benchmarks/bench_cover.py's single inputs, |Q| = 50, |R| = 1k to 1M.
+# 1 / 10 image per plane word, less the field sums' fixed cost per step (~2,000 images); timed
+# on single inputs, random sides and a small CNN's index, |Q| = 50, |R| = 1k to 1M.
 _ROWS_PER_PLANE_WORD = 0.1
 _ROWS_PER_STEP = 2_000
 

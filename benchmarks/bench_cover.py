@@ -33,7 +33,9 @@ import torch
 from common import parser, table, write
 from torch import Tensor
 
-from repinterp.cover import CoverIndex, CoverResult, _auto_method, _MaskedState, greedy_cover
+from repinterp.cover import CoverIndex, CoverResult, greedy_cover
+from repinterp.cover.greedy import _auto_method
+from repinterp.cover.masked import _MaskedState
 
 N_BOUNDARIES = 50
 CLASSES = 10

@@ -9,8 +9,15 @@ embedding-bag row sums or their numpy fallback.
 import pytest
 import torch
 
-from repinterp import cover
-from repinterp.cover import CoverIndex, CoverResult, exact_cover, greedy_cover
+from repinterp.cover import (
+    CoverIndex,
+    CoverResult,
+    exact_cover,
+    greedy,
+    greedy_cover,
+    incremental,
+    masked,
+)
 
 
 def previous_greedy_cover(ref: torch.Tensor, x: torch.Tensor, other: torch.Tensor) -> CoverResult:
@@ -126,14 +133,36 @@ def test_medium_instances(seed: int, kind: str, one_thread: None) -> None:
     assert_same(greedy_cover(index, x, other, method="masked", max_elements=1), expected)
 
 
+# (rows per plane word, rows per step) that make the host path update its counts by...
+COUNT_UPDATES = {
+    "plane passes": (0.0, 1),  # ... one pass over the planes at every step
+    "field sums": (0.0, -float("inf")),  # ... field sums at every step
+    "both": (0.0, -50),  # ... a pass when a step's images number over 50, else field sums
+}
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("update", COUNT_UPDATES)
+def test_count_updates(update: str, kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The host path's two ways of counting after a step, alone and mixed within one cover."""
+    per_word, per_step = COUNT_UPDATES[update]
+    monkeypatch.setattr(incremental, "_ROWS_PER_PLANE_WORD", per_word)
+    monkeypatch.setattr(incremental, "_ROWS_PER_STEP", per_step)
+    for seed in range(4):
+        ref, x, other = instance(30 + seed, n_ref=600 + 500 * seed, n_q=40, n_in=6, kind=kind)
+        expected = previous_greedy_cover(ref, x, other)
+        assert_same(greedy_cover(ref, x, other, method="incremental"), expected)
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_row_sums_without_embedding_bags(kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """The numpy fallback of the field sums, and the float32 exactness split (forced small)."""
     ref, x, other = instance(7, n_ref=900, n_q=30, n_in=5, kind=kind)
     expected = previous_greedy_cover(ref, x, other)
-    monkeypatch.setattr(cover, "_FLOAT32_EXACT", 37)
+    monkeypatch.setattr(incremental, "_ROWS_PER_STEP", -float("inf"))  # field sums every step
+    monkeypatch.setattr(incremental, "_FLOAT32_EXACT", 37)
     assert_same(greedy_cover(ref, x, other, method="incremental"), expected)
-    monkeypatch.setattr(cover, "_row_sum_op", lambda: None)
+    monkeypatch.setattr(incremental, "_row_sum_op", lambda: None)
     assert_same(greedy_cover(ref, x, other, method="incremental"), expected)
 
 
@@ -142,11 +171,11 @@ def test_fallbacks(monkeypatch: pytest.MonkeyPatch) -> None:
     (numpy < 2)."""
     ref, x, other = instance(5, n_ref=700, n_q=20, n_in=12, kind="few zeros")
     expected = previous_greedy_cover(ref, x, other)
-    monkeypatch.setattr(cover, "_product_kind", lambda device: "float")
+    monkeypatch.setattr(masked, "_product_kind", lambda device: "float")
     index = CoverIndex(ref)
     assert index.dense().fields.dtype == torch.float32
     assert_same(greedy_cover(index, x, other, method="masked"), expected)
-    monkeypatch.delattr(cover.np, "bitwise_count")
+    monkeypatch.delattr(incremental.np, "bitwise_count")
     assert_same(greedy_cover(ref, x, other, method="incremental"), expected)
 
 
@@ -194,7 +223,7 @@ def test_exact_cover_takes_a_cover_index() -> None:
 
 def test_auto_method() -> None:
     index = CoverIndex(torch.ones(100_000, 4, dtype=torch.int8))
-    assert cover._auto_method(index, 1) == "incremental"
+    assert greedy._auto_method(index, 1) == "incremental"
     with pytest.raises(ValueError, match="method must be"):
         greedy_cover(
             index,

@@ -3,6 +3,8 @@ tensor, or a one-line error that says what to do."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -15,7 +17,8 @@ from torch.utils.data import (
 )
 
 from repinterp import RepresentativeInterpreter
-from repinterp.inputs import IMAGE_KEYS, as_reference
+from repinterp.inputs import IMAGE_KEYS, as_reference, check_batch, check_finite_rows
+from repinterp.utils import all_finite
 
 from .models import random_setup
 
@@ -140,3 +143,21 @@ def test_unusable_references_are_refused(setup, reference, error, message) -> No
     model = setup[0]
     with pytest.raises(error, match=message):
         _fit(model, reference)
+
+
+def test_finite_checks_are_exact_when_the_sum_overflows() -> None:
+    """The checks sum first (one pass); finite values whose float32 sum overflows still pass,
+    and one NaN or Inf among them is refused with its batch position."""
+    big = torch.full((3, 1, 4, 4), 3e38)
+    assert not torch.isfinite(big.sum())
+    assert all_finite(big) and all_finite(torch.empty(0, 5))
+    check_batch(big)
+    check_finite_rows("logits", big.flatten(1), big[:, 0, 0])
+    for value in (math.nan, math.inf, -math.inf):
+        bad = big.clone()
+        bad[2, 0, 1, 3] = value
+        assert not all_finite(bad)
+        with pytest.raises(ValueError, match=r"NaN or Inf values \(batch positions \[2\]\)"):
+            check_batch(bad)
+        with pytest.raises(ValueError, match=r"positions \[2\] give non-finite logits"):
+            check_finite_rows("logits", big.flatten(1), bad.flatten(1))

@@ -14,6 +14,7 @@ __all__ = [
     "DEFAULT_COLORMAP",
     "EPS",
     "SCALE",
+    "channel_means",
     "channel_weights",
     "colorize",
     "heatmaps",
@@ -38,13 +39,23 @@ def channel_weights(boundaries: Boundaries, input_sides: Tensor) -> Tensor:
     Returns:
         |P| x K.
     """
+    flip = torch.where(input_sides < 0, -1.0, 1.0).to(boundaries.weight.dtype)
+    return channel_means(boundaries) * flip.unsqueeze(1)
+
+
+def channel_means(boundaries: Boundaries) -> Tensor:
+    """|Q| x K: each boundary's ``W`` averaged over each channel's spatial positions (the same
+    numbers for a boundary whichever others are averaged with it).
+
+    Raises:
+        ValueError: the weights are not |Q| x K x h x w.
+    """
     if boundaries.weight.ndim != 4:
         raise ValueError(
             "heat maps need K x h x w feature maps; this target layer gives shape "
             f"{tuple(boundaries.weight.shape[1:])}"
         )
-    flip = torch.where(input_sides < 0, -1.0, 1.0).to(boundaries.weight.dtype)
-    return boundaries.weight.flatten(2).mean(2) * flip.unsqueeze(1)
+    return boundaries.weight.flatten(2).mean(2)
 
 
 def normalize_maps(maps: Tensor) -> Tensor:

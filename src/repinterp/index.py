@@ -31,6 +31,7 @@ from torch import Tensor
 
 from .boundaries import Boundaries
 from .cover import CoverIndex, sides
+from .heatmap import channel_means
 from .outputs import claim, sync_dir, write_file
 from .utils import file_sha256
 
@@ -102,6 +103,12 @@ class ReferenceIndex:
         """The sides prepared for :func:`repinterp.cover.greedy_cover` (built once per index;
         each cover path builds its part on first use)."""
         return CoverIndex(self.sides)
+
+    @cached_property
+    def channel_means(self) -> Tensor:
+        """|Q| x K spatial means of the boundaries' weights (see
+        :func:`repinterp.heatmap.channel_means`; computed once)."""
+        return channel_means(self.boundaries)
 
     def to(self, device: torch.device | str) -> ReferenceIndex:
         return ReferenceIndex(

@@ -44,7 +44,7 @@ from torch.utils.data import (
     default_collate,
 )
 
-from .utils import check_images
+from .utils import all_finite, check_images
 
 __all__ = [
     "IMAGE_KEYS",
@@ -151,13 +151,14 @@ def check_batch(images: Tensor, shape: Sequence[int] | None = None, what: str = 
 def check_finite_rows(what: str, *tensors: Tensor) -> None:
     """Raise ``ValueError`` naming the batch positions (rows) where any of ``tensors`` (each
     N x ...) is not finite: what the model computed from finite images overflowed."""
+    if all(all_finite(t) for t in tensors):
+        return
     finite = torch.stack([torch.isfinite(t.flatten(1)).all(1) for t in tensors]).all(0)
-    if not bool(finite.all()):
-        bad = (~finite).nonzero().flatten()[:5].tolist()
-        raise ValueError(
-            f"images at batch positions {bad} give non-finite {what} (NaN or Inf): their values "
-            "are too large for the model"
-        )
+    bad = (~finite).nonzero().flatten()[:5].tolist()
+    raise ValueError(
+        f"images at batch positions {bad} give non-finite {what} (NaN or Inf): their values "
+        "are too large for the model"
+    )
 
 
 def as_batch(

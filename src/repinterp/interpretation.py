@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 
 from .cover import ExactCoverResult, exact_cover, fewest_boundaries, greedy_cover, sides
-from .heatmap import channel_weights, heatmaps
+from .heatmap import heatmaps
 from .index import ReferenceIndex
 from .precision import exact_float32
 
@@ -299,24 +299,29 @@ def interpret(
     if solver == "exact":
         result = exact_cover(index.cover_index, input_sides, other, time_limit, greedy=result)
         result = fewest_boundaries(index.sides, input_sides, other, result, time_limit)
-    probs = logits.float().softmax(1)
+    scores = logits.float().softmax(1).gather(1, predicted.unsqueeze(1)).squeeze(1)
+    # channel_weights(boundaries at P, sides at P), from the index's channel means
+    flips = torch.where(input_sides < 0, -1.0, 1.0).to(index.channel_means.dtype)
+    numbers = zip(
+        predicted.tolist(),
+        scores.tolist(),
+        result.delta.tolist(),
+        result.conflicts.tolist(),
+        strict=True,
+    )
     out = []
-    for i in range(logits.shape[0]):
+    for i, (predicted_class, score, delta, conflicts) in enumerate(numbers):
         chosen = result.boundaries(i)
         out.append(
             Interpretation(
-                predicted_class=int(predicted[i]),
-                score=float(probs[i, predicted[i]]),
+                predicted_class=predicted_class,
+                score=score,
                 boundaries=chosen,
                 covered=result.covered[i].nonzero().flatten(),
-                delta=int(result.delta[i]),
-                conflicts=int(result.conflicts[i]),
+                delta=delta,
+                conflicts=conflicts,
                 projections=proj[i],
-                channel_weights=(
-                    channel_weights(index.boundaries.select(chosen), input_sides[i, chosen])
-                    if len(chosen)
-                    else proj.new_zeros(0, index.feature_shape[0])
-                ),
+                channel_weights=index.channel_means[chosen] * flips[i, chosen].unsqueeze(1),
                 n_reference=len(index),
                 interpreter=explainer,
                 solver=solver,

@@ -23,6 +23,7 @@ blocks running in several threads at once restore the flags when the last one en
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -55,14 +56,16 @@ def _node(path: str) -> Any:
     return node
 
 
+@functools.cache
+def _precision_nodes() -> dict[str, Any]:
+    """The backend nodes that have an ``fp32_precision`` (none before torch 2.9), by path."""
+    nodes = {path: _node(path) for path in _NODES}
+    return {p: n for p, n in nodes.items() if n is not None and hasattr(n, "fp32_precision")}
+
+
 def _new_api() -> dict[str, str]:
     """The ``fp32_precision`` of every backend node this torch has (none before torch 2.9)."""
-    values = {}
-    for path in _NODES:
-        node = _node(path)
-        if node is not None and hasattr(node, "fp32_precision"):
-            values[path] = node.fp32_precision
-    return values
+    return {path: node.fp32_precision for path, node in _precision_nodes().items()}
 
 
 def _read(getter: Any) -> Any:
@@ -116,16 +119,33 @@ def _restore(saved: tuple[Any, Any, dict[str, str]]) -> None:
         torch.set_float32_matmul_precision(matmul)
     if cudnn is not None:
         torch.backends.cudnn.allow_tf32 = cudnn
+    nodes = _precision_nodes()
     for path, value in new.items():
-        _node(path).fp32_precision = value
+        nodes[path].fp32_precision = value
+
+
+def _is_full_precision(saved: tuple[Any, Any, dict[str, str]]) -> bool:
+    """Whether the flags read by :func:`_save` already give full float32 precision everywhere
+    (PyTorch's defaults on the CPU), so that there is nothing to set and restore."""
+    matmul, cudnn, new = saved
+    return matmul == "highest" and cudnn is False and set(new.values()) <= {"none", "ieee"}
 
 
 def _full_precision() -> None:
     torch.set_float32_matmul_precision("highest")
     torch.backends.cudnn.allow_tf32 = False
+    nodes = _precision_nodes()
     for path, value in _new_api().items():
         if value not in ("none", "ieee"):
-            _node(path).fp32_precision = "ieee"
+            nodes[path].fp32_precision = "ieee"
+
+
+def _autocast_enabled(device_type: str) -> bool:
+    """Whether autocast is on for ``device_type`` (True when this torch cannot say)."""
+    try:
+        return torch.is_autocast_enabled(device_type)
+    except TypeError:  # torch < 2.4 takes no device type
+        return True
 
 
 class _Blocks:
@@ -148,17 +168,19 @@ def exact_float32() -> Iterator[None]:
     with _Blocks.lock:
         if _Blocks.depth == 0:
             saved = _save()
-            try:
-                _full_precision()
-            except BaseException:
-                _restore(saved)
-                raise
-            _Blocks.saved = saved
+            if not _is_full_precision(saved):
+                try:
+                    _full_precision()
+                except BaseException:
+                    _restore(saved)
+                    raise
+                _Blocks.saved = saved
         _Blocks.depth += 1
     try:
         with ExitStack() as autocast:
             for device_type in ("cuda", "cpu"):
-                autocast.enter_context(torch.autocast(device_type, enabled=False))
+                if _autocast_enabled(device_type):
+                    autocast.enter_context(torch.autocast(device_type, enabled=False))
             yield
     finally:
         with _Blocks.lock:

@@ -14,6 +14,7 @@ import torch
 from torch import Tensor, nn
 
 __all__ = [
+    "all_finite",
     "check_images",
     "eval_mode",
     "file_sha256",
@@ -76,6 +77,12 @@ def eval_mode(model: nn.Module) -> Iterator[nn.Module]:
             module.training = training
 
 
+def all_finite(tensor: Tensor) -> bool:
+    """Whether every value of ``tensor`` is finite: one sum (a NaN or an Inf makes it NaN or
+    Inf), then, only if that sum is not finite (it may overflow), the values one by one."""
+    return bool(torch.isfinite(tensor.sum())) or bool(torch.isfinite(tensor).all())
+
+
 def check_images(
     images: Tensor,
     shape: Sequence[int] | None = None,
@@ -117,8 +124,8 @@ def check_images(
                 f"outside it at batch positions {bad})"
             )
         return
-    finite = torch.isfinite(images).flatten(1).all(1)
-    if not bool(finite.all()):
+    if not all_finite(images):
+        finite = torch.isfinite(images).flatten(1).all(1)
         bad = (~finite).nonzero().flatten()[:5].tolist()
         raise ValueError(f"{what} contain NaN or Inf values (batch positions {bad})")
 

@@ -24,7 +24,9 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 @pytest.fixture(scope="module")
 def workspace():
-    return small_app().state.viewer.workspace
+    # A workspace of this module's own (small_app is cached and shared with test_web): the refit
+    # test saves it into a folder that it then overwrites.
+    return small_app.__wrapped__().state.viewer.workspace
 
 
 # ----------------------------------------------------------------------------- Host

@@ -23,6 +23,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from safetensors import SafetensorError
 from safetensors.torch import load as load_bytes
@@ -97,6 +98,23 @@ class ReferenceIndex:
         """|R| x |Q| int8 signs of the projections (computed once; the dataclass is neither
         frozen nor slotted, so that the cache can live in the instance's ``__dict__``)."""
         return sides(self.projections)
+
+    @cached_property
+    def features(self) -> Tensor:
+        """|R| x (K h w) flattened reference feature maps, memory-mapped from the feature file
+        (CPU), mapped once per index object: a file that replaces it later (a new fit saved to
+        the same folder) does not change what this index reads.
+
+        Raises:
+            ValueError: the index was built without its feature maps (``keep_features``).
+        """
+        path = self.files.get(FEATURE_FILE)
+        if path is None:
+            raise ValueError(
+                "the reference feature maps were not kept: fit with keep_features=True "
+                "(repinterp fit without --no-features)"
+            )
+        return torch.from_numpy(np.load(path, mmap_mode="c"))
 
     @cached_property
     def cover_index(self) -> CoverIndex:

@@ -10,7 +10,6 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from torch import Tensor, nn
 
@@ -141,7 +140,6 @@ class RepresentativeInterpreter:
         self.num_workers = num_workers
         self.index: ReferenceIndex | None = None
         self._feature_dir: tempfile.TemporaryDirectory | None = None
-        self._features: tuple[ReferenceIndex, Tensor] | None = None
 
     def __repr__(self) -> str:
         layer = repr(self.target_layer) if self.target_layer else "a layer chosen at fit"
@@ -287,24 +285,13 @@ class RepresentativeInterpreter:
 
     @property
     def reference_features(self) -> Tensor:
-        """|R| x (K h w) flattened reference feature maps, memory-mapped from disk (CPU).
-
-        The file is mapped once per fitted or loaded index: a file that replaces it later (a
-        new fit saved to the same folder) does not change what this interpreter reads.
+        """|R| x (K h w) flattened reference feature maps, memory-mapped from disk (CPU); see
+        :attr:`repinterp.index.ReferenceIndex.features`.
 
         Raises:
             ValueError: the interpreter was fitted without ``keep_features=True``.
         """
-        index = self.fitted_index
-        path = index.files.get(FEATURE_FILE)
-        if path is None:
-            raise ValueError(
-                "the reference feature maps were not kept: fit with keep_features=True "
-                "(repinterp fit without --no-features)"
-            )
-        if self._features is None or self._features[0] is not index:
-            self._features = (index, torch.from_numpy(np.load(path, mmap_mode="c")))
-        return self._features[1]
+        return self.fitted_index.features
 
     # ------------------------------------------------------------------ features
     def _batches(self, images: Tensor) -> list[Tensor]:

@@ -147,6 +147,10 @@ def test_coverage_matches_a_brute_force_recomputation(mnist: Setup) -> None:
     assert torch.equal(assignment.covered.cpu(), covered)
     best = torch.where(covers, size, -1).max(1).indices  # first maximum: lowest index
     assert torch.equal(assignment.region.cpu()[covered], best[covered])
+    features = regions.interpreter.features(inputs).flatten(1).float().cpu()
+    nearest = torch.cdist(features, regions.centres.float()).argmin(1)  # uncovered: nearest centre
+    assert (~covered).any()
+    assert torch.equal(assignment.region.cpu()[~covered], nearest[~covered])
     predicted = regions.classes.cpu()[best]
     model = mnist.predictions["reference"]
     labels = mnist.labels("reference")

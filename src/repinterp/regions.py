@@ -98,9 +98,12 @@ class RegionSet:
         covering = ~(differs & self._mask.unsqueeze(0)).any(2)  # N x V
         score = torch.where(covering, self._size.unsqueeze(0), -1)
         best = score.max(1)  # the first maximum: ties go to the lower region index
-        nearest = nearest_rows(features.flatten(1).float(), self.centres)[0][:, 0]
         covered = best.values >= 0
-        region = torch.where(covered, best.indices, nearest.to(covered.device))
+        region = best.indices.clone()
+        outside = (~covered).nonzero().flatten()
+        if outside.numel():  # only images no region covers need their nearest k-means centre
+            nearest = nearest_rows(features[outside].flatten(1).float(), self.centres)[0][:, 0]
+            region[outside] = nearest.to(region.device)
         return Assignment(region=region, covered=covered)
 
     @exact_float32()

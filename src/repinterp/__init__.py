@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from .regions import RegionSet
 
 __all__ = ["Interpretation", "RegionSet", "RepresentativeInterpreter"]
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 
 def __getattr__(name: str) -> Any:

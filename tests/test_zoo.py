@@ -147,6 +147,15 @@ def test_weights_that_do_not_fit_give_one_line(tmp_path):
         zoo.build_model("digits_cnn", 10, weights=tmp_path / "odd.pt")
     assert "unexpected extra.weight" in str(error.value) and "\n" not in str(error.value)
 
+    torch.save(zoo.build_model("digits_cnn", 10), tmp_path / "whole.pt")  # not a state dict
+    with pytest.raises(ValueError) as error:
+        zoo.build_model("digits_cnn", 10, weights=tmp_path / "whole.pt")
+    assert str(error.value) == (
+        f"cannot read weights from {tmp_path / 'whole.pt'}: it holds Python objects, not only "
+        "tensors (a whole model saved with torch.save(model)?): if you trust it, load it with "
+        "torch.load(path, weights_only=False) and save model.state_dict()"
+    )
+
     (tmp_path / "junk.pt").write_bytes(b"junk")
     with pytest.raises(ValueError, match="cannot read weights") as error:
         zoo.build_model("digits_cnn", 10, weights=tmp_path / "junk.pt")

@@ -243,6 +243,12 @@ def _read_state_dict(path: Path) -> dict[str, Tensor]:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as error:
         reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        if reason.startswith("Weights only load failed"):  # torch's words for pickled objects
+            reason = (
+                "it holds Python objects, not only tensors (a whole model saved with "
+                "torch.save(model)?): if you trust it, load it with torch.load(path, "
+                "weights_only=False) and save model.state_dict()"
+            )
         raise ValueError(f"cannot read weights from {path}: {reason}") from error
     for key in ("state_dict", "model"):
         if isinstance(state, dict) and isinstance(state.get(key), dict):

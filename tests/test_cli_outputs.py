@@ -228,3 +228,22 @@ def test_a_bundled_set_with_another_split_is_refused(index, tmp_path, capsys) ->
         ["explain", "unseen:0", "--index", str(edited), "--out", str(tmp_path / "o")], capsys
     )
     _assert_one_line_error(code, err, "changed since it was fitted (seed 0 then, 3 now)")
+
+
+def test_an_image_folder_given_relative_is_found_from_any_directory(
+    tmp_path, capsys, monkeypatch
+) -> None:
+    root = image_folder(tmp_path / "work" / "pets")
+    for broken in ("star/cut.jpg", "circle/line.png", "circle/thin.png", "square/huge.png"):
+        (root / broken).unlink()
+    monkeypatch.chdir(tmp_path / "work")
+    index = tmp_path / "index"
+    fit = ["fit", "--model", "shapes_cnn", "--reference", "imagefolder:pets", "--image-size", "56"]
+    code, _, err = run([*fit, "--boundaries", "5", "--out", str(index), "--quiet"], capsys)
+    assert code == 0, err
+    recipe = json.loads((index / "manifest.json").read_text())["recipe"]
+    assert recipe["dataset"] == f"imagefolder:{root.resolve()}"
+    monkeypatch.chdir(tmp_path)  # elsewhere: the folder is still found
+    explain = ["explain", "unseen:0", "--index", str(index), "--quiet"]
+    code, _, err = run([*explain, "--out", str(tmp_path / "out")], capsys)
+    assert code == 0, err

@@ -165,6 +165,7 @@ def explain_to_files(
     out: Path,
     top_k: int,
     progress: bool = False,
+    own: list[int | None] | None = None,
 ) -> list[dict[str, Any]]:
     """Explain images (N x C x H x W in [0, 1]); write a case-study PNG and a JSON each.
 
@@ -175,6 +176,8 @@ def explain_to_files(
         out: the folder written into (claimed by the caller).
         top_k: similar reference images shown per image.
         progress: show a bar over the figures.
+        own: per image, its reference index when it is a reference image (left out of its own
+            similar images, as the viewer does), else None.
 
     Returns:
         One report entry per image (see :func:`repinterp.report.write_report`).
@@ -191,9 +194,9 @@ def explain_to_files(
     names_of_classes = ri.class_names or []
     entries = []
     explanations = ri.explain_batch(normalize(pixels).to(ri.device))
-    done = zip(names, pixels, explanations, strict=True)
-    for name, image, e in tqdm(done, total=len(names), desc="figures", disable=not progress):
-        similar = e.similar(top_k).tolist()
+    done = zip(names, pixels, explanations, own or [None] * len(names), strict=True)
+    for name, image, e, me in tqdm(done, total=len(names), desc="figures", disable=not progress):
+        similar = [i for i in e.similar(top_k + 1).tolist() if i != me][:top_k]
         shown = torch.cat([image.unsqueeze(0), workspace.reference_pixels(similar)])
         class_name = (
             names_of_classes[e.predicted_class] if names_of_classes else str(e.predicted_class)
@@ -202,7 +205,8 @@ def explain_to_files(
             e, shown, ["input"] + [f"ref {i}" for i in similar], normalize, class_name
         )
         save_case_study_figure(study, out / f"{name}.png", name)
-        summary = e.to_dict(top_k=top_k)
+        summary = e.to_dict(top_k=top_k + 1)
+        summary["similar"] = [s for s in summary["similar"] if s["reference"] != me][:top_k]
         summary["input"] = name
         if study.masked_scores is not None:
             summary["masked_scores"] = dict(zip(study.titles, study.masked_scores, strict=True))
@@ -227,7 +231,9 @@ def _explain(args: argparse.Namespace) -> None:
     with claim(out, "explain", args.overwrite):
         ws = _open(args)
         pixels, names = resolve_images(ws, args.images)
-        entries = explain_to_files(ws, pixels, names, out, args.top_k, not args.quiet)
+        parts = [spec.partition(":") for spec in args.images]
+        own = [int(n) if p == "reference" and n.isdigit() else None for p, _, n in parts]
+        entries = explain_to_files(ws, pixels, names, out, args.top_k, not args.quiet, own)
     for entry in entries:
         s = entry["summary"]
         print(
@@ -294,7 +300,7 @@ def _report(args: argparse.Namespace) -> None:
         inputs = regions.inputs.tolist()
         names = [f"region-{v}-ref-{i}" for v, i in enumerate(inputs)]
         pixels = ws.reference_pixels(inputs)
-        entries = explain_to_files(ws, pixels, names, out, args.top_k, not args.quiet)
+        entries = explain_to_files(ws, pixels, names, out, args.top_k, not args.quiet, inputs)
         intro = (
             f"{len(regions)} regions: k-means (seed {args.seed}) on the reference feature maps "
             f"of {args.index}; each region is the polytope P(x) of the reference image nearest a "

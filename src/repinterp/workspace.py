@@ -161,9 +161,12 @@ def fit_workspace(
         if weights is None:
             raise ValueError(f"--model {arch} has no bundled weights: give --weights FILE")
     weights = Path(weights)
+    given = dataset
+    if dataset.startswith("imagefolder:"):  # recorded absolute: explain/serve run from anywhere
+        dataset = f"imagefolder:{Path(dataset.split(':', 1)[1]).resolve()}"
     data = load_dataset(dataset, seed=data_seed, image_size=image_size, mean=mean, std=std)
     if say is not None:
-        say(describe_split(data, dataset, data_seed))
+        say(describe_split(data, given, data_seed))
     sample = data.reference[0][0]
     recipe: dict[str, Any] = {
         "arch": arch,

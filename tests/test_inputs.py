@@ -161,3 +161,21 @@ def test_finite_checks_are_exact_when_the_sum_overflows() -> None:
             check_batch(bad)
         with pytest.raises(ValueError, match=r"positions \[2\] give non-finite logits"):
             check_finite_rows("logits", big.flatten(1), bad.flatten(1))
+
+
+def test_images_that_cannot_be_batched_get_a_one_line_error(setup) -> None:
+    """An ImageFolder given no transform yields PIL images: say what to do, not collate's
+    TypeError."""
+    from PIL import Image
+
+    class Pictures(torch.utils.data.Dataset):
+        def __len__(self) -> int:
+            return 8
+
+        def __getitem__(self, i: int):
+            return Image.new("L", (12, 12)), i % 2
+
+    model = setup[0]
+    for reference in (Pictures(), torch.utils.data.DataLoader(Pictures(), batch_size=4)):
+        with pytest.raises(ValueError, match="yields Image images, which cannot be batched: give"):
+            _fit(model, reference)

@@ -200,12 +200,27 @@ def _split_item(item: Any) -> tuple[Tensor, Tensor | None]:
     return item, None
 
 
+def _collate(items: list[Any]) -> Any:
+    """torch's ``default_collate``, with a one-line error for items it cannot batch (e.g. the
+    PIL images of an ImageFolder given no transform)."""
+    try:
+        return default_collate(items)
+    except TypeError as exc:
+        image = _split_item(items[0])[0] if items else None
+        raise ValueError(
+            f"the reference set yields {type(image).__name__} images, which cannot be batched: "
+            "give it a transform that makes normalised tensors (e.g. torchvision's ToTensor and "
+            "Normalize)"
+        ) from exc
+
+
 def _source(reference: Reference) -> tuple[Any, Callable[[list[Any]], Any]]:
     """The indexable data behind a reference set and the function that batches its items."""
     if isinstance(reference, DataLoader):
         batching = reference.batch_sampler is not None
-        return reference.dataset, reference.collate_fn if batching else default_collate
-    return reference, default_collate
+        collate = reference.collate_fn if batching else _collate
+        return reference.dataset, _collate if collate is default_collate else collate
+    return reference, _collate
 
 
 class _RangeSampler(Sampler[list[int]]):

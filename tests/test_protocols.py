@@ -306,12 +306,19 @@ def test_similar_by_feature_distance(mnist: Setup) -> None:
     assert torch.equal(
         again.similar(5, metric="euclidean"), explanation.similar(5, metric="euclidean")
     )
+    # the default: Euclidean where the feature maps are kept, the paper's Dist otherwise
+    assert torch.equal(explanation.similar(), explanation.similar(metric="euclidean"))
+    torch.testing.assert_close(explanation.distances(), explanation.feature_distances())
+    p = explanation.boundaries
+    dist = (ri.fitted_index.projections[covered][:, p] - explanation.projections[p]).abs().sum(1)
+    torch.testing.assert_close(explanation.distances("semantic"), dist)
     with pytest.raises(ValueError, match="unknown metric"):
         explanation.similar(metric="manhattan")
     plain = Run(mnist, 0, SMALL).fit(10)  # fitted without the feature maps
     with pytest.raises(ValueError, match="keep_features"):
         plain.explain_reference([7])[0].similar(metric="cosine")
-    assert plain.explain_reference([7])[0].similar(3).numel() == 3
+    alone = plain.explain_reference([7])[0]
+    assert torch.equal(alone.similar(3), alone.similar(3, metric="semantic"))
 
 
 def test_purity_at_k_by_hand() -> None:

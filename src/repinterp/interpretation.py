@@ -160,8 +160,16 @@ class Interpretation:
             )
         return None
 
-    def distances(self) -> Tensor:
-        """``Dist(x, x')`` of each covered reference image, in ``covered``'s order."""
+    def distances(self, metric: str | None = None) -> Tensor:
+        """Distance of each covered reference image by ``metric`` (as in `similar`; the default
+        too), in ``covered``'s order: ``Dist(x, x')`` for ``"semantic"``."""
+        metric = metric or ("euclidean" if self.features is not None else "semantic")
+        if metric not in SIMILARITY_METRICS:
+            raise ValueError(
+                f"unknown metric {metric!r}; choose one of {', '.join(SIMILARITY_METRICS)}"
+            )
+        if metric != "semantic":
+            return self.feature_distances(metric)
         index = self.interpreter.fitted_index
         p = self.boundaries
         ref = index.projections[self.covered][:, p]
@@ -190,26 +198,23 @@ class Interpretation:
             parts.append(torch.cdist(query, ref, compute_mode="donot_use_mm_for_euclid_dist")[0])
         return torch.cat(parts) if parts else query.new_zeros(0)
 
-    def similar(self, k: int | None = None, metric: str = "semantic") -> Tensor:
+    def similar(self, k: int | None = None, metric: str | None = None) -> Tensor:
         """Covered reference indices, most similar first (ties by lower index).
 
         Args:
             k: how many (0 gives none); None means all covered images.
             metric: ``"semantic"``, the paper's ``Dist`` (§5.2); or ``"euclidean"`` /
-                ``"cosine"``, the distance of the feature maps (see `feature_distances`), which
-                ranked the input's sub-concept higher on the ``shapes`` data set
-                (docs/results.md).
+                ``"cosine"``, the distance of the feature maps (see `feature_distances`).
+                None: ``"euclidean"`` when the feature maps were kept, else ``"semantic"``:
+                Euclidean ranked the input's sub-concept higher on ``shapes``, with the same
+                class purity and reuse AD (docs/results.md).
 
         Raises:
             ValueError: a negative ``k`` or an unknown metric.
         """
         if k is not None and k < 0:
             raise ValueError(f"k must be >= 0, got {k}")
-        if metric not in SIMILARITY_METRICS:
-            raise ValueError(
-                f"unknown metric {metric!r}; choose one of {', '.join(SIMILARITY_METRICS)}"
-            )
-        distances = self.distances() if metric == "semantic" else self.feature_distances(metric)
+        distances = self.distances(metric)
         order = torch.sort(distances, stable=True).indices
         return self.covered[order.to(self.covered.device)][:k]
 

@@ -292,10 +292,10 @@ def evaluate(setup: Setup, protocol: str, options: Options | None = None) -> dic
     Returns:
         A JSON-ready dict: ``dataset``, ``protocol``, ``runs``, ``seeds``, ``setup``,
         ``options``, ``time_s``, ``model_acc`` (the model's accuracy on each part of the runs'
-        images), ``fit_s`` (seconds per fit of each sampling used), and the protocol's numbers
-        (mean, and ``KEY_std``): ``methods`` (``unseen``, ``reference``, ``similar``),
-        ``reference`` / ``unseen`` (``coverage``), ``samplings`` (``q-sweep``), ``rankings``
-        (``similar``).
+        images), ``fit_s`` (seconds per fit of each sampling used), ``per_run`` (each run's
+        numbers, for paired comparisons), and the protocol's numbers (mean, and ``KEY_std``):
+        ``methods`` (``unseen``, ``reference``, ``similar``), ``reference`` / ``unseen``
+        (``coverage``), ``samplings`` (``q-sweep``), ``rankings`` (``similar``).
     """
     options = options or Options()
     check_protocol(protocol)
@@ -317,6 +317,7 @@ def evaluate(setup: Setup, protocol: str, options: Options | None = None) -> dic
         "setup": setup.describe() | {"run_sizes": sorted(set(sizes))},
         "options": options.describe(),
         **_aggregate(per_run),
+        "per_run": per_run,
         "ri_fit_s": float(np.mean([f["uniform"] for f in fit_s])),
         "fit_s": {key: float(np.mean([f[key] for f in fit_s])) for key in fit_s[0]},
         "kmeans_s": float(np.mean(kmeans_s)),

@@ -36,7 +36,9 @@ def _bars(ax: Any, names: list[str], blocks: list[dict[str, Any]], key: str, tit
     stds = [_nan(b[f"{key}_std"]) for b in blocks]
     colours = [f"C{i}" for i in range(len(names))]
     ax.bar(range(len(names)), means, yerr=stds, capsize=3, color=colours)
-    ax.set_xticks(range(len(names)), names, rotation=20, ha="right", fontsize=8)
+    many = len(names) > 5
+    ax.set_xticks(range(len(names)), names, rotation=50 if many else 20, ha="right")
+    ax.tick_params(axis="x", labelsize=7 if many else 8)
     ax.set_title(title, fontsize=9)
     ax.grid(axis="y", alpha=0.3)
 
@@ -68,7 +70,7 @@ def plot_unseen(results: dict[str, Any], path: Path) -> Path:
         )
         if all(key in m for m in methods.values())
     ]
-    fig, axes = plt.subplots(1, len(panels), figsize=(2.6 * len(panels), 3.0), squeeze=False)
+    fig, axes = plt.subplots(1, len(panels), figsize=(2.6 * len(panels), 3.4), squeeze=False)
     for ax, (key, title) in zip(axes[0], panels, strict=True):
         _bars(ax, list(methods), list(methods.values()), key, title)
     fig.suptitle(f"Unseen images: {_title(results)}", fontsize=9)

@@ -13,6 +13,7 @@ from torch import Tensor, nn
 
 from repinterp import RepresentativeInterpreter
 from repinterp.model import NonlinearHeadError, locate_split
+from repinterp.zoo import default_target_layer
 
 from .models import random_setup, tiny_mlp_cnn
 
@@ -166,15 +167,41 @@ def test_a_layer_with_flat_output_is_refused_before_any_work() -> None:
 
 @pytest.mark.parametrize(
     ("arch", "size", "layer"),
-    [("resnet18", 64, "layer4"), ("vgg11", 64, "avgpool"), ("densenet121", 64, "features")],
+    [("resnet18", 64, "layer4"), ("vgg11", 64, "features.19"), ("densenet121", 64, "features")],
 )
 def test_located_layers_of_torchvision_models(arch, size, layer) -> None:
+    assert default_target_layer(arch) == layer  # the CLI's default is the same layer
     with torch.random.fork_rng():
         torch.manual_seed(0)
         model = getattr(torchvision.models, arch)(weights=None, num_classes=3).eval()
     split = locate_split(model, (3, size, size))
     assert split.layer == layer
     x = torch.randn(2, 3, size, size)
+    with torch.no_grad():
+        assert torch.equal(split.head(split.psi(x)), model(x))
+
+
+class _SkipToPool(nn.Module):
+    """conv -> ReLU, plus the input added back before a 2 x 2 max pool: only the pool's
+    output determines the logits alone."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(1, 4, 3, padding=1)
+        self.relu = nn.ReLU()
+        self.pool = nn.MaxPool2d(2)
+        self.fc = nn.Linear(4 * 4 * 4, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(self.pool(self.relu(self.conv(x)) + x).flatten(1))
+
+
+def test_located_layer_is_a_pool_only_where_no_layer_before_it_splits() -> None:
+    torch.manual_seed(0)
+    model = _SkipToPool().eval()
+    split = locate_split(model, (1, 8, 8))
+    assert split.layer == "pool"
+    x = torch.randn(2, 1, 8, 8)
     with torch.no_grad():
         assert torch.equal(split.head(split.psi(x)), model(x))
 

@@ -35,6 +35,15 @@ OutputFn = Callable[[Any], Any]
 
 # Layers whose output is never an N x K x h x w feature map.
 _FLAT_MODULES: tuple[type[nn.Module], ...] = (nn.Linear, nn.Bilinear, nn.Flatten, nn.BatchNorm1d)
+# Pooling layers: `locate_split` prefers the layers before them.
+_POOLS = (
+    nn.MaxPool2d,
+    nn.AvgPool2d,
+    nn.AdaptiveAvgPool2d,
+    nn.AdaptiveMaxPool2d,
+    nn.LPPool2d,
+    nn.FractionalMaxPool2d,
+)
 
 
 def resolve_layer(model: nn.Module, target_layer: LayerSpec) -> str:
@@ -301,15 +310,25 @@ def check_feature_map(t: Any, layer: str) -> None:
         )
 
 
-def _output_shapes(model: nn.Module, input_shape: Sequence[int]) -> list[tuple[str, Any]]:
-    """Each module's name and output shape (None: not a tensor), in the order the modules
-    finish in one forward pass of a zero image of ``input_shape``."""
-    seen: list[tuple[str, Any]] = []
+def _output_shapes(
+    model: nn.Module, input_shape: Sequence[int]
+) -> list[tuple[str, Any, bool]]:
+    """Each module's name, output shape (None: not a tensor) and whether that output is a
+    pooling layer's (also a container's that returns it), in the order the modules finish in
+    one forward pass of a zero image of ``input_shape``."""
+    seen: list[tuple[str, Any, bool]] = []
+    pooled: list[Tensor] = []  # kept alive so that their ids are not reused
 
     def hook(name: str) -> Callable[..., None]:
-        return lambda m, i, out: seen.append(
-            (name, tuple(out.shape) if isinstance(out, Tensor) else None)
-        )
+        def record(module: nn.Module, inputs: Any, out: Any) -> None:
+            is_pool = isinstance(out, Tensor) and (
+                isinstance(module, _POOLS) or any(out is p for p in pooled)
+            )
+            if is_pool:
+                pooled.append(out)
+            seen.append((name, tuple(out.shape) if isinstance(out, Tensor) else None, is_pool))
+
+        return record
 
     handles = [m.register_forward_hook(hook(n)) for n, m in model.named_modules() if n]
     probe = torch.zeros(1, *input_shape, device=model_device(model), dtype=model_dtype(model))
@@ -331,7 +350,11 @@ def locate_split(
     """Split ``model`` at its last spatial layer: the last module to finish in a forward pass
     whose output is N x K x h x w with h x w > 1, that is called once and from whose output
     alone the logits follow (like torchcam's ``locate_candidate_layer``, with the split's
-    checks). Pooling layers count (VGG's ``avgpool``); a 1 x 1 output (a global pool) does not.
+    checks). Pooling layers (and containers whose output is a pool's) are taken only where no
+    other layer qualifies: VGG gives its last conv ReLU (the paper's "last convolutional
+    layer", and the CLI's default), not the ``maxpool``/``avgpool`` after it, whose maps are
+    coarser (at small inputs VGG's adaptive ``avgpool`` even repeats pixels up to 7 x 7); a
+    1 x 1 output (a global pool) never counts.
 
     Args:
         model: the classifier, in eval mode.
@@ -346,12 +369,16 @@ def locate_split(
     """
     shapes = _output_shapes(model, input_shape)
     calls: dict[str, int] = {}
-    for name, _ in shapes:
+    for name, _, _ in shapes:
         calls[name] = calls.get(name, 0) + 1
+    spatial = [
+        (name, is_pool)
+        for name, shape, is_pool in reversed(shapes)
+        if calls[name] == 1 and shape is not None and len(shape) == 4 and shape[2] * shape[3] > 1
+    ]
+    pools = [name for name, is_pool in spatial if is_pool]
     tried = []
-    for name, shape in reversed(shapes):
-        if calls[name] != 1 or shape is None or len(shape) != 4 or shape[2] * shape[3] == 1:
-            continue
+    for name in [name for name, is_pool in spatial if not is_pool] + pools:
         try:
             return split_model(model, name, allow_nonlinear_head, output)
         except NonlinearHeadError as error:

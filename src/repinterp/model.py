@@ -310,9 +310,7 @@ def check_feature_map(t: Any, layer: str) -> None:
         )
 
 
-def _output_shapes(
-    model: nn.Module, input_shape: Sequence[int]
-) -> list[tuple[str, Any, bool]]:
+def _output_shapes(model: nn.Module, input_shape: Sequence[int]) -> list[tuple[str, Any, bool]]:
     """Each module's name, output shape (None: not a tensor) and whether that output is a
     pooling layer's (also a container's that returns it), in the order the modules finish in
     one forward pass of a zero image of ``input_shape``."""

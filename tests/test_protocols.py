@@ -454,19 +454,35 @@ def test_other_models_load_from_their_weights(tmp_path) -> None:
         load_setup("digits", "mnist_cnn")  # digits_cnn has bundled weights, mnist_cnn not here
 
 
-def test_image_folders_run_with_a_named_model(tmp_path) -> None:
-    data = shapes(24, seed=5, size=32)
+def _image_folder(folder, n: int):
+    data = shapes(n, seed=5, size=32)
     for i, (image, label) in enumerate(zip(data.images, data.labels, strict=True)):
-        folder = tmp_path / data.class_names[int(label)]
-        folder.mkdir(exist_ok=True)
+        (folder / data.class_names[int(label)]).mkdir(parents=True, exist_ok=True)
         pixels = (image.permute(1, 2, 0) * 255).round().byte().numpy()
-        Image.fromarray(pixels).save(folder / f"{i}.png")
+        Image.fromarray(pixels).save(folder / data.class_names[int(label)] / f"{i}.png")
+    return folder
+
+
+def test_image_folders_run_with_a_named_model(tmp_path, capsys) -> None:
+    folder = _image_folder(tmp_path / "small", 24)
     weights = WEIGHTS_DIR / "shapes_cnn.safetensors"
-    setup = load_setup(f"imagefolder:{tmp_path}", "shapes_cnn", weights, n_unseen=None)
+    setup = load_setup(f"imagefolder:{folder}", "shapes_cnn", weights, n_unseen=None)
     assert (len(setup.reference), len(setup.unseen)) == (19, 5)
     assert setup.pixels("unseen").shape == (5, 3, 224, 224)
     results = evaluate(setup, "coverage", replace(SMALL, n_regions=3, n_boundaries=10))
     assert all(_in_range(results[part]["CVR"]) for part in ("reference", "unseen"))
+    # The command line, at another image size and normalisation (30 regions need 30 images).
+    folder = _image_folder(tmp_path / "large", 50)
+    out = tmp_path / "eval"
+    argv = ["evaluate", "--dataset", f"imagefolder:{folder}", "--protocol", "coverage"]
+    argv += ["--model", "shapes_cnn", "--weights", str(weights), "--runs", "1", "--quick"]
+    argv += ["--image-size", "32", "--mean", "0", "0", "0", "--std", "1", "1", "1"]
+    code, _, err = run([*argv, "--boundaries", "10", "--out", str(out), "--quiet"], capsys)
+    assert code == 0, err
+    results = json.loads((out / "results.json").read_text())
+    assert results["command"].endswith("--image-size 32 --mean 0.0 0.0 0.0 --std 1.0 1.0 1.0")
+    small = load_setup(f"imagefolder:{folder}", "shapes_cnn", weights, image_size=32)
+    assert small.pixels("unseen").shape[-2:] == (32, 32)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")

@@ -267,6 +267,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("evaluate", help="the paper's evaluation protocols, over seeded runs")
     add_evaluate_arguments(p)
+    _image_folder_options(p)
     _overwrite(p)
     _common(p)
     p.set_defaults(func=commands._evaluate)

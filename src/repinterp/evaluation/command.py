@@ -127,6 +127,9 @@ def prepare(args: argparse.Namespace) -> tuple[Setup, Options, str]:
         n_reference=sizes["n_reference"],
         n_unseen=sizes["n_unseen"],
         subset_seed=args.seed,
+        image_size=args.image_size,
+        mean=args.mean,
+        std=args.std,
     )
     return setup, options, _command(args, options)
 
@@ -141,7 +144,10 @@ def _command(args: argparse.Namespace, options: Options) -> str:
     for flag in ("model", "weights", "layer", "methods", "metrics", "ks", "q_values", "samplings"):
         if getattr(args, flag):
             parts.append(f"--{flag.replace('_', '-')} {getattr(args, flag)}")
-    for flag in ("boundaries", "curve_images", "time_limit"):
+    for flag in ("boundaries", "curve_images", "time_limit", "image_size"):
         if getattr(args, flag) is not None:
             parts.append(f"--{flag.replace('_', '-')} {getattr(args, flag)}")
+    for flag in ("mean", "std"):
+        if getattr(args, flag) is not None:
+            parts.append(f"--{flag} {' '.join(map(str, getattr(args, flag)))}")
     return " ".join(parts)

@@ -11,7 +11,7 @@ model as well as by the interpreter.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -176,6 +176,9 @@ def load_setup(
     n_unseen: int | None = 1000,
     subset_seed: int = 0,
     batch_size: int = 64,
+    image_size: int | None = None,
+    mean: Sequence[float] | None = None,
+    std: Sequence[float] | None = None,
 ) -> Setup:
     """Load a data set and its model.
 
@@ -191,6 +194,8 @@ def load_setup(
         n_unseen: the same for the unseen images (the paper samples 1,000).
         subset_seed: seed of both subsets.
         batch_size: images per forward pass.
+        image_size, mean, std: an image folder's square side and R G B normalisation (224 and
+            ImageNet's; see :func:`repinterp.data.load_dataset`).
 
     Raises:
         ValueError: an unknown data set, a missing model or weights, a bad layer.
@@ -199,7 +204,7 @@ def load_setup(
         raise ValueError("--weights needs --model")
     if arch is None and dataset.startswith("imagefolder:"):
         raise ValueError("an image folder needs --model and --weights (and --layer)")
-    split = load_dataset(dataset, seed=0)
+    split = load_dataset(dataset, seed=0, image_size=image_size, mean=mean, std=std)
     arch = arch or BUNDLED.get(dataset)
     if arch is None:
         raise ValueError(f"no bundled model for data set {dataset!r}: give --model and --weights")

@@ -138,6 +138,8 @@ def test_target_layer_as_module_list_name_or_none(reference) -> None:
         (lambda m: [], "a list of 0 layers"),
         (lambda m: "fc1", r"'fc1' \(Linear\) gives flat N x D outputs"),
         (lambda m: m.flatten, r"'flatten' \(Flatten\) gives flat N x D outputs"),
+        (lambda m: "conv3", r"'conv3' is not a module of the model; similar names: conv2, conv1$"),
+        (lambda m: "zzz", r"'zzz' is not a module of the model; its top-level modules: conv1, "),
     ],
 )
 def test_bad_target_layers_are_refused_at_construction(layer, message) -> None:
@@ -204,6 +206,23 @@ def test_located_layer_is_a_pool_only_where_no_layer_before_it_splits() -> None:
     x = torch.randn(2, 1, 8, 8)
     with torch.no_grad():
         assert torch.equal(split.head(split.psi(x)), model(x))
+
+
+class _SkipToHead(_SkipToPool):
+    """The input added back right before the head: no layer's output alone gives the logits."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4 * 8 * 8, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc((self.relu(self.conv(x)) + x).flatten(1))
+
+
+def test_no_located_layer_is_one_line_that_names_the_tried_layers() -> None:
+    message = r"no layer gives .* \(tried 2: relu, conv\); pass target_layer=NAME of a conv"
+    with pytest.raises(ValueError, match=message):
+        locate_split(_SkipToHead().eval(), (1, 8, 8))
 
 
 def test_located_layer_skips_global_pools_and_names_a_nonlinear_head() -> None:

@@ -385,9 +385,12 @@ def locate_split(
             raise
         except ValueError:
             tried.append(name)
+    named = f": {', '.join(tried[:3])}{', ...' if len(tried) > 3 else ''}" if tried else ""
     raise ValueError(
-        "target_layer=None: no layer gives N x K x h x w feature maps (h x w > 1) from which "
-        f"the logits can be split off (tried {len(tried)}); pass target_layer="
+        "target_layer=None: no layer gives N x K x h x w feature maps (h x w > 1) from whose "
+        f"output alone the logits follow (tried {len(tried)}{named}); pass target_layer=NAME "
+        "of a convolutional layer that does (a model without one, such as a vision "
+        "transformer, is not a CNN this method explains)"
     )
 
 

@@ -5,6 +5,7 @@ They stand at the bottom of the package: this module imports nothing from repint
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -144,9 +145,16 @@ def resolve_module(model: nn.Module, layer: str | nn.Module) -> tuple[str, nn.Mo
                 return name, module
         raise ValueError("target_layer is a module that is not part of the model")
     if not isinstance(layer, str) or not layer or layer not in modules:
-        first = str(layer).split(".")[0]
-        close = [n for n in modules if n and n.split(".")[0] == first]
-        hint = f"; layers starting alike: {', '.join(close[-6:])}" if close else ""
+        names = [n for n in modules if n]
+        close = difflib.get_close_matches(str(layer), names, n=6, cutoff=0.6)
+        top = [n for n in names if "." not in n]
+        hint = (
+            f"; similar names: {', '.join(close)}"
+            if close
+            else f"; its top-level modules: {', '.join(top[:12])}"
+            if top
+            else ""
+        )
         raise ValueError(f"target_layer {layer!r} is not a module of the model{hint}")
     return layer, modules[layer]
 

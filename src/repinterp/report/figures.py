@@ -4,6 +4,7 @@ and a legend that names every number."""
 
 from __future__ import annotations
 
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -148,10 +149,14 @@ def save_case_study_figure(
 
     n = study.pixels.shape[0]
     rows = 1 if study.heatmaps is None else 3
+    width = 1.2 * n + 1.6
+    lines = legend(study.class_name)[: 1 if study.heatmaps is None else None]
+    # About 13 characters of the 9 pt legend fit in an inch: wrap it to the figure's width.
+    lines = [part for line in lines for part in textwrap.wrap(line, int(13 * width))]
     fig, axes = plt.subplots(
         rows,
         n,
-        figsize=(1.2 * n + 1.6, 1.45 * rows + 1.3),
+        figsize=(width, 1.45 * rows + 0.7 + 0.16 * len(lines)),
         squeeze=False,
         layout="constrained",
     )
@@ -173,15 +178,12 @@ def save_case_study_figure(
         ax.set_yticks([])
     for r in range(rows):
         axes[r, 0].set_ylabel(names[r], fontsize=10)
-    lines = legend(study.class_name)
     if shown_maps is not None:
         bar = fig.colorbar(
             ScalarMappable(cmap=cmap), ax=axes[1:, :], fraction=0.04, pad=0.02, aspect=12
         )
         bar.set_ticks([0, 0.5, 1], labels=["0 coldest", "0.5", "1 hottest"], fontsize=9)
         bar.set_label("heat, per-image min-max", fontsize=9)
-    else:
-        lines = lines[:1]
     fig.suptitle(f"{title}: predicted class {study.class_name!r}", fontsize=11)
     fig.supxlabel("\n".join(lines), fontsize=9, ha="left", x=0.01)
     fig.savefig(path, dpi=100, format="png")

@@ -15,16 +15,16 @@ from repinterp.report import CaseStudy, save_case_study_figure, write_report
 from repinterp.report.html import GLOSSARY, colorbar_css
 
 
-def _study(heat: bool) -> CaseStudy:
+def _study(heat: bool, n: int = 4) -> CaseStudy:
     generator = torch.Generator().manual_seed(0)
     pixels = torch.rand(4, 1, 28, 28, generator=generator)
     maps = torch.rand(4, 28, 28, generator=generator) * 0.3  # not min-max: the figure scales
     return CaseStudy(
-        pixels=pixels,
-        titles=["input", "#1 ref 5", "#2 ref 9", "#3 ref 2"],
-        scores=[0.99, 0.98, 0.5, 0.25],
-        heatmaps=maps if heat else None,
-        masked_scores=[0.9, 0.8, 0.1, 0.05] if heat else None,
+        pixels=pixels[:n],
+        titles=["input", "#1 ref 5", "#2 ref 9", "#3 ref 2"][:n],
+        scores=[0.99, 0.98, 0.5, 0.25][:n],
+        heatmaps=maps[:n] if heat else None,
+        masked_scores=[0.9, 0.8, 0.1, 0.05][:n] if heat else None,
         class_name="7",
     )
 
@@ -39,12 +39,20 @@ def _has(colours: set[tuple[int, int, int]], rgb: np.ndarray, tolerance: int = 2
     return any(np.abs(np.array(c) - target).max() <= tolerance for c in colours)
 
 
+@pytest.mark.parametrize("n", [1, 2, 4])
+def test_the_legend_is_not_cut_at_the_right_edge(n: int) -> None:
+    buffer = io.BytesIO()
+    save_case_study_figure(_study(heat=True, n=n), buffer, "unseen-3")
+    pixels = np.asarray(Image.open(io.BytesIO(buffer.getvalue())).convert("L"))
+    assert (pixels[:, -4:] > 250).all()  # nothing is drawn up to the right edge
+
+
 @pytest.mark.parametrize("cmap", ["inferno", "viridis"])
 def test_figure_has_a_colour_bar_and_per_image_scaled_maps(cmap):
     buffer = io.BytesIO()
     save_case_study_figure(_study(heat=True), buffer, "unseen-3", cmap=cmap)
     with Image.open(io.BytesIO(buffer.getvalue())) as figure:
-        assert figure.format == "PNG" and figure.size == (640, 565)  # 1.2 in a column, 100 dpi
+        assert figure.format == "PNG" and figure.size == (640, 585)  # 1.2 in a column, 100 dpi
     colours = _colours(buffer.getvalue())
     # each map is min-max scaled for display, so both ends of the colormap are drawn
     assert _has(colours, colormaps[cmap](0.0)) and _has(colours, colormaps[cmap](1.0))

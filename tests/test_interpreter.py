@@ -180,7 +180,7 @@ def test_more_boundaries_than_references_and_one_reference() -> None:
     [
         (torch.randn(3, 2, 12, 12), r"C x H x W = \(2, 12, 12\), the index expects \(1, 12, 12\)"),
         (torch.randn(3, 1, 10, 12), r"the index expects \(1, 12, 12\)"),
-        (torch.randn(1, 12, 12), "N x C x H x W"),
+        (torch.randn(1, 12, 12), r"N x C x H x W \(one image: image\[None\]\), got shape"),
         (torch.ones(3, 1, 12, 12).index_fill_(0, torch.tensor([1]), math.nan), "NaN or Inf"),
         (torch.full((2, 1, 12, 12), math.inf), "NaN or Inf"),
         (torch.ones(2, 1, 12, 12, dtype=torch.long), "floating point"),

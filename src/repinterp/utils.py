@@ -106,7 +106,8 @@ def check_images(
     if not isinstance(images, Tensor):
         raise TypeError(f"{what} must be a tensor, got {type(images).__name__}")
     if images.ndim != 4:
-        raise ValueError(f"{what} must be N x C x H x W, got shape {tuple(images.shape)}")
+        one = " (one image: image[None])" if images.ndim == 3 else ""
+        raise ValueError(f"{what} must be N x C x H x W{one}, got shape {tuple(images.shape)}")
     if not images.is_floating_point():
         raise ValueError(f"{what} must be floating point, got {images.dtype}")
     if nonempty and images.shape[0] == 0:

@@ -53,14 +53,17 @@ def main() -> None:
     heat = load["heatmap"]
     names = {
         "forward": "forward\n(no map)",
+        "psi": "psi\n(RI's floor)",
         "ri": "RI",
         "gradcam": "Grad-CAM",
         "gradcampp": "Grad-CAM++",
         "scorecam": "Score-CAM",
     }
     ms = heat["ms_per_image"]
-    b.bar(range(len(names)), [ms[k] for k in names], color=["grey", "C0", "C1", "C2", "C3"])
-    b.set_xticks(range(len(names)), list(names.values()))
+    b.bar(
+        range(len(names)), [ms[k] for k in names], color=["grey", "silver", "C0", "C1", "C2", "C3"]
+    )
+    b.set_xticks(range(len(names)), list(names.values()), fontsize=8)
     b.set_yscale("log")
     b.axhline(
         heat["goal"] * ms["gradcam"],
@@ -73,21 +76,29 @@ def main() -> None:
     b.set_title(f"heat maps, {heat['model']}", fontsize=9)
     b.legend(fontsize=8)
 
-    cover = load["explain"]["cover"]
-    sizes = [int(n) for n in cover]
-    c.loglog(sizes, [cover[str(n)]["single_ms"] for n in sizes], "o-", label="one input per call")
-    c.loglog(
-        sizes,
-        [cover[str(n)]["batch_ms_per_input"] for n in sizes],
-        "s-",
-        label="per input, many per call",
-    )
-    last = cover[str(sizes[-1])]["single_ms"]
-    c.loglog(sizes, [last * n / sizes[-1] for n in sizes], "k:", lw=1, label="linear")
-    c.plot([10_000], [load["explain"]["goal_ms"]], "r*", ms=12, label="goal at 10k")
+    for name, device, style in (("cover", "CPU", "o-"), ("cover_cuda", "H100", "s-")):
+        path = args.results / f"{name}.json"
+        if not path.is_file():
+            continue
+        cases = json.loads(path.read_text())["cases"]
+        mine = [case for key, case in cases.items() if key.startswith("synthetic")]
+        # CPU results keep the best round (a shared machine); CUDA ones the median.
+        best = "_best" if "single_incremental_best_ms" in mine[0] else ""
+        sizes = [case["n_reference"] for case in mine]
+        times = [case[f"single_{case['single_auto']}{best}_ms"] for case in mine]
+        c.loglog(sizes, times, style, label=f"{device}, one input")
+        old = [
+            (n, case[f"single_previous{best}_ms"])
+            for n, case in zip(sizes, mine, strict=True)
+            if "single_previous_ms" in case
+        ]
+        old_sizes, old_times = zip(*old, strict=True)
+        c.loglog(old_sizes, old_times, style[0] + ":", color="grey", label=f"{device}, 0.1's cover")
+    c.plot([100_000, 1_000_000], [2, 25], "r*", ms=12, label="CPU goals (2 ms, 25 ms)")
+    c.plot([1_000_000], [2], "m*", ms=12, label="GPU goal at 1M (2 ms)")
     c.set_xlabel("|R|")
     c.set_ylabel("greedy cover, ms")
-    c.set_title(f"cover latency, random sides, |Q| = {load['explain']['n_boundaries']}")
+    c.set_title("cover latency of one input, random sides, |Q| = 50")
     c.legend(fontsize=8)
 
     runs = load["memory"]["runs"]

@@ -13,13 +13,7 @@
 # SMOKE=1 DEVICE=cpu runs every step at a tiny size, to try the script on a CPU first.
 set -uo pipefail
 : "${OUT:?set OUT to the output folder}"
-PYTHON=${PYTHON:-python3}
-if compgen -G ".whl/*.whl" >/dev/null; then
-    "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-        --target /tmp/site .whl/*.whl
-    export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
-fi
-export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+. benchmarks/gpu_env.sh
 RES=$(mktemp -d /tmp/gpu-results-XXXX)
 mkdir -p "$OUT"
 log="$RES/log.txt"

@@ -4,13 +4,7 @@
 # Run from the repository root. Wheels carried in .whl/ (grad-cam, ttach) are installed first.
 set -euo pipefail
 : "${OUT:?set OUT to the output folder}"
-PYTHON=${PYTHON:-python3}
-if compgen -G ".whl/*.whl" >/dev/null; then
-    "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-        --target /tmp/site .whl/*.whl
-    export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
-fi
-export PYTHONPATH="src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+. benchmarks/gpu_env.sh
 if [ -n "$(ls -A "$OUT" 2>/dev/null)" ]; then
     echo "gpu_vgg_shapes: error: $OUT is not empty; give an empty or new folder" >&2
     exit 2

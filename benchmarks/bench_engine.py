@@ -3,8 +3,11 @@
 Ways to fit, each timed in turns with the forward pass (``--repeats`` rounds): in memory;
 writing the index in shards to disk as it goes (what ``repinterp fit`` does, so that it can
 resume); and, for the small CNN, from a Dataset read by a DataLoader with ``--workers``
-processes. Models, random weights, |Q| = 50: a small CNN (1 x 28 x 28, |R| = ``--n-small``)
-and a torchvision VGG (``--vgg``, default VGG-11; 3 x ``--vgg-size`` px, |R| = ``--n-vgg``), on
+processes. Two more peers take their turns too: the *floor*, the arithmetic that no fit can
+skip (``psi``, the head and the |Q| projections per image), and the forward pass over the same
+Dataset and DataLoader workers, the Dataset fit's peer. Models, random weights, |Q| = 50: a
+small CNN (1 x 28 x 28, |R| = ``--n-small``) and a torchvision VGG (``--vgg``, default VGG-11;
+3 x ``--vgg-size`` px, |R| = ``--n-vgg``), on
 ``--device`` (the images already there; the Dataset fit is timed on the CPU only). Goals:
 fit / forward <= 1.05 (the small CNN, on the CPU), <= 1.03 (VGG-19 at 224 px on a GPU).
 
@@ -32,8 +35,10 @@ from common import (
     write,
 )
 from torch import nn
+from torch.utils.data import DataLoader
 
 from repinterp import RepresentativeInterpreter
+from repinterp.boundaries import project
 from repinterp.precision import exact_float32
 from repinterp.shards import Shards
 
@@ -52,6 +57,11 @@ def fit_times(
 ) -> dict[str, float]:
     """Wall and CPU times of the forward pass and of each way to fit, and their ratios (see
     :func:`common.ratios`; CPU ones prefixed ``cpu_``).
+
+    Besides the forward pass, two more peers are timed in the same rounds: the *floor*, the
+    arithmetic that fit cannot skip (``psi``, the head and the projections on ``Q`` of every
+    batch; ratios against it prefixed ``floor_``), and, for the Dataset fit, the forward pass
+    over the same Dataset through a DataLoader with the same workers (prefixed ``loader_``).
 
     Args:
         shape: N x C x H x W of the reference set.
@@ -74,34 +84,65 @@ def fit_times(
             device=device,
         )
 
+    fitted = interpreter().fit(images)  # also the warm-up
+    split, q = fitted.split, fitted.fitted_index.boundaries
+
     @torch.inference_mode()
-    @exact_float32()  # the peer at the engine's precision: on a GPU, TF32 is off for both
+    @exact_float32()  # the peers at the engine's precision: on a GPU, TF32 is off for all
     def forward() -> None:
         for i in range(0, images.shape[0], batch):
             model(images[i : i + batch])
 
+    @torch.inference_mode()
+    @exact_float32()
+    def floor() -> None:
+        for i in range(0, images.shape[0], batch):
+            t = split.psi(images[i : i + batch])
+            split.head(t).argmax(1)
+            project(t, q)
+
+    @torch.inference_mode()
+    @exact_float32()
+    def forward_dataset() -> None:
+        for x in DataLoader(dataset, batch_size=batch, num_workers=workers or 0):
+            model(x.to(device))
+
     fns: dict[str, Callable[[], object]] = {
         "forward": forward,
+        "floor": floor,
         "fit": lambda: interpreter().fit(images),
         "fit_sharded": lambda: interpreter().fit(images, shards=Shards(folder / "partial")),
     }
     if workers is not None:
+        fns["forward_dataset"] = forward_dataset
         fns["fit_dataset"] = lambda: interpreter(workers).fit(dataset)
-    forward()  # warm-up
     wall, cpu = interleaved(fns, repeats, device)
     shutil.rmtree(folder)
-    return ratios(wall, "forward") | ratios(cpu, "forward", "cpu_")
+    out = ratios(wall, "forward") | ratios(cpu, "forward", "cpu_")
+    for peer, prefix, names in [
+        ("floor", "floor_", ["fit", "fit_sharded"]),
+        ("forward_dataset", "loader_", ["fit_dataset"]),
+    ]:
+        if peer in wall:
+            for times, kind in [(wall, ""), (cpu, "cpu_")]:
+                subset = {name: times[name] for name in [peer, *names]}
+                out |= ratios(subset, peer, f"{prefix}{kind}")
+    return out
+
+
+def cell(r: dict[str, float], way: str, prefix: str = "") -> str:
+    """CPU-time and wall-time ratios of ``way``: paired median (ratio of the best times)."""
+    return (
+        f"{r[f'{prefix}cpu_{way}_paired_ratio']:.3f} [{r[f'{prefix}{way}_paired_ratio']:.3f}]"
+        f" ({r[f'{prefix}cpu_{way}_ratio']:.3f} [{r[f'{prefix}{way}_ratio']:.3f}])"
+    )
 
 
 def cells(r: dict[str, float], dataset: bool) -> list[str]:
-    """Table cells: per way to fit, the paired CPU-time and wall-time ratios."""
-    ways = ["fit", "fit_sharded"] + (["fit_dataset"] if dataset else [])
-    out = [
-        f"{r[f'cpu_{w}_paired_ratio']:.3f} [{r[f'{w}_paired_ratio']:.3f}]"
-        f" ({r[f'cpu_{w}_ratio']:.3f} [{r[f'{w}_ratio']:.3f}])"
-        for w in ways
-    ]
-    return out + ["-"] * (3 - len(out))
+    """Table cells: fit, floor and sharded fit against the forward pass; fit against the floor;
+    the Dataset fit against the forward pass over the same DataLoader."""
+    out = [cell(r, "fit"), cell(r, "floor"), cell(r, "fit", "floor_"), cell(r, "fit_sharded")]
+    return [*out, cell(r, "fit_dataset", "loader_") if dataset else "-"]
 
 
 def main() -> None:
@@ -150,8 +191,10 @@ def main() -> None:
             "forward (s)",
             "fit (s)",
             "fit / forward",
+            "floor / forward",
+            "fit / floor",
             "sharded fit / forward",
-            f"Dataset fit ({args.workers} worker) / forward",
+            f"Dataset fit / forward over the DataLoader ({args.workers} worker)",
         ],
         rows,
     )

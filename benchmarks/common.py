@@ -27,7 +27,7 @@ RESULTS = Path(__file__).resolve().parent.parent / "docs" / "bench"
 
 
 def small_cnn(classes: int = 10, width: int = 32) -> nn.Sequential:
-    """A ReLU CNN for 1 x 28 x 28 images; target layer ``relu2`` gives ``width`` x 7 x 7."""
+    """A ReLU CNN for 1 x 28 x 28 images; target layer ``relu2`` gives ``width`` x 14 x 14."""
     return nn.Sequential(
         OrderedDict(
             conv1=nn.Conv2d(1, 16, 3, padding=1),

@@ -99,6 +99,18 @@ def test_list_dataset_and_iterable(setup) -> None:
     _same(_fit(model, DataLoader(Stream(images, labels), batch_size=11)), expected, labels)
 
 
+def test_a_tensor_dataset_is_sliced_not_read_item_by_item(setup, monkeypatch) -> None:
+    model, images, labels, expected = setup
+
+    def by_item(self, i):
+        raise AssertionError("a TensorDataset read item by item")
+
+    monkeypatch.setattr(TensorDataset, "__getitem__", by_item)
+    _same(_fit(model, TensorDataset(images, labels)), expected, labels)
+    _same(_fit(model, TensorDataset(images)), expected)
+    _same(_fit(model, DataLoader(TensorDataset(images, labels), batch_size=7)), expected, labels)
+
+
 def test_numpy_channels_first_and_last(setup) -> None:
     model, images, _, expected = setup
     _same(_fit(model, images.numpy()), expected)

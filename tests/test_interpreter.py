@@ -6,6 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from repinterp import RepresentativeInterpreter
+from repinterp.heatmap import polytope_heatmaps
 from repinterp.index import IndexLoadError
 
 from .models import randn, random_setup, tiny_mlp_cnn, triangle_model
@@ -92,6 +93,23 @@ def test_heatmap_follows_section_5_1(fitted) -> None:
     assert torch.allclose(maps, expected, atol=1e-6)
     # the channel weights are the input's, reused unchanged for every image
     assert torch.allclose(e.heatmap(others[:1])[0], maps[0], atol=1e-6)
+
+
+@pytest.mark.parametrize("max_elements", [1 << 25, 1])  # all images at once, or one by one
+def test_polytope_heatmaps_draw_each_image_with_its_own_polytope(fitted, max_elements) -> None:
+    ri, images = fitted
+    explanations = [ri.explain(images[i]) for i in (3, 11, 40)]  # polytopes of several sizes
+    assert len({len(e.boundaries) for e in explanations}) > 1
+    others = images[100:110]
+    which = torch.tensor([2, 0, 0, 1, 2, 1, 0, 2, 2, 1])
+    with torch.no_grad():
+        t = ri.split.psi(others)
+    alphas = [e.channel_weights for e in explanations]
+    maps = polytope_heatmaps(t, alphas, which, (12, 12), max_elements)
+    for n, v in enumerate(which.tolist()):
+        torch.testing.assert_close(maps[n], explanations[v].heatmap(others[n : n + 1])[0])
+    with pytest.raises(ValueError, match="P\\(x\\) is empty"):
+        polytope_heatmaps(t, [alphas[0], alphas[0][:0]], which.clamp(max=1), (12, 12))
 
 
 def test_batch_equals_single(fitted) -> None:

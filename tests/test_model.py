@@ -33,6 +33,46 @@ def test_split_torchvision_models(arch: str, layer: str, size: int, batch: int) 
         assert torch.equal(t, t_copy), "the head modified its input in place"
 
 
+class _InPlaceHead(nn.Module):
+    """A trunk conv and a head that writes into its input in the way named by ``how``."""
+
+    def __init__(self, how: str) -> None:
+        super().__init__()
+        self.how = how
+        self.conv = nn.Conv2d(1, 2, 3)
+        self.act = nn.ReLU(inplace=how == "module")
+        self.fc = nn.Linear(2 * 4 * 4, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        t = self.conv(x)
+        if self.how == "module":
+            t = self.act(t)
+        elif self.how == "method":
+            t = t.clamp_(min=0.1)
+        elif self.how == "function":
+            t = torch.nn.functional.relu(t, inplace=True)
+        elif self.how == "operator":
+            t += 0.5
+        elif self.how == "torch_":
+            t = torch.relu_(t)
+        return self.fc(t.flatten(1))
+
+
+@pytest.mark.parametrize("how", ["module", "method", "function", "operator", "torch_", "none"])
+def test_head_never_modifies_its_input(how: str) -> None:
+    model = _InPlaceHead(how).eval()
+    split = split_model(model, "conv", allow_nonlinear_head=True)
+    x = randn(2, 1, 6, 6)
+    with torch.no_grad():
+        t = split.psi(x)
+        t_copy = t.clone()
+        assert torch.equal(split.head(t), model(x))
+    assert torch.equal(t, t_copy)
+    # the copy is made only where the head may write in place (torch.fx records `t += c` as
+    # `t + c`, a new tensor)
+    assert split.head.copies_input == (how not in ("none", "operator"))
+
+
 def test_split_sequential_accepts_module_and_name() -> None:
     model = tiny_mlp_cnn()
     x = randn(4, 1, 12, 12)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -20,6 +22,7 @@ __all__ = [
     "heatmaps",
     "normalize_maps",
     "overlay",
+    "polytope_heatmaps",
 ]
 
 EPS = 1e-7
@@ -75,26 +78,94 @@ def heatmaps(
     """Heat maps of one polytope on N images, reusing its channel weights.
 
     For each boundary: ``ReLU(sum_k alpha_k t_k)``, upsampled bilinearly (align_corners=False)
-    to ``size`` and min-max normalised; the polytope's map is the mean over its boundaries.
+    to ``size`` and min-max normalised; the polytope's map is the mean over its boundaries
+    (computed with one upsampling per image, see :func:`polytope_heatmaps`).
 
     Args:
         features: N x K x h x w feature maps ``psi`` of the images.
         alphas: |P| x K channel weights (|P| >= 1).
         size: the images' H, W.
-        max_elements: images are processed in chunks of at most this many N x |P| x H x W cells.
+        max_elements: images are processed in chunks of at most this many pixels (N x H x W).
 
     Returns:
         N x H x W in [0, 1].
     """
-    if alphas.shape[0] == 0:
+    which = torch.zeros(features.shape[0], dtype=torch.long, device=features.device)
+    return polytope_heatmaps(features, [alphas], which, size, max_elements)
+
+
+def polytope_heatmaps(
+    features: Tensor,
+    alphas: Sequence[Tensor],
+    which: Tensor,
+    size: tuple[int, int],
+    max_elements: int = 1 << 25,
+) -> Tensor:
+    """Heat maps of N images, image ``n`` drawn as :func:`heatmaps` draws it with the channel
+    weights of polytope ``which[n]``, whatever the polytopes.
+
+    Bilinear upsampling ``U`` is linear and keeps constants, so the mean over the boundaries
+    of ``(U r_p - lo_p) / (hi_p - lo_p + eps)`` is ``U(sum_p c_p (r_p - lo_p))`` with
+    ``c_p = 1 / (|P| (hi_p - lo_p + eps))``: one upsampling per image, not one per boundary.
+    ``lo_p`` and ``hi_p``, the extremes of ``U r_p``, lie on the few output rows and columns
+    that :func:`_extreme_samples` names, where ``U r_p`` alone is computed. The maps equal
+    the per-boundary computation up to float rounding, clamped to [0, 1].
+
+    Args:
+        features: N x K x h x w feature maps ``psi`` of the images.
+        alphas: per polytope, its |P| x K channel weights (|P| >= 1).
+        which: N long, the polytope of each image.
+        size: the images' H, W.
+        max_elements: images are processed in chunks of at most this many pixels (N x H x W).
+
+    Returns:
+        N x H x W in [0, 1].
+    """
+    if any(a.shape[0] == 0 for a in alphas):
         raise ValueError("P(x) is empty: there is no boundary to draw a heat map from")
-    chunk = max(1, max_elements // (alphas.shape[0] * size[0] * size[1]))
+    if features.shape[0] == 0:
+        return features.new_zeros(0, *size)
+    longest = max(a.shape[0] for a in alphas)
+    table = features.new_zeros(len(alphas), longest, features.shape[1])
+    share = features.new_zeros(len(alphas), longest)  # 1 / |P| for each boundary, 0 past |P|
+    for v, a in enumerate(alphas):
+        table[v, : a.shape[0]] = a
+        share[v, : a.shape[0]] = 1 / a.shape[0]
+    rows = _extreme_samples(features.shape[2], size[0]).to(features)
+    columns = _extreme_samples(features.shape[3], size[1]).to(features)
+    which = which.to(features.device)
+    chunk = max(1, max_elements // (size[0] * size[1]))
     out = []
-    for part in features.split(chunk):
-        raw = torch.relu(torch.einsum("pk,nkij->npij", alphas.to(part.dtype), part))
-        up = F.interpolate(raw, size=size, mode="bilinear", align_corners=False)
-        out.append(normalize_maps(up).mean(1))
-    return torch.cat(out) if out else features.new_zeros(0, *size)
+    for part, polytope in zip(features.split(chunk), which.split(chunk), strict=True):
+        raw = torch.relu(torch.einsum("npk,nkij->npij", table[polytope], part))
+        samples = torch.einsum("yi,npij,xj->npyx", rows, raw, columns).flatten(2)
+        low, high = samples.amin(2), samples.amax(2)
+        c = share[polytope] / (high - low + EPS)
+        combined = torch.einsum("np,npij->nij", c, raw - low[..., None, None]).unsqueeze(1)
+        up = F.interpolate(combined, size=size, mode="bilinear", align_corners=False)
+        out.append(up[:, 0].clamp_(0, 1))
+    return torch.cat(out)
+
+
+def _extreme_samples(n_in: int, n_out: int) -> Tensor:
+    """The rows of bilinear interpolation (align_corners=False) from ``n_in`` to ``n_out``
+    samples, as weights (S x ``n_in`` float64), at which any interpolated signal takes its
+    extremes: each output mixes two neighbouring inputs with a weight affine in its position,
+    so among the outputs between the same two inputs the first and last are the extremes."""
+    scale = n_in / n_out
+    source = ((torch.arange(n_out, dtype=torch.float64) + 0.5) * scale - 0.5).clamp(min=0)
+    first = source.floor().long().clamp(max=n_in - 1)
+    second = (first + 1).clamp(max=n_in - 1)
+    weight = source - first
+    keep = torch.zeros(n_out, dtype=torch.bool)
+    for i in first.unique():
+        at = (first == i).nonzero().flatten()
+        keep[at[weight[at].argmin()]] = keep[at[weight[at].argmax()]] = True
+    out = torch.zeros(int(keep.sum()), n_in, dtype=torch.float64)
+    kept = keep.nonzero().flatten()
+    out[torch.arange(len(kept)), first[kept]] += 1 - weight[kept]
+    out[torch.arange(len(kept)), second[kept]] += weight[kept]
+    return out
 
 
 COLORMAPS = ("inferno", "viridis", "jet")

@@ -223,6 +223,15 @@ def _source(reference: Reference) -> tuple[Any, Callable[[list[Any]], Any]]:
     return reference, _collate
 
 
+def _tensors(reference: Reference) -> tuple[Tensor, ...] | None:
+    """The tensors of a ``TensorDataset`` read with the default batching (sliced as a whole,
+    never item by item), else None."""
+    dataset, collate = _source(reference)
+    if type(dataset) is TensorDataset and collate is _collate:
+        return dataset.tensors
+    return None
+
+
 class _RangeSampler(Sampler[list[int]]):
     """Batches of consecutive indices, one ``(start, stop)`` range each."""
 
@@ -261,6 +270,11 @@ def iter_batches(
         for start, stop in ranges:
             yield reference[start:stop], None
         return
+    tensors = _tensors(reference)
+    if tensors is not None:
+        for start, stop in ranges:
+            yield tensors[0][start:stop], tensors[1][start:stop] if len(tensors) > 1 else None
+        return
     init = None
     if isinstance(reference, DataLoader):
         num_workers, init = reference.num_workers, reference.worker_init_fn
@@ -281,5 +295,8 @@ def gather_images(reference: Reference, indices: Tensor) -> Tensor:
     """The images at ``indices`` (long) of a reference set, stacked: N x C x H x W."""
     if isinstance(reference, Tensor):
         return reference[indices.to(reference.device)]
+    tensors = _tensors(reference)
+    if tensors is not None:
+        return tensors[0][indices.to(tensors[0].device)]
     dataset, collate = _source(reference)
     return _split_item(collate([dataset[int(i)] for i in indices]))[0]

@@ -9,6 +9,7 @@ refuses heads that contain anything else (:mod:`repinterp.linearity`) unless tol
 from __future__ import annotations
 
 import hashlib
+import operator
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -88,16 +89,56 @@ class _LeafTracer(fx.Tracer):
         )
 
 
+_IN_PLACE_OPERATORS = {
+    operator.setitem,
+    operator.iadd,
+    operator.isub,
+    operator.imul,
+    operator.imatmul,
+    operator.itruediv,
+    operator.ifloordiv,
+    operator.imod,
+    operator.ipow,
+    operator.iand,
+    operator.ior,
+    operator.ixor,
+    operator.ilshift,
+    operator.irshift,
+}
+
+
+def _writes_in_place(graph_module: fx.GraphModule) -> bool:
+    """Whether any operation of ``graph_module`` may write into a tensor in place (so possibly
+    into its input): a module with ``inplace=True``, a function or method named ``..._``, an
+    in-place operator or item assignment, or a call given ``inplace`` or a literal ``True``
+    (conservative: it may be another flag)."""
+    modules = dict(graph_module.named_modules())
+    for node in graph_module.graph.nodes:
+        if node.op == "call_module" and getattr(modules[node.target], "inplace", False):
+            return True
+        if node.op not in ("call_function", "call_method"):
+            continue
+        name = node.target if isinstance(node.target, str) else node.target.__name__
+        flags = [*node.args, *node.kwargs.values()]
+        if (name.endswith("_") and not name.endswith("__")) or node.target in _IN_PLACE_OPERATORS:
+            return True
+        if any(flag is True for flag in flags):
+            return True
+    return False
+
+
 class _Head(nn.Module):
-    """``G``: runs the traced head on a feature map; the input is cloned so that in-place
-    operations of the head never modify the caller's feature map."""
+    """``G``: runs the traced head on a feature map; the input is cloned when the head may
+    write in place (:func:`_writes_in_place`), so that the caller's feature map is never
+    modified."""
 
     def __init__(self, graph_module: fx.GraphModule) -> None:
         super().__init__()
         self.graph_module = graph_module
+        self.copies_input = _writes_in_place(graph_module)
 
     def forward(self, t: Tensor) -> Tensor:
-        logits = self.graph_module(t.clone())
+        logits = self.graph_module(t.clone() if self.copies_input else t)
         if not isinstance(logits, Tensor):
             raise ValueError(
                 f"the model's output is a {type(logits).__name__}, not a tensor of logits: pass "

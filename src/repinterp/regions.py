@@ -17,7 +17,7 @@ from torch import Tensor
 
 from .boundaries import project
 from .cover import sides
-from .heatmap import heatmaps
+from .heatmap import polytope_heatmaps
 from .interpretation import Explainer, Interpretation
 from .precision import exact_float32
 from .utils import nearest_rows
@@ -119,12 +119,11 @@ class RegionSet:
     def heatmap(self, images: Tensor) -> Tensor:
         """N x H x W heat maps, each drawn with its region's channel weights."""
         features = self.interpreter.features(images)
-        assignment = self._assign(features)
-        out = features.new_zeros(features.shape[0], *images.shape[-2:])
-        for v in assignment.region.unique().tolist():
-            rows = (assignment.region == v).nonzero().flatten()
-            region = self.regions[v]
-            if not region.has_heatmap:
-                raise ValueError(f"region {v}: {region.message}")
-            out[rows] = heatmaps(features[rows], region.channel_weights, out.shape[-2:])
-        return out
+        region = self._assign(features).region
+        used = region.unique().tolist()
+        for v in used:
+            if not self.regions[v].has_heatmap:
+                raise ValueError(f"region {v}: {self.regions[v].message}")
+        alphas = [self.regions[v].channel_weights for v in used]
+        which = torch.searchsorted(torch.tensor(used, device=region.device), region)
+        return polytope_heatmaps(features, alphas, which, tuple(images.shape[-2:]))

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .common import _FLOAT32_EXACT, _ROWS_PER_BUILD, _fields, _round_up, _separation_weights
+from .common import _FLOAT32_EXACT, _ROWS_PER_BUILD, _fields, _round_up
 
 _WORD = 64
 # A step's counts by one pass over the |Q| x W planes cost about as much as field sums over
@@ -175,6 +175,14 @@ def _bit_indices(words: np.ndarray) -> np.ndarray:
     return out
 
 
+def _separation_terms(x_sides: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`~.common._separation_weights` of one input, elementwise: |Q| float64 ``scale``,
+    ``offset`` and ``zero`` such that, over a set of images, ``[side +1] * scale + (images) *
+    offset + [side 0] * zero`` counts per boundary the images it separates from the input."""
+    x = x_sides.astype(np.float64)
+    return -x, (x >= 0).astype(np.float64), (x < 0).astype(np.float64) - (x == 0)
+
+
 def _greedy_one(
     bits: _BitIndex, x_sides: np.ndarray, other: np.ndarray
 ) -> tuple[list[int], np.ndarray, int]:
@@ -211,7 +219,7 @@ def _greedy_one(
     both = np.empty((2, n_words), dtype=np.uint64)  # images of D, then the others
     pass_rows = _ROWS_PER_PLANE_WORD * n_q * n_words - _ROWS_PER_STEP
     per_plane: np.ndarray | None = None
-    weights: tuple[np.ndarray, np.ndarray] | None = None  # :func:`_separation_weights`
+    weights: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
     order: list[int] = []
     with np.errstate(divide="ignore", invalid="ignore"):
         while conflicts > delta:
@@ -245,12 +253,13 @@ def _greedy_one(
             where = _bit_indices(flat)
             where[n_other:] -= n_words * _WORD
             if weights is None:
-                m, z = _separation_weights(torch.from_numpy(x_sides)[None])
-                weights = (m[0].numpy(), z[0].numpy())
-            sums = bits.field_sums(where, n_other) @ weights[0]
+                weights = _separation_terms(x_sides)
+            fields = bits.field_sums(where, n_other)
+            sums = fields[:, :n_q] * weights[0]
+            sums += fields[:, n_q:] * weights[1]
             zeros = bits.zero_counts(flat)
             if zeros is not None:
-                sums += zeros * weights[1]
+                sums += zeros * weights[2]
             if recount:
                 counts = sums
             else:

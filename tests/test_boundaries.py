@@ -1,6 +1,7 @@
+import pytest
 import torch
 
-from repinterp.boundaries import compute_boundaries, project
+from repinterp.boundaries import Boundaries, compute_boundaries, project
 from repinterp.model import split_model
 
 from .models import random_setup
@@ -67,3 +68,25 @@ def test_top_classes_are_the_two_largest_logits() -> None:
         logits = split.head(t)
     q = compute_boundaries(split.head, t)
     assert torch.equal(q.top_classes, logits.topk(2, dim=1).indices)
+
+
+def _at_offset(t: torch.Tensor, floats: int) -> torch.Tensor:
+    """A copy of ``t`` starting ``floats`` floats past a 64-byte boundary."""
+    buffer = torch.empty(t.numel() + floats + 16)
+    base = (-buffer.data_ptr() // 4) % 16
+    out = buffer[base + floats : base + floats + t.numel()].view_as(t)
+    return out.copy_(t)
+
+
+@pytest.mark.parametrize(("n", "k", "q"), [(11, 8, 20), (1, 32, 50), (3, 5, 7)])
+def test_projections_do_not_depend_on_where_the_operands_lie(n: int, k: int, q: int) -> None:
+    g = torch.Generator().manual_seed(n)
+    features = torch.relu(torch.randn(n, k, 6, 6, generator=g))
+    boundaries = Boundaries(
+        torch.randn(q, k, 6, 6, generator=g), torch.randn(q, generator=g), torch.zeros(q, 2)
+    )
+    expected = project(features, boundaries)
+    for offset in range(1, 8):  # e.g. a slice of a batch, or weights read at an odd file offset
+        weight = _at_offset(boundaries.weight, offset)
+        moved = Boundaries(weight, boundaries.bias, boundaries.top_classes)
+        assert torch.equal(project(_at_offset(features, offset), moved), expected)

@@ -16,8 +16,8 @@ import pytest
 import torch
 
 from repinterp import RepresentativeInterpreter
-from repinterp.build import sample_sources
 from repinterp.precision import tf32_allowed
+from repinterp.sampling import sample_sources
 from repinterp.zoo import build_model
 
 from .test_precision import TF32_ON, _restore_flags, _state  # noqa: F401 (the fixture)

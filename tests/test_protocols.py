@@ -554,9 +554,9 @@ def test_cam_cluster_control_reuses_mean_weights_of_cluster_members(mnist: Setup
 def test_the_evaluate_options_name_the_real_choices() -> None:
     """evaluation.command writes the choices out (so that --help imports no torch): they must be
     the ones the code uses."""
-    from repinterp.build import SAMPLINGS
     from repinterp.evaluation import command
     from repinterp.evaluation.scoring import METRICS
+    from repinterp.sampling import SAMPLINGS
 
     assert command.SAMPLINGS == SAMPLINGS
     assert command.METRICS == METRICS

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from repinterp import RepresentativeInterpreter
-from repinterp.build import sample_sources
+from repinterp.sampling import sample_sources
 from repinterp.workspace import BUNDLED_WEIGHTS
 from repinterp.zoo import build_model
 

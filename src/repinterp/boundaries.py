@@ -89,7 +89,16 @@ def project(features: Tensor, boundaries: Boundaries) -> Tensor:
             f"feature maps of shape {tuple(features.shape[1:])} do not match the boundaries' "
             f"{tuple(boundaries.weight.shape[1:])}"
         )
-    w = boundaries.weight.flatten(1).to(features.dtype)
+    w = _aligned(boundaries.weight.flatten(1).to(features.dtype))
     # |Q| x N, then transposed: BLAS runs this orientation 10-20 % faster on the CPU
-    s = torch.addmm(boundaries.bias.to(features.dtype)[:, None], w, features.flatten(1).T)
+    s = torch.addmm(boundaries.bias.to(features.dtype)[:, None], w, _aligned(features.flatten(1)).T)
     return s.T.contiguous()
+
+
+def _aligned(matrix: Tensor) -> Tensor:
+    """``matrix``, copied unless it is contiguous and starts on a 64-byte boundary: MKL's
+    products round differently for operands that do not (e.g. a slice, or weights read from a
+    file at an odd offset), and a projection must not depend on where its operands lie."""
+    if matrix.is_contiguous() and matrix.data_ptr() % 64 == 0:
+        return matrix
+    return matrix.clone(memory_format=torch.contiguous_format)

@@ -1,13 +1,16 @@
 """Building the reference index in one streaming pass over the reference set.
 
-:func:`build_index` samples ``Q`` (Eq. 2 at ``|Q|`` reference images), then streams the
-reference set once, keeping per image its projections on ``Q``, logits, prediction and label;
-optionally in shards (:mod:`repinterp.shards`) and across ``torch.distributed`` ranks.
+:func:`build_index` samples ``Q`` (Eq. 2 at ``|Q|`` reference images drawn by
+:mod:`repinterp.sampling`), then streams the reference set once, keeping per image its
+projections on ``Q``, logits, prediction and label; optionally in shards
+(:mod:`repinterp.shards`) and across ``torch.distributed`` ranks. The feature maps of ``Q``'s
+sources are computed once, for Eq. 2, and the pass takes their rows from them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,68 +25,11 @@ from .index import FORMAT_VERSION, ReferenceIndex
 from .inputs import Reference, as_batch, as_reference, gather_images, iter_batches, reference_size
 from .model import SplitModel, check_feature_map, model_fingerprint
 from .precision import exact_float32
+from .sampling import sample_sources
 from .shards import DEFAULT_SHARD_SIZE, Shards, _FeatureFile, _Partial, _Plan
 from .utils import tensor_sha256
 
-__all__ = ["SAMPLINGS", "build_index", "sample_sources"]
-
-SAMPLINGS = ("uniform", "balanced", "pairs")
-
-
-def sample_sources(
-    n_reference: int,
-    n_boundaries: int,
-    seed: int,
-    sampling: str = "uniform",
-    logits: Tensor | None = None,
-) -> Tensor:
-    """The reference indices whose boundaries form ``Q``: ``min(n_boundaries, |R|)`` of them,
-    drawn without replacement with ``seed``, in ascending order.
-
-    Args:
-        n_reference: |R|.
-        n_boundaries: ``|Q|``.
-        seed: seeds the draw.
-        sampling: ``"uniform"`` over R (the paper); ``"balanced"``: the predicted classes in
-            turn (seeded order), uniform within a class; ``"pairs"``: the unordered classes
-            ``{top-1, top-2}`` of the sources in turn (seeded order), within a pair the smallest
-            margin ``G_top1 - G_top2`` first (ties: lower index), so that ``Q`` holds the
-            boundaries between every pair of classes a cover may have to separate, each drawn
-            where the two classes meet.
-        logits: |R| x classes logits of the reference images (needed unless ``"uniform"``).
-
-    Raises:
-        ValueError: an unknown ``sampling``, or no ``logits`` for one that needs them.
-    """
-    if sampling not in SAMPLINGS:
-        raise ValueError(f"unknown sampling {sampling!r}; choose one of {', '.join(SAMPLINGS)}")
-    generator = torch.Generator().manual_seed(seed)
-    if sampling == "uniform":
-        return torch.randperm(n_reference, generator=generator)[:n_boundaries].sort().values
-    if logits is None or logits.shape[0] != n_reference:
-        raise ValueError(f"sampling {sampling!r} needs the {n_reference} reference logits")
-    top = logits.detach().float().cpu().topk(min(2, logits.shape[1]), dim=1)
-    if sampling == "balanced":
-        keys, order = top.indices[:, 0], torch.randperm(n_reference, generator=generator)
-    else:
-        pair = top.indices.sort(1).values
-        keys = pair[:, 0] * logits.shape[1] + pair[:, -1]
-        order = torch.sort(top.values[:, 0] - top.values[:, -1], stable=True).indices
-    return _round_robin(keys[order], order, n_boundaries, generator).sort().values
-
-
-def _round_robin(keys: Tensor, items: Tensor, n: int, generator: torch.Generator) -> Tensor:
-    """The first ``n`` of ``items`` taken one per key in turn (keys in a seeded order), each
-    key's items in their given order."""
-    groups = keys.unique()
-    rank = torch.empty_like(groups)
-    rank[torch.randperm(len(groups), generator=generator)] = torch.arange(len(groups))
-    group = rank[torch.searchsorted(groups, keys)]
-    turn = torch.empty_like(group)
-    for g in range(len(groups)):
-        rows = (group == g).nonzero().flatten()
-        turn[rows] = torch.arange(len(rows))
-    return items[torch.sort(turn * len(groups) + group, stable=True).indices[:n]]
+__all__ = ["build_index"]
 
 
 def _reference_logits(
@@ -143,19 +89,27 @@ def _config(
     }
 
 
-def _boundaries(split: SplitModel, images: Tensor, batch_size: int) -> Boundaries:
-    """``Q``: Eq. 2 at each of ``images``, in batches.
+def _source_features(split: SplitModel, images: Tensor, batch_size: int) -> Tensor:
+    """The feature maps of ``Q``'s source images, in batches.
 
     Raises:
-        ValueError: the target layer's output is not N x K x h x w; some boundaries are not
-            finite (the message says how many).
+        ValueError: the target layer's output is not N x K x h x w.
     """
     parts = []
     for i in range(0, images.shape[0], batch_size):
         with torch.inference_mode():
-            t = split.psi(images[i : i + batch_size])
-        check_feature_map(t, split.layer)
-        parts.append(compute_boundaries(split.head, t))
+            parts.append(split.psi(images[i : i + batch_size]))
+        check_feature_map(parts[-1], split.layer)
+    return torch.cat(parts)
+
+
+def _boundaries(split: SplitModel, features: Tensor, batch_size: int) -> Boundaries:
+    """``Q``: Eq. 2 at each of the feature maps ``features``, in batches.
+
+    Raises:
+        ValueError: some boundaries are not finite (the message says how many).
+    """
+    parts = [compute_boundaries(split.head, t) for t in features.split(batch_size)]
     q = Boundaries.concat(parts)
     finite = torch.isfinite(q.weight.flatten(1)).all(1) & torch.isfinite(q.bias)
     if not bool(finite.all()):
@@ -164,6 +118,49 @@ def _boundaries(split: SplitModel, images: Tensor, batch_size: int) -> Boundarie
             "boundaries (NaN or Inf): check the model's weights and the images' values"
         )
     return q
+
+
+def _rows(split: SplitModel, t: Tensor, q: Boundaries) -> dict[str, Tensor]:
+    """The index's rows of images with feature maps ``t``: projections, logits, predictions."""
+    with torch.inference_mode():
+        logits = split.head(t)
+        return {"projections": project(t, q), "logits": logits, "predictions": logits.argmax(1)}
+
+
+@dataclass
+class _Sources:
+    """``Q``'s source images, whose feature maps fit has computed for Eq. 2: their rows of the
+    index, which the streaming pass then takes instead of computing them again.
+
+    Attributes:
+        positions: |Q| long, their ascending positions in the reference set (CPU).
+        rows: what :func:`_rows` gives for them (CPU).
+        features: their flattened feature maps (|Q| x d float32), if the index keeps them.
+    """
+
+    positions: Tensor
+    rows: dict[str, Tensor]
+    features: np.ndarray | None
+
+    def split(self, first: int, last: int) -> tuple[Tensor, Tensor]:
+        """For the batch of positions ``first..last - 1``: a mask of the images to compute
+        (False at the sources; CPU) and the sources' row numbers in ``rows``."""
+        lo, hi = (int(i) for i in torch.searchsorted(self.positions, torch.tensor([first, last])))
+        compute = torch.ones(last - first, dtype=torch.bool)
+        compute[self.positions[lo:hi] - first] = False
+        return compute, torch.arange(lo, hi)
+
+    def merge(
+        self, part: dict[str, Tensor], compute: Tensor, held: Tensor, device: torch.device
+    ) -> dict[str, Tensor]:
+        """A batch's rows: ``part`` where ``compute``, the sources' rows ``held`` elsewhere."""
+        out = {}
+        for name, known in self.rows.items():
+            out[name] = known.new_empty((len(compute), *known.shape[1:]), device=device)
+            out[name][~compute.to(device)] = known[held].to(device)
+            if name in part:
+                out[name][compute.to(device)] = part[name]
+        return out
 
 
 def _prepare(
@@ -178,9 +175,9 @@ def _prepare(
     features: bool,
     sampling: str = "uniform",
     num_workers: int = 0,
-) -> tuple[Tensor, Boundaries, tuple[int, ...], _Partial | None]:
-    """Rank 0's part before the pass: the sources of ``Q``, ``Q`` (reloaded when resuming),
-    the input shape and the partial folder."""
+) -> tuple[_Sources, Boundaries, tuple[int, ...], _Partial | None]:
+    """Rank 0's part before the pass: the sources of ``Q`` and their rows, ``Q`` (reloaded when
+    resuming), the input shape and the partial folder."""
     logits = None
     if sampling != "uniform":
         logits = _reference_logits(split, reference, plan.batch, device, dtype, num_workers)
@@ -194,11 +191,15 @@ def _prepare(
         config |= {"sampling": sampling} if sampling != "uniform" else {}
         partial = _Partial(shards, config)
         q = partial.boundaries()
+    t = _source_features(split, source_images, plan.batch)
     if q is None:
-        q = _boundaries(split, source_images, plan.batch)
+        q = _boundaries(split, t, plan.batch)
         if partial is not None:
             partial.save_boundaries(q)
-    return sources, q.to(device), tuple(source_images.shape[1:]), partial
+    q = q.to(device)
+    rows = {name: value.cpu() for name, value in _rows(split, t, q).items()}
+    flat = t.flatten(1).float().cpu().numpy() if features else None
+    return _Sources(sources, rows, flat), q, tuple(source_images.shape[1:]), partial
 
 
 ShardResult = tuple[int, dict[str, Tensor], np.ndarray | None]
@@ -210,35 +211,44 @@ def _index_shard(
     plan: _Plan,
     k: int,
     q: Boundaries,
+    sources: _Sources,
     input_shape: tuple[int, ...],
     device: torch.device,
     dtype: torch.dtype,
-    features: bool,
 ) -> tuple[dict[str, Tensor], np.ndarray | None]:
-    """Index shard ``k``, whose batches are the next ones of ``batches``.
+    """Index shard ``k``, whose batches are the next ones of ``batches``; the rows of ``Q``'s
+    sources are taken from ``sources``, not computed again.
 
     Returns:
         Its projections (n x |Q|), logits (n x classes), predictions (n) and labels (n, if the
         Dataset has them), on the CPU; its flattened feature maps (n x d float32) if
-        ``features``, else None.
+        ``sources`` has them, else None.
     """
     start, stop = plan.bounds(k)
     parts = []
-    rows = np.empty((stop - start, q.weight[0].numel()), np.float32) if features else None
+    rows = None
+    if sources.features is not None:
+        rows = np.empty((stop - start, sources.features.shape[1]), np.float32)
     for first, last in plan.batches([k]):
         images, labels = next(batches)
         what = f"reference images {first}..{last - 1}"
         images = as_batch(images, dtype, device, input_shape, what, non_blocking=True)
-        with torch.inference_mode():
-            t = split.psi(images)
-            logits = split.head(t)
-            part = {"projections": project(t, q), "logits": logits}
-            part["predictions"] = logits.argmax(1)
+        compute, held = sources.split(first, last)
+        t = None
+        if len(held) < len(compute):
+            with torch.inference_mode():
+                t = split.psi(images[compute.to(device)] if len(held) else images)
+        part = _rows(split, t, q) if t is not None else {}
+        if len(held):
+            part = sources.merge(part, compute, held, device)
         if labels is not None:
             part["labels"] = labels.long()
         parts.append(part)
         if rows is not None:
-            rows[first - start : last - start] = t.flatten(1).float().cpu().numpy()
+            block = rows[first - start : last - start]
+            if t is not None:
+                block[compute.numpy()] = t.flatten(1).float().cpu().numpy()
+            block[~compute.numpy()] = sources.features[held.numpy()]
     return {name: torch.cat([p[name] for p in parts]).cpu() for name in parts[0]}, rows
 
 
@@ -248,11 +258,11 @@ def _index_shards(
     plan: _Plan,
     shard_ids: Sequence[int],
     q: Boundaries,
+    sources: _Sources,
     input_shape: tuple[int, ...],
     num_workers: int,
     device: torch.device,
     dtype: torch.dtype,
-    features: bool,
 ) -> Iterator[ShardResult]:
     """Index ``shard_ids`` in one stream of batches: per shard, its id and what
     :func:`_index_shard` returns (not kept here once yielded, so that one shard of feature maps
@@ -260,7 +270,7 @@ def _index_shards(
     ranges = plan.batches(shard_ids)
     batches = iter_batches(reference, plan.batch, num_workers, ranges, device.type == "cuda")
     for k in shard_ids:
-        yield (k, *_index_shard(split, batches, plan, k, q, input_shape, device, dtype, features))
+        yield (k, *_index_shard(split, batches, plan, k, q, sources, input_shape, device, dtype))
 
 
 def _keep(
@@ -392,11 +402,11 @@ def build_index(
         plan,
         pending[rank::world],
         q,
+        sources,
         input_shape,
         num_workers,
         device,
         dtype,
-        wants_features,
     )
     finished = sum(plan.bounds(k)[1] - plan.bounds(k)[0] for k in done_ids)
     bar = tqdm(
@@ -413,7 +423,7 @@ def build_index(
     _check_finite(t)
     return ReferenceIndex(
         boundaries=q,
-        sources=sources.to(device),
+        sources=sources.positions.to(device),
         projections=t["projections"].to(device),
         predictions=t["predictions"].to(device),
         logits=t["logits"].to(device),

@@ -14,7 +14,7 @@ import torch
 from torch import Tensor, nn
 
 from .boundaries import project
-from .build import SAMPLINGS, build_index
+from .build import build_index
 from .index import FEATURE_FILE, IndexLoadError, ReferenceIndex
 from .inputs import (
     Reference,
@@ -36,6 +36,7 @@ from .model import (
 )
 from .precision import engine_dtype, exact_float32
 from .regions import RegionSet
+from .sampling import SAMPLINGS
 from .shards import Shards
 from .utils import model_device, resolve_device
 
@@ -82,7 +83,7 @@ class RepresentativeInterpreter:
         input_shape: C x H x W of the images, to check the target layer (or find it, when
             ``target_layer`` is None) here rather than at ``fit``.
         sampling: how the sources of ``Q`` are drawn: ``"uniform"`` (the paper), ``"balanced"``
-            or ``"pairs"`` (see :func:`repinterp.build.sample_sources`).
+            or ``"pairs"`` (see :func:`repinterp.sampling.sample_sources`).
 
     Raises:
         ValueError: a model in training mode or in half precision, a bad target layer or

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..build import SAMPLINGS
+from ..sampling import SAMPLINGS
 from .methods import PAPER, Method, method
 from .scoring import METRICS
 

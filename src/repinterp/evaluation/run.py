@@ -64,7 +64,7 @@ class Run:
         self, n_boundaries: int, keep_features: bool = False, sampling: str = "uniform"
     ) -> RepresentativeInterpreter:
         """An interpreter with ``n_boundaries`` boundaries sampled (``sampling``, see
-        :func:`repinterp.build.sample_sources`) with the run's seed."""
+        :func:`repinterp.sampling.sample_sources`) with the run's seed."""
         setup = self.setup
         reference = setup.reference
         ri = RepresentativeInterpreter(

@@ -50,7 +50,7 @@ class Method(ABC):
         return None
 
     def samplings(self) -> tuple[str, ...]:
-        """The ways of drawing ``Q`` (:data:`repinterp.build.SAMPLINGS`) whose indexes the
+        """The ways of drawing ``Q`` (:data:`repinterp.sampling.SAMPLINGS`) whose indexes the
         method uses: fitted once per run before the clocks start (their time is reported
         apart); none by default."""
         return ()

@@ -6,10 +6,10 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ...build import SAMPLINGS
 from ...interpretation import SIMILARITY_METRICS, Interpretation
 from ...polytope_weights import covered_sample, with_score_weights
 from ...regions import RegionSet
+from ...sampling import SAMPLINGS
 from ..run import Run, self_first
 from .base import Method
 
@@ -32,7 +32,7 @@ class RIMethod(Method):
         solver: ``"greedy"`` (Algorithm 1) or ``"exact"`` (the MILP; its time limit is
             ``options.time_limit``).
         sampling: how ``Q`` is drawn: ``"uniform"``, ``"balanced"`` or ``"pairs"``
-            (:func:`repinterp.build.sample_sources`).
+            (:func:`repinterp.sampling.sample_sources`).
         weights: the heat maps' channel weights: ``"gradient"`` (§5.1) or ``"score"``
             (polytope Score-CAM, :mod:`repinterp.polytope_weights`, on ``options.score_images``
             covered images).

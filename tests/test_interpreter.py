@@ -6,6 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from repinterp import RepresentativeInterpreter
+from repinterp.boundaries import project
 from repinterp.heatmap import polytope_heatmaps
 from repinterp.index import IndexLoadError
 
@@ -32,6 +33,26 @@ def test_index_holds_projections_classes_and_sources(fitted) -> None:
     at_source = index.projections[ri.boundary_sources, torch.arange(30)]
     assert (at_source >= 0).all()
     assert len(index.predictions.unique()) > 1
+
+
+@pytest.mark.parametrize("batch_size", [7, 64, 400])
+def test_fit_runs_the_trunk_once_per_reference_image(batch_size: int) -> None:
+    model, images = random_setup(n=150)
+    seen = []
+    handle = model.relu2.register_forward_hook(lambda _m, _i, out: seen.append(out.shape[0]))
+    try:
+        ri = RepresentativeInterpreter(
+            model, "relu2", n_boundaries=40, batch_size=batch_size, progress=False
+        ).fit(images, keep_features=True)
+    finally:
+        handle.remove()
+    # Q's 40 source images once, for Eq. 2 and their own rows; the other 110 in the pass
+    assert sum(seen) == 150
+    with torch.no_grad():
+        t = ri.split.psi(images)
+    torch.testing.assert_close(ri.index.projections, project(t, ri.index.boundaries))
+    torch.testing.assert_close(ri.reference_features, t.flatten(1))
+    assert torch.equal(ri.index.predictions, model(images).argmax(1))
 
 
 def test_cover_is_consistent_with_stored_projections(fitted) -> None:

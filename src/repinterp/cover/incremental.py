@@ -151,9 +151,11 @@ _BYTE_POPCOUNT = np.array([bin(i).count("1") for i in range(256)], dtype=np.uint
 
 def _popcount(words: np.ndarray) -> np.ndarray:
     """The set bits of uint64 words, summed over the last axis (int64)."""
+    # summing into 32 bits is faster, and exact below 2**32 bits per row
+    dtype = np.uint32 if words.shape[-1] < 1 << 26 else np.uint64
     if hasattr(np, "bitwise_count"):  # numpy >= 2
-        return np.bitwise_count(words).sum(-1, dtype=np.int64)
-    return _BYTE_POPCOUNT[words.view(np.uint8)].sum(-1, dtype=np.int64)
+        return np.bitwise_count(words).sum(-1, dtype=dtype).astype(np.int64)
+    return _BYTE_POPCOUNT[words.view(np.uint8)].sum(-1, dtype=dtype).astype(np.int64)
 
 
 def _pack(mask: np.ndarray) -> np.ndarray:
@@ -221,47 +223,49 @@ def _greedy_one(
     per_plane: np.ndarray | None = None
     weights: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
     order: list[int] = []
-    with np.errstate(divide="ignore", invalid="ignore"):
-        while conflicts > delta:
-            # min num/den (den = 0 gives inf or nan, sorted last), then max den, then min h
-            num, den = counts.sum(0), counts[0]
-            h = int(np.lexsort((-den, num / den))[0])
-            if not den[h] > 0:
-                raise RuntimeError("no boundary removes an image of D(x) although |P ∩ D| > delta")
-            order.append(h)
-            removed = covered & planes[h]
-            covered ^= removed
-            n_removed, n_removed_other = int(num[h]), int(den[h])
-            n_covered -= n_removed
-            conflicts -= n_removed_other
-            if conflicts <= delta:
-                break
-            recount = n_covered < n_removed
-            if min(n_covered, n_removed) > pass_rows:  # one pass over the planes is cheaper
-                np.bitwise_and(covered, d, out=both[0])
-                np.bitwise_xor(covered, both[0], out=both[1])
-                if per_plane is None:
-                    per_plane = np.empty((n_q, 2, n_words), dtype=np.uint64)
-                np.bitwise_and(planes[:, None], both, out=per_plane)
-                counts = _popcount(per_plane).T.astype(np.float64)
-                continue
-            # subtract what the removed images counted, or recount those that stay: the fewer
-            rows, n_other = (covered, conflicts) if recount else (removed, n_removed_other)
-            np.bitwise_and(rows, d, out=both[0])
-            np.bitwise_xor(rows, both[0], out=both[1])
-            flat = both.reshape(-1)
-            where = _bit_indices(flat)
-            where[n_other:] -= n_words * _WORD
-            if weights is None:
-                weights = _separation_terms(x_sides)
-            fields = bits.field_sums(where, n_other)
-            sums = fields[:, :n_q] * weights[0]
-            sums += fields[:, n_q:] * weights[1]
-            zeros = bits.zero_counts(flat)
-            if zeros is not None:
-                sums += zeros * weights[2]
-            if recount:
-                counts = sums
-            else:
-                counts -= sums
+    while conflicts > delta:
+        # min num/den over den > 0, then max den, then min h
+        den = counts[0]
+        num = den + counts[1]
+        ratio = np.divide(num, den, out=np.full(n_q, np.inf), where=den > 0)
+        best = ratio.min()
+        if best == np.inf:
+            raise RuntimeError("no boundary removes an image of D(x) although |P ∩ D| > delta")
+        h = int(np.argmax(np.where(ratio == best, den, -1.0)))
+        order.append(h)
+        removed = covered & planes[h]
+        covered ^= removed
+        n_removed, n_removed_other = int(num[h]), int(den[h])
+        n_covered -= n_removed
+        conflicts -= n_removed_other
+        if conflicts <= delta:
+            break
+        recount = n_covered < n_removed
+        if min(n_covered, n_removed) > pass_rows:  # one pass over the planes is cheaper
+            np.bitwise_and(covered, d, out=both[0])
+            np.bitwise_xor(covered, both[0], out=both[1])
+            if per_plane is None:
+                per_plane = np.empty((n_q, 2, n_words), dtype=np.uint64)
+            np.bitwise_and(planes[:, None], both, out=per_plane)
+            counts = _popcount(per_plane).T.astype(np.float64)
+            continue
+        # subtract what the removed images counted, or recount those that stay: the fewer
+        rows, n_other = (covered, conflicts) if recount else (removed, n_removed_other)
+        np.bitwise_and(rows, d, out=both[0])
+        np.bitwise_xor(rows, both[0], out=both[1])
+        flat = both.reshape(-1)
+        where = _bit_indices(flat)
+        where[n_other:] -= n_words * _WORD
+        if weights is None:
+            weights = _separation_terms(x_sides)
+        fields = bits.field_sums(where, n_other)
+        sums = fields[:, :n_q] * weights[0]
+        sums += fields[:, n_q:] * weights[1]
+        zeros = bits.zero_counts(flat)
+        if zeros is not None:
+            sums += zeros * weights[2]
+        if recount:
+            counts = sums
+        else:
+            counts -= sums
     return order, covered, delta

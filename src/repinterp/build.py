@@ -154,12 +154,12 @@ class _Sources:
         self, part: dict[str, Tensor], compute: Tensor, held: Tensor, device: torch.device
     ) -> dict[str, Tensor]:
         """A batch's rows: ``part`` where ``compute``, the sources' rows ``held`` elsewhere."""
-        out = {}
+        out, compute = {}, compute.to(device)
         for name, known in self.rows.items():
             out[name] = known.new_empty((len(compute), *known.shape[1:]), device=device)
-            out[name][~compute.to(device)] = known[held].to(device)
+            out[name][~compute] = known[held].to(device)
             if name in part:
-                out[name][compute.to(device)] = part[name]
+                out[name][compute] = part[name]
         return out
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 import numpy as np
@@ -147,11 +148,13 @@ def polytope_heatmaps(
     return torch.cat(out)
 
 
+@functools.cache
 def _extreme_samples(n_in: int, n_out: int) -> Tensor:
     """The rows of bilinear interpolation (align_corners=False) from ``n_in`` to ``n_out``
     samples, as weights (S x ``n_in`` float64), at which any interpolated signal takes its
     extremes: each output mixes two neighbouring inputs with a weight affine in its position,
-    so among the outputs between the same two inputs the first and last are the extremes."""
+    so among the outputs between the same two inputs the first and last are the extremes.
+    Cached: callers must not modify it."""
     scale = n_in / n_out
     source = ((torch.arange(n_out, dtype=torch.float64) + 0.5) * scale - 0.5).clamp(min=0)
     first = source.floor().long().clamp(max=n_in - 1)

@@ -224,8 +224,10 @@ def _source(reference: Reference) -> tuple[Any, Callable[[list[Any]], Any]]:
 
 
 def _tensors(reference: Reference) -> tuple[Tensor, ...] | None:
-    """The tensors of a ``TensorDataset`` read with the default batching (sliced as a whole,
-    never item by item), else None."""
+    """The images (and labels) of a reference set held in tensors, sliced as a whole, never
+    item by item: a tensor, or a ``TensorDataset`` read with the default batching; else None."""
+    if isinstance(reference, Tensor):
+        return (reference,)
     dataset, collate = _source(reference)
     if type(dataset) is TensorDataset and collate is _collate:
         return dataset.tensors
@@ -266,10 +268,6 @@ def iter_batches(
     if ranges is None:
         n = reference_size(reference)
         ranges = [(start, min(start + batch_size, n)) for start in range(0, n, batch_size)]
-    if isinstance(reference, Tensor):
-        for start, stop in ranges:
-            yield reference[start:stop], None
-        return
     tensors = _tensors(reference)
     if tensors is not None:
         for start, stop in ranges:
@@ -293,8 +291,6 @@ def iter_batches(
 
 def gather_images(reference: Reference, indices: Tensor) -> Tensor:
     """The images at ``indices`` (long) of a reference set, stacked: N x C x H x W."""
-    if isinstance(reference, Tensor):
-        return reference[indices.to(reference.device)]
     tensors = _tensors(reference)
     if tensors is not None:
         return tensors[0][indices.to(tensors[0].device)]

@@ -219,9 +219,7 @@ def nearest_rows(
     if not (bool(torch.isfinite(query).all()) and bool(torch.isfinite(ref).all())):
         raise ValueError("features contain NaN or Inf")
     block = max(1, _BLOCK_ELEMENTS // max(1, ref.shape[1]))  # rows converted to float64 at once
-    ref_norms = torch.cat(
-        [_squared_norms(part) for part in ref.split(block)] or [ref.new_zeros(0, dtype=_F64)]
-    )
+    ref_norms = torch.cat([_squared_norms(part) for part in ref.split(block)])  # M >= k >= 1
     # Either form is within 2 (d + 4) u (|q|^2 + |r|^2) of the exact value (u = 2^-53, in any
     # order of summation), so they differ by at most twice that; the slack spares a factor 2.
     slack = 8 * (ref.shape[1] + 4) * 2.0**-53

@@ -60,18 +60,27 @@ def _fields(rows: Tensor) -> Tensor:
     return torch.cat([rows > 0, ones], 1).to(torch.uint8)
 
 
+def _separation_terms(x_sides: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """The rule that turns counts of sides into separation counts, elementwise: for sides
+    ``x_sides`` (any shape), float64 ``scale``, ``offset`` and ``zero`` such that, over a set of
+    images, ``[side +1] * scale + (images) * offset + [side 0] * zero`` counts per boundary the
+    images it separates from the input (x side +1: 1 - [+1]; -1: [+1] + [0]; 0: 1 - [0])."""
+    x = x_sides.double()
+    return -x, (x >= 0).double(), (x < 0).double() - (x == 0).double()
+
+
 def _separation_weights(x_sides: Tensor) -> tuple[Tensor, Tensor]:
-    """What turns field sums into separation counts, for B inputs (B x |Q| sides).
+    """:func:`_separation_terms` of B inputs (B x |Q| sides) as matrices.
 
     Returns:
         ``(m, z)``: B x (|Q| + 1) x |Q| and B x |Q| float64 such that, over a set of images,
         ``field sums @ m[b] + (sides 0 per boundary) * z[b]`` counts per boundary the images it
-        separates from input b (x side +1: 1 - [+1]; -1: [+1] + [0]; 0: 1 - [0]).
+        separates from input b.
     """
     n_in, n_q = x_sides.shape
-    x = x_sides.double()
-    m = x.new_zeros(n_in, n_q + 1, n_q)
-    h = torch.arange(n_q, device=x.device)
-    m[:, h, h] = -x
-    m[:, n_q] = (x >= 0).double()
-    return m, (x < 0).double() - (x == 0).double()
+    scale, offset, zero = _separation_terms(x_sides)
+    m = scale.new_zeros(n_in, n_q + 1, n_q)
+    h = torch.arange(n_q, device=scale.device)
+    m[:, h, h] = scale
+    m[:, n_q] = offset
+    return m, zero

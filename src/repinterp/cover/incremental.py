@@ -11,7 +11,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .common import _FLOAT32_EXACT, _ROWS_PER_BUILD, _fields, _round_up
+from .common import _FLOAT32_EXACT, _ROWS_PER_BUILD, _fields, _round_up, _separation_terms
 
 _WORD = 64
 # A step's counts by one pass over the |Q| x W planes cost about as much as field sums over
@@ -177,14 +177,6 @@ def _bit_indices(words: np.ndarray) -> np.ndarray:
     return out
 
 
-def _separation_terms(x_sides: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """:func:`~.common._separation_weights` of one input, elementwise: |Q| float64 ``scale``,
-    ``offset`` and ``zero`` such that, over a set of images, ``[side +1] * scale + (images) *
-    offset + [side 0] * zero`` counts per boundary the images it separates from the input."""
-    x = x_sides.astype(np.float64)
-    return -x, (x >= 0).astype(np.float64), (x < 0).astype(np.float64) - (x == 0)
-
-
 def _greedy_one(
     bits: _BitIndex, x_sides: np.ndarray, other: np.ndarray
 ) -> tuple[list[int], np.ndarray, int]:
@@ -257,7 +249,8 @@ def _greedy_one(
         where = _bit_indices(flat)
         where[n_other:] -= n_words * _WORD
         if weights is None:
-            weights = _separation_terms(x_sides)
+            terms = _separation_terms(torch.from_numpy(x_sides))
+            weights = tuple(t.numpy() for t in terms)
         fields = bits.field_sums(where, n_other)
         sums = fields[:, :n_q] * weights[0]
         sums += fields[:, n_q:] * weights[1]

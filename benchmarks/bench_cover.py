@@ -33,9 +33,9 @@ import torch
 from common import parser, table, write
 from torch import Tensor
 
-from repinterp.cover import CoverIndex, CoverResult, greedy_cover
-from repinterp.cover.greedy import _auto_method
-from repinterp.cover.masked import _MaskedState
+from repinterp.core.cover import CoverIndex, CoverResult, greedy_cover
+from repinterp.core.cover.greedy import _auto_method
+from repinterp.core.cover.masked import MaskedState
 
 N_BOUNDARIES = 50
 CLASSES = 10
@@ -159,7 +159,7 @@ def timed(fn: Callable[[], CoverResult], device: torch.device) -> tuple[float, C
 def eager(index: CoverIndex, x: Tensor, other: Tensor) -> CoverResult:
     """The masked path on CUDA without its CUDA graph: every step's kernels launched from
     Python."""
-    index.masked_state = lambda n, block: _MaskedState(index.dense(), n, block)  # type: ignore[method-assign]
+    index.masked_state = lambda n, block: MaskedState(index.dense(), n, block)  # type: ignore[method-assign]
     try:
         return greedy_cover(index, x, other, method="masked")
     finally:

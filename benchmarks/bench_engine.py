@@ -38,9 +38,9 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 from repinterp import RepresentativeInterpreter
-from repinterp.boundaries import project
-from repinterp.precision import exact_float32
-from repinterp.shards import Shards
+from repinterp.core.boundaries import project
+from repinterp.runtime.precision import exact_float32
+from repinterp.store.shards import Shards
 
 GOAL = 1.05
 N_BOUNDARIES = 50

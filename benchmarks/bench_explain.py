@@ -20,7 +20,7 @@ import torch
 from common import balance, parser, small_cnn, synchronize, table, write
 
 from repinterp import RepresentativeInterpreter
-from repinterp.precision import exact_float32
+from repinterp.runtime.precision import exact_float32
 
 N_BOUNDARIES = 50
 CLASSES = 10

@@ -41,7 +41,7 @@ from common import (
 from pytorch_grad_cam import GradCAM, GradCAMPlusPlus, ScoreCAM
 
 from repinterp import RepresentativeInterpreter
-from repinterp.precision import exact_float32
+from repinterp.runtime.precision import exact_float32
 
 GOAL = 0.25
 

@@ -42,7 +42,7 @@ def child(n: int, width: int, on_disk: bool) -> dict[str, float]:
     from common import RandomImages, small_cnn
 
     from repinterp import RepresentativeInterpreter
-    from repinterp.shards import Shards
+    from repinterp.store.shards import Shards
 
     torch.set_num_threads(1)
     model = small_cnn(CLASSES, width)

@@ -68,9 +68,9 @@ from typing import Any
 import torch
 from torch.utils.data import TensorDataset
 
-from repinterp.data import ImageSet, load_dataset
-from repinterp.train import train
-from repinterp.zoo import build_model, default_target_layer, save_weights
+from repinterp.data.datasets import ImageSet, load_dataset
+from repinterp.models.train import train
+from repinterp.models.zoo import build_model, default_target_layer, save_weights
 
 START = time.perf_counter()
 PAPER = "RI,Grad-CAM,Grad-CAM++,Score-CAM"

@@ -1,9 +1,9 @@
 """The package's import graph and layer order, and the picture of docs/architecture.md.
 
 ``python docs/architecture.py`` redraws ``docs/architecture.png`` from the code's own imports:
-one row per line of the layer order in architecture.md (lowest at the bottom), one box per
-module, and an arrow from each module to every module it imports. tests/test_architecture.py
-checks the same graph against the same order.
+one row per line of the package order in architecture.md (lowest at the bottom), one box per
+tier (a package, or a top-level module), and an arrow for each pair of tiers with imports
+between them. tests/test_architecture.py checks the same graph against the same order.
 """
 
 from __future__ import annotations
@@ -56,60 +56,118 @@ def module_graph() -> dict[str, set[str]]:
     return {module_name(p): imports(p) for p in sorted(PACKAGE.rglob("*.py"))}
 
 
-def layer_rows() -> list[list[str]]:
-    """The layer order of architecture.md, lowest row first, as full module names."""
-    block = re.search(r"## Layer order.*?```text\n(.*?)```", DOC.read_text(), re.S)
+def tier(module: str) -> str:
+    """The tier a module belongs to: its package under repinterp (``repinterp.core.cover.greedy``
+    -> ``core``), or its own name for a top-level module (``repinterp.interpreter`` ->
+    ``interpreter``, the package's ``__init__`` -> ``repinterp``)."""
+    return "repinterp" if module == "repinterp" else module.split(".")[1]
+
+
+def tier_rows() -> list[list[str]]:
+    """The package order of architecture.md, lowest row first: tiers on one row are independent
+    of each other, and a tier imports only tiers of lower rows."""
+    block = re.search(r"## Package order.*?```text\n(.*?)```", DOC.read_text(), re.S)
     if block is None:
-        raise ValueError(f"{DOC} has no 'Layer order' section with a text block")
-    return [
-        [name if name == "repinterp" else f"repinterp.{name}" for name in line.split()]
-        for line in block.group(1).splitlines()
-        if line.strip()
-    ]
+        raise ValueError(f"{DOC} has no 'Package order' section with a text block")
+    return [line.split() for line in block.group(1).splitlines() if line.strip()]
+
+
+def tier_graph() -> dict[tuple[str, str], int]:
+    """Imports between tiers: (importer, imported) -> how many module-to-module imports."""
+    edges: dict[tuple[str, str], int] = {}
+    for module, deps in module_graph().items():
+        for dep in deps:
+            if tier(module) != tier(dep):
+                key = (tier(module), tier(dep))
+                edges[key] = edges.get(key, 0) + 1
+    return edges
+
+
+def private_imports() -> list[str]:
+    """``module imports _name from other`` for every private name a module of the package imports
+    from another one (a module's underscored names are its own)."""
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        module = module_name(path)
+        package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if not isinstance(node, ast.ImportFrom) or node.module == "__future__":
+                continue
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            if target.split(".")[0] != "repinterp":
+                continue
+            found += [
+                f"{module} imports {a.name} from {target}"
+                for a in node.names
+                if a.name.startswith("_")
+            ]
+    return found
 
 
 def draw(out: Path = ROOT / "docs" / "architecture.png") -> None:
-    """Draw the layer rows as boxes and the imports as arrows into ``out``."""
+    """Draw the tiers as boxes, one row per line of the package order (lowest at the bottom),
+    each with its modules and lines, and an arrow for each pair of tiers with imports between
+    them, labelled with how many."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = layer_rows()
-    graph = module_graph()
+    rows = tier_rows()
+    sizes: dict[str, list[int]] = {}
+    for path in PACKAGE.rglob("*.py"):
+        entry = sizes.setdefault(tier(module_name(path)), [0, 0])
+        entry[0] += 1
+        entry[1] += len(path.read_text().splitlines())
     width = max(len(row) for row in rows)
-    fig, ax = plt.subplots(figsize=(1.9 * width + 1, 0.95 * len(rows) + 1.2), dpi=110)
+    fig, ax = plt.subplots(figsize=(3.2 * width + 1, 1.1 * len(rows) + 1), dpi=110)
     where = {}
     for y, row in enumerate(rows):
         for x, name in enumerate(row):
-            where[name] = (x + (width - len(row)) / 2, y)
-    for name, deps in graph.items():
-        for dep in deps:
-            (x0, y0), (x1, y1) = where[name], where[dep]
-            ax.annotate(
-                "",
-                xy=(x1, y1 + 0.22),
-                xytext=(x0, y0 - 0.22),
-                arrowprops={"arrowstyle": "->", "color": "#9aa5b1", "lw": 0.6, "alpha": 0.6},
-            )
-    family = {"evaluation": "#fde2c8", "report": "#d9ead3", "web": "#d0e0f3", "cli": "#ead1dc"}
+            where[name] = ((x + (width - len(row)) / 2) * 1.6, y)
+    for (src, dst), count in tier_graph().items():
+        (x0, y0), (x1, y1) = where[src], where[dst]
+        ax.annotate(
+            "",
+            xy=(x1, y1 + 0.25),
+            xytext=(x0, y0 - 0.25),
+            arrowprops={"arrowstyle": "->", "color": "#7b8794", "lw": 0.5 + 0.15 * count},
+        )
+        ax.text(
+            x0 + 0.3 * (x1 - x0),
+            y0 - 0.3 + 0.3 * (y1 - y0),
+            str(count),
+            fontsize=7,
+            color="#52606d",
+            ha="center",
+            va="center",
+        )
+    colours = {"core": "#fff2cc", "runtime": "#eeeeee", "data": "#e3f2e1", "models": "#e3f2e1"}
+    colours |= {"store": "#fde2c8", "evaluation": "#fde2c8", "report": "#d9ead3"}
+    colours |= {"web": "#d0e0f3", "cli": "#ead1dc"}
     for name, (x, y) in where.items():
-        short = name.removeprefix("repinterp.") if name != "repinterp" else "repinterp"
-        colour = family.get(short.split(".")[0], "#fff2cc" if y < 4 else "#eeeeee")
+        modules, lines = sizes.get(name, (0, 0))
+        label = f"{name}/" if modules > 1 else name
         ax.text(
             x,
             y,
-            short.replace("evaluation.", "eval.").replace("methods.", "m."),
+            f"{label}\n{modules} module{'s' if modules != 1 else ''}, {lines} lines",
             ha="center",
             va="center",
-            fontsize=8,
-            bbox={"boxstyle": "round,pad=0.35", "fc": colour, "ec": "#555555", "lw": 0.8},
+            fontsize=8.5,
+            bbox={"boxstyle": "round,pad=0.4", "fc": colours.get(name, "#ffffff"), "ec": "#555"},
         )
-    ax.set_xlim(-0.8, width - 0.2)
+    xs = [x for x, _ in where.values()]
+    ax.set_xlim(min(xs) - 1.0, max(xs) + 1.0)
     ax.set_ylim(-0.7, len(rows) - 0.3)
     ax.axis("off")
     ax.set_title(
-        "repinterp: modules by layer (lowest at the bottom); arrows are imports, always downward",
+        "repinterp: tiers in package order (lowest at the bottom); arrows are imports, with "
+        "their count",
         fontsize=10,
     )
     fig.tight_layout()

@@ -9,7 +9,7 @@ import torch
 from PIL import Image
 from torch import nn
 
-from repinterp.evaluation.ace import (
+from repinterp.evaluation.ace.discovery import (
     ACE,
     GREY_FILL,
     assign_to_concepts,
@@ -19,7 +19,7 @@ from repinterp.evaluation.ace import (
     segment,
     unique_segments,
 )
-from repinterp.evaluation.ace_steps import _slic_label_maps, tcav_score
+from repinterp.evaluation.ace.steps import _slic_label_maps, tcav_score
 
 
 def normalize(x: torch.Tensor) -> torch.Tensor:

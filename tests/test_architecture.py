@@ -1,5 +1,5 @@
-"""The house rules of docs/architecture.md: no import cycle, no import against the layer order,
-no module over about 450 lines."""
+"""The house rules of docs/architecture.md: no import cycle, no import against the package order,
+no private name imported from another module, and a small top level."""
 
 from __future__ import annotations
 
@@ -11,8 +11,6 @@ _SPEC = importlib.util.spec_from_file_location(
 )
 architecture = importlib.util.module_from_spec(_SPEC)
 _SPEC.loader.exec_module(architecture)
-
-MAX_LINES = 460  # "about 450"
 
 
 def test_no_import_cycle() -> None:
@@ -35,30 +33,32 @@ def test_no_import_cycle() -> None:
             visit(module, [module])
 
 
-def test_every_module_is_placed_in_the_layer_order() -> None:
-    order = [name for row in architecture.layer_rows() for name in row]
-    assert len(order) == len(set(order)), "a module is listed twice in docs/architecture.md"
-    assert sorted(order) == sorted(architecture.module_graph()), (
-        "docs/architecture.md's layer order and src/ list other modules"
+def test_every_tier_is_placed_in_the_package_order() -> None:
+    order = [name for row in architecture.tier_rows() for name in row]
+    assert len(order) == len(set(order)), "a tier is listed twice in docs/architecture.md"
+    tiers = {architecture.tier(module) for module in architecture.module_graph()}
+    assert sorted(order) == sorted(tiers), (
+        "docs/architecture.md's package order and src/ list other tiers"
     )
 
 
-def test_imports_follow_the_layer_order() -> None:
-    order = [name for row in architecture.layer_rows() for name in row]
-    rank = {name: i for i, name in enumerate(order)}
-    upward = [
-        f"{module} imports {dep}"
-        for module, deps in architecture.module_graph().items()
-        for dep in sorted(deps)
-        if rank[dep] >= rank[module]
+def test_imports_follow_the_package_order() -> None:
+    rank = {name: y for y, row in enumerate(architecture.tier_rows()) for name in row}
+    against = [
+        f"{importer} imports {imported} ({count} times)"
+        for (importer, imported), count in sorted(architecture.tier_graph().items())
+        if rank[imported] >= rank[importer]
     ]
-    assert not upward, "imports against docs/architecture.md's layer order: " + "; ".join(upward)
+    assert not against, "imports against docs/architecture.md's package order: " + "; ".join(
+        against
+    )
 
 
-def test_modules_stay_small() -> None:
-    long = {
-        architecture.module_name(p): n
-        for p in architecture.PACKAGE.rglob("*.py")
-        if (n := len(p.read_text().splitlines())) > MAX_LINES
-    }
-    assert not long, f"modules over {MAX_LINES} lines: {long}"
+def test_no_private_name_is_imported_from_another_module() -> None:
+    found = architecture.private_imports()
+    assert not found, "private names imported across modules: " + "; ".join(found)
+
+
+def test_the_top_level_is_small() -> None:
+    top = [p.name for p in architecture.PACKAGE.glob("*.py")]
+    assert len(top) <= 10, f"{len(top)} modules at the top of src/repinterp: {sorted(top)}"

@@ -1,8 +1,8 @@
 import pytest
 import torch
 
-from repinterp.boundaries import Boundaries, compute_boundaries, project
-from repinterp.model import split_model
+from repinterp.core.boundaries import Boundaries, compute_boundaries, project
+from repinterp.models.split import split_model
 
 from .models import random_setup
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 from PIL import Image
 
-from repinterp.cli import build_parser, main
+from repinterp.cli.parser import build_parser, main
 from repinterp.workspace import open_index
 
 

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from repinterp.cli import main
-from repinterp.index import ReferenceIndex
+from repinterp.cli.parser import main
+from repinterp.store.index_folder import load_index
 
 from .test_cli import _assert_one_line_error, run
 from .test_outputs import FIT, listing, user_folder
@@ -44,7 +44,7 @@ def test_fit_refuses_a_folder_of_user_files_and_overwrite_keeps_them(tmp_path, c
     code, _, _ = run([*FIT, "--out", str(mydocs), "--overwrite"], capsys)
     assert code == 0
     assert {k: v for k, v in listing(mydocs).items() if k in before} == before
-    assert len(ReferenceIndex.load(mydocs)) == 1400
+    assert len(load_index(mydocs)) == 1400
 
 
 def test_demo_refuses_a_site_folder(tmp_path, capsys) -> None:
@@ -80,7 +80,7 @@ def test_no_command_writes_into_an_index(index, tmp_path, capsys) -> None:
     )
     assert not new.exists()
     assert listing(index) == before
-    assert len(ReferenceIndex.load(index)) == 1400
+    assert len(load_index(index)) == 1400
 
 
 def test_fit_refuses_shards_in_its_own_folder_and_a_file_as_out(tmp_path, capsys) -> None:

@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from repinterp.cli import build_parser, main, resolve_device
-from repinterp.zoo import build_model, save_weights
+from repinterp.cli.parser import build_parser, main
+from repinterp.models.zoo import build_model, save_weights
+from repinterp.runtime.devices import resolve_device
 
 from .test_cli import _assert_one_line_error, run
 from .test_outputs import FIT
@@ -24,7 +25,7 @@ SRC = str(Path(__file__).parents[1] / "src")
 def test_help_imports_neither_torch_nor_the_engine() -> None:
     code = (
         "import sys\n"
-        "from repinterp.cli import build_parser\n"
+        "from repinterp.cli.parser import build_parser\n"
         "parser = build_parser()\n"
         "parser.format_help()\n"
         "for sub in parser._subparsers._group_actions[0].choices.values():\n"
@@ -43,7 +44,7 @@ def test_help_imports_neither_torch_nor_the_engine() -> None:
 
 
 def test_device_auto_and_devices_this_machine_lacks(capsys) -> None:
-    assert resolve_device("auto") == ("cuda" if torch.cuda.is_available() else "cpu")
+    assert str(resolve_device("auto")) == ("cuda" if torch.cuda.is_available() else "cpu")
     assert (
         build_parser().parse_args(["fit", "--model", "m", "--reference", "r", "--out", "o"]).device
         == "auto"
@@ -52,7 +53,7 @@ def test_device_auto_and_devices_this_machine_lacks(capsys) -> None:
     _assert_one_line_error(code, err, "--device 'banana' is not a device (auto, cpu, cuda")
     if not torch.cuda.is_available():
         code, _, err = run([*FIT, "--out", "never", "--device", "cuda"], capsys)
-        _assert_one_line_error(code, err, "--device cuda: CUDA is not available here (")
+        _assert_one_line_error(code, err, "--device 'cuda': CUDA is not available here (")
         assert err.strip().endswith("); use cpu or auto")
     assert not Path("never").exists()
 

@@ -3,7 +3,7 @@ from fractions import Fraction
 import pytest
 import torch
 
-from repinterp.cover import greedy_cover
+from repinterp.core.cover import greedy_cover
 
 
 def reference_greedy(ref: torch.Tensor, x: torch.Tensor, other: torch.Tensor):

@@ -9,7 +9,7 @@ embedding-bag row sums or their numpy fallback.
 import pytest
 import torch
 
-from repinterp.cover import (
+from repinterp.core.cover import (
     CoverIndex,
     CoverResult,
     exact_cover,
@@ -160,7 +160,7 @@ def test_row_sums_without_embedding_bags(kind: str, monkeypatch: pytest.MonkeyPa
     ref, x, other = instance(7, n_ref=900, n_q=30, n_in=5, kind=kind)
     expected = previous_greedy_cover(ref, x, other)
     monkeypatch.setattr(incremental, "_ROWS_PER_STEP", -float("inf"))  # field sums every step
-    monkeypatch.setattr(incremental, "_FLOAT32_EXACT", 37)
+    monkeypatch.setattr(incremental, "FLOAT32_EXACT", 37)
     assert_same(greedy_cover(ref, x, other, method="incremental"), expected)
     monkeypatch.setattr(incremental, "_row_sum_op", lambda: None)
     assert_same(greedy_cover(ref, x, other, method="incremental"), expected)

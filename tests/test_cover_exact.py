@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from repinterp import RepresentativeInterpreter
-from repinterp.cover import exact_cover, greedy_cover, sides
+from repinterp.core.cover import exact_cover, greedy_cover, sides
 
 from .models import random_setup
 

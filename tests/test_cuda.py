@@ -16,9 +16,9 @@ import pytest
 import torch
 
 from repinterp import RepresentativeInterpreter
-from repinterp.precision import tf32_allowed
-from repinterp.sampling import sample_sources
-from repinterp.zoo import build_model
+from repinterp.core.boundaries import sample_sources
+from repinterp.models.zoo import build_model
+from repinterp.runtime.precision import tf32_allowed
 
 from .test_precision import TF32_ON, _restore_flags, _state  # noqa: F401 (the fixture)
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 from PIL import Image
 
-from repinterp import data
+from repinterp.data import datasets as data
 
 
 def _rows(images: torch.Tensor) -> set[bytes]:

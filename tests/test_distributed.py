@@ -11,9 +11,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from repinterp.cli import main
-from repinterp.distributed import broadcast, gather, init_from_env, rank_and_world
-from repinterp.index import FEATURE_FILE
+from repinterp.cli.parser import main
+from repinterp.core.reference_index import FEATURE_FILE
+from repinterp.runtime.distributed import broadcast, gather, init_from_env, rank_and_world
 
 from .test_resume import interrupt_after_shards
 

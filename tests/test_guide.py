@@ -3,8 +3,9 @@
 Its ```python blocks run in one namespace and its ```sh blocks through bash (``repinterp`` is
 ``sys.executable -m repinterp``), in order, in a temporary folder holding what the guide's first
 table names: ``data/train/<class>/*.png`` and ``data/val/<class>/*.png`` (shapes drawn by
-:func:`repinterp.shapes.draw_shapes`) and ``resnet18.safetensors`` (a torchvision ResNet-18 with
-random convolutional weights and a least-squares last layer fitted to the training images, so
+:func:`repinterp.data.shapes.draw_shapes`) and ``resnet18.safetensors`` (a torchvision
+ResNet-18 with random convolutional weights and a least-squares last layer fitted to the training
+images, so
 that it predicts every class, as a fine-tuned model would). The two blocks that start with
 ``# not run`` are checked instead: the extras they install exist, and ``serve --help`` answers.
 """
@@ -29,10 +30,10 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 import repinterp
-from repinterp.cli import main
-from repinterp.data import imagefolder
-from repinterp.shapes import draw_shapes
-from repinterp.zoo import build_model, save_weights
+from repinterp.cli.parser import main
+from repinterp.data.datasets import imagefolder
+from repinterp.data.shapes import draw_shapes
+from repinterp.models.zoo import build_model, save_weights
 
 ROOT = Path(__file__).resolve().parent.parent
 GUIDE = ROOT / "docs" / "your-model.md"

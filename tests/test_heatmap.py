@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from repinterp.heatmap import EPS, _extreme_samples, polytope_heatmaps
+from repinterp.core.heatmap import EPS, _extreme_samples, polytope_heatmaps
 
 
 def per_boundary(features: torch.Tensor, alphas: torch.Tensor, size: tuple[int, int]):

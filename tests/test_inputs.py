@@ -17,8 +17,13 @@ from torch.utils.data import (
 )
 
 from repinterp import RepresentativeInterpreter
-from repinterp.inputs import IMAGE_KEYS, as_reference, check_batch, check_finite_rows
-from repinterp.utils import all_finite
+from repinterp.data.reference import (
+    IMAGE_KEYS,
+    all_finite,
+    as_reference,
+    check_finite_rows,
+    check_images,
+)
 
 from .models import random_setup
 
@@ -163,14 +168,14 @@ def test_finite_checks_are_exact_when_the_sum_overflows() -> None:
     big = torch.full((3, 1, 4, 4), 3e38)
     assert not torch.isfinite(big.sum())
     assert all_finite(big) and all_finite(torch.empty(0, 5))
-    check_batch(big)
+    check_images(big)
     check_finite_rows("logits", big.flatten(1), big[:, 0, 0])
     for value in (math.nan, math.inf, -math.inf):
         bad = big.clone()
         bad[2, 0, 1, 3] = value
         assert not all_finite(bad)
         with pytest.raises(ValueError, match=r"NaN or Inf values \(batch positions \[2\]\)"):
-            check_batch(bad)
+            check_images(bad)
         with pytest.raises(ValueError, match=r"positions \[2\] give non-finite logits"):
             check_finite_rows("logits", big.flatten(1), bad.flatten(1))
 

@@ -6,9 +6,9 @@ import torch
 import torch.nn.functional as F
 
 from repinterp import RepresentativeInterpreter
-from repinterp.boundaries import project
-from repinterp.heatmap import polytope_heatmaps
-from repinterp.index import IndexLoadError
+from repinterp.core.boundaries import project
+from repinterp.core.heatmap import polytope_heatmaps
+from repinterp.store.index_folder import IndexLoadError
 
 from .models import randn, random_setup, tiny_mlp_cnn, triangle_model
 

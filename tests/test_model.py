@@ -5,7 +5,7 @@ import torch
 import torchvision
 from torch import nn
 
-from repinterp.model import model_fingerprint, resolve_layer, split_model
+from repinterp.models.split import model_fingerprint, resolve_layer, split_model
 
 from .models import randn, tiny_mlp_cnn, triangle_model
 

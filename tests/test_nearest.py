@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from repinterp import utils
-from repinterp.utils import nearest_rows
+from repinterp.core.nearest import nearest_rows
 
 
 def brute_force(queries: torch.Tensor, rows: torch.Tensor, k: int):

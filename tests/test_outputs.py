@@ -17,10 +17,10 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from repinterp import outputs
-from repinterp.cli import main
-from repinterp.index import IndexLoadError, ReferenceIndex
-from repinterp.outputs import LOCK_FILE, MARKER_FILE, OutputError, claim, folder_kind
+from repinterp.cli.parser import main
+from repinterp.store import outputs
+from repinterp.store.index_folder import IndexLoadError, load_index, save_index
+from repinterp.store.outputs import LOCK_FILE, MARKER_FILE, OutputError, claim, folder_kind
 
 from .test_cli import _assert_one_line_error, run
 
@@ -129,7 +129,7 @@ def test_a_second_fit_fails_at_once(tmp_path, capsys) -> None:
     holder = textwrap.dedent(
         f"""
         import sys
-        from repinterp.outputs import claim
+        from repinterp.store.outputs import claim
         with claim({str(out)!r}, "index"):
             print("held", flush=True)
             sys.stdin.readline()
@@ -157,9 +157,9 @@ def test_a_second_fit_fails_at_once(tmp_path, capsys) -> None:
 
 
 def test_rows_changed_by_another_writer_are_refused(tmp_path, monkeypatch, capsys) -> None:
-    from repinterp import shards
+    from repinterp.store import shards
 
-    write = shards._FeatureFile.write
+    write = shards.FeatureFile.write
 
     def write_then_scribble(self, start, rows):
         digest = write(self, start, rows)
@@ -168,7 +168,7 @@ def test_rows_changed_by_another_writer_are_refused(tmp_path, monkeypatch, capsy
             f.write(b"\0" * 16)
         return digest
 
-    monkeypatch.setattr(shards._FeatureFile, "write", write_then_scribble)
+    monkeypatch.setattr(shards.FeatureFile, "write", write_then_scribble)
     code, _, err = run([*FIT, "--out", str(tmp_path / "index")], capsys)
     _assert_one_line_error(code, err, "changed while")
     assert not (tmp_path / "index" / "manifest.json").exists()
@@ -202,7 +202,7 @@ def holds_only_the_index(folder: Path) -> bool:
 
 def which(folder: Path, old: Path, new: Path) -> str:
     """``"old"`` or ``"new"``: the index that ``folder`` loads as (fails if neither)."""
-    index = ReferenceIndex.load(folder)
+    index = load_index(folder)
     features = Path(index.files["features.npy"]).read_bytes()
     for name, reference in (("old", old), ("new", new)):
         expected = load_file(str(reference / "index.safetensors"))
@@ -254,7 +254,7 @@ def test_a_fit_failing_at_any_write_leaves_the_old_index_or_the_new(
         assert folder_kind(killed) == "index", k
         assert folder_kind(killed / ".partial") in (None, "partial"), k
         assert holds_only_the_index(out), k
-        ReferenceIndex.load(new).save(killed)  # the next save cleans up after a kill
+        save_index(load_index(new), killed)  # the next save cleans up after a kill
         assert {p.name for p in killed.iterdir()} - {".partial"} == INDEX_FILES, k
         assert which(killed, old, new) == "new"
         shutil.rmtree(killed)
@@ -303,4 +303,4 @@ def test_damaged_manifests_do_not_load(old_and_new, tmp_path, capsys) -> None:
         assert not out.exists()
         if name != "recipe field":
             with pytest.raises(IndexLoadError, match=message.split(" (")[0].replace("(", r"\(")):
-                ReferenceIndex.load(index)
+                load_index(index)

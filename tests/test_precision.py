@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import torch
 
-from repinterp.precision import _new_api, exact_float32, tf32_allowed
+from repinterp.runtime.precision import _new_api, exact_float32, tf32_allowed
 
 backends = torch.backends
 

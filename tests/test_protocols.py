@@ -9,7 +9,8 @@ import pytest
 import torch
 from PIL import Image
 
-from repinterp.data import shapes
+from repinterp.core.polytope_weights import covered_sample, with_score_weights
+from repinterp.data.datasets import shapes
 from repinterp.evaluation import average_drop_increase_from_mask
 from repinterp.evaluation.baselines import channel_weights, reused_cam
 from repinterp.evaluation.methods import METHODS, Method
@@ -20,9 +21,8 @@ from repinterp.evaluation.protocols import evaluate
 from repinterp.evaluation.run import Run, self_first
 from repinterp.evaluation.scoring import drop_increase
 from repinterp.evaluation.setup import WEIGHTS_DIR, Setup, load_setup, stratified
-from repinterp.polytope_weights import covered_sample, with_score_weights
+from repinterp.models.zoo import build_model, default_target_layer, save_weights
 from repinterp.report.tables import overview_markdown
-from repinterp.zoo import build_model, default_target_layer, save_weights
 
 from .test_cli import _assert_one_line_error, run
 
@@ -554,9 +554,9 @@ def test_cam_cluster_control_reuses_mean_weights_of_cluster_members(mnist: Setup
 def test_the_evaluate_options_name_the_real_choices() -> None:
     """evaluation.command writes the choices out (so that --help imports no torch): they must be
     the ones the code uses."""
-    from repinterp.evaluation import command
+    from repinterp.cli import evaluate as command
+    from repinterp.core.boundaries import SAMPLINGS
     from repinterp.evaluation.scoring import METRICS
-    from repinterp.sampling import SAMPLINGS
 
     assert command.SAMPLINGS == SAMPLINGS
     assert command.METRICS == METRICS

@@ -12,11 +12,11 @@ from torch import Tensor
 from torch.utils.data import Dataset
 
 from repinterp import RepresentativeInterpreter
-from repinterp import shards as shards_module
-from repinterp.cli import main
-from repinterp.index import FEATURE_FILE
-from repinterp.shards import Shards
-from repinterp.zoo import build_model, save_weights
+from repinterp.cli.parser import main
+from repinterp.core.reference_index import FEATURE_FILE
+from repinterp.models.zoo import build_model, save_weights
+from repinterp.store import shards as shards_module
+from repinterp.store.shards import Shards
 
 from .models import random_setup
 
@@ -183,7 +183,7 @@ def fit_argv(weights: Path, out: Path, *extra: str) -> list[str]:
 def interrupt_after_shards(monkeypatch: pytest.MonkeyPatch, n: int) -> None:
     """Make the next sharded fit raise KeyboardInterrupt (what Ctrl-C raises) once ``n`` shards
     are saved; ``monkeypatch.undo()`` ends it."""
-    save_shard = shards_module._Partial.save_shard
+    save_shard = shards_module.PartialBuild.save_shard
     saved = []
 
     def save_then_interrupt(self, k, tensors, features_sha):
@@ -192,7 +192,7 @@ def interrupt_after_shards(monkeypatch: pytest.MonkeyPatch, n: int) -> None:
         saved.append(k)
         save_shard(self, k, tensors, features_sha)
 
-    monkeypatch.setattr(shards_module._Partial, "save_shard", save_then_interrupt)
+    monkeypatch.setattr(shards_module.PartialBuild, "save_shard", save_then_interrupt)
 
 
 def test_cli_fit_interrupted_then_resumed(tmp_path, capsys, monkeypatch) -> None:

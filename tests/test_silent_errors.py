@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from repinterp import RepresentativeInterpreter
-from repinterp.sampling import sample_sources
+from repinterp.core.boundaries import sample_sources
+from repinterp.models.zoo import build_model
 from repinterp.workspace import BUNDLED_WEIGHTS
-from repinterp.zoo import build_model
 
 from .models import random_setup
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from repinterp import RepresentativeInterpreter, zoo
-from repinterp.model import NonlinearHeadError
+from repinterp import RepresentativeInterpreter
+from repinterp.models import zoo
+from repinterp.models.split import NonlinearHeadError
 
 pytest.importorskip("timm")
 pytestmark = pytest.mark.usefixtures("one_thread")

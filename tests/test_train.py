@@ -5,7 +5,8 @@ import pytest
 import torch
 from PIL import Image
 
-from repinterp import data, train, zoo
+from repinterp.data import datasets as data
+from repinterp.models import train, zoo
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -187,7 +188,7 @@ def test_label_smoothing_and_autocast_reach_the_loss():
 
 
 def test_the_train_command_passes_the_recipe_on(monkeypatch, tmp_path, capsys):
-    from repinterp import cli
+    from repinterp.cli import parser as cli
 
     seen = {}
 

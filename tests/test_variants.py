@@ -8,11 +8,11 @@ import pytest
 import torch
 
 from repinterp import RepresentativeInterpreter
-from repinterp.cover import exact_cover, fewest_boundaries, greedy_cover
+from repinterp.core.boundaries import sample_sources
+from repinterp.core.cover import exact_cover, fewest_boundaries, greedy_cover
+from repinterp.core.heatmap import heatmaps
+from repinterp.core.polytope_weights import covered_sample, score_weights, with_score_weights
 from repinterp.evaluation.baselines import channel_weights
-from repinterp.heatmap import heatmaps
-from repinterp.polytope_weights import covered_sample, score_weights, with_score_weights
-from repinterp.sampling import sample_sources
 
 from .models import images, tiny_gap_cnn
 

@@ -32,11 +32,11 @@ from matplotlib import colormaps
 from PIL import Image
 from starlette.applications import Starlette
 
-from repinterp.cli import build_parser
+from repinterp.cli.parser import build_parser
+from repinterp.core.heatmap import colorize, normalize_maps, overlay
+from repinterp.core.regions import RegionSet
 from repinterp.evaluation.baselines import ReusableCAM
 from repinterp.evaluation.metrics import keep_top_pixels
-from repinterp.heatmap import colorize, normalize_maps, overlay
-from repinterp.regions import RegionSet
 from repinterp.web import create_app, server_config
 from repinterp.web.app import host_name
 from repinterp.web.compare import METHODS

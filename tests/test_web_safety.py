@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from repinterp import RepresentativeInterpreter
-from repinterp.cli import build_parser
+from repinterp.cli.parser import build_parser
 from repinterp.web import create_app, serve
 from repinterp.web.server import allowed_names
 from tests.test_web import png_bytes, running, small_app

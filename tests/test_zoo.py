@@ -2,7 +2,7 @@ import pytest
 import torch
 from torch import nn
 
-from repinterp import zoo
+from repinterp.models import zoo
 
 OURS = {"mnist_cnn": (1, 28), "shapes_cnn": (3, 56), "digits_cnn": (1, 8)}
 TORCHVISION = [arch for arch in zoo.ARCHS if arch not in OURS]

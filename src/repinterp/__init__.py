@@ -9,8 +9,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from .core.regions import RegionSet
     from .interpreter import Interpretation, RepresentativeInterpreter
-    from .regions import RegionSet
 
 __all__ = ["Interpretation", "RegionSet", "RepresentativeInterpreter"]
 __version__ = "0.2.0"
@@ -22,7 +22,7 @@ def __getattr__(name: str) -> Any:
 
         return getattr(interpreter, name)
     if name == "RegionSet":
-        from .regions import RegionSet
+        from .core.regions import RegionSet
 
         return RegionSet
     raise AttributeError(f"module 'repinterp' has no attribute {name!r}")

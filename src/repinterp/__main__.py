@@ -1,5 +1,5 @@
 """``python -m repinterp``: the command line (also what ``torchrun -m repinterp`` runs)."""
 
-from .cli import main
+from .cli.parser import main
 
 main()

@@ -1,7 +1,7 @@
 """``RepresentativeInterpreter``: fit on a reference set, then explain inputs.
 
-It returns :class:`repinterp.interpretation.Interpretation` objects (re-exported here) and
-builds region sets (:class:`repinterp.regions.RegionSet`).
+It returns :class:`repinterp.core.interpretation.Interpretation` objects (re-exported here) and
+builds region sets (:class:`repinterp.core.regions.RegionSet`).
 """
 
 from __future__ import annotations
@@ -13,10 +13,11 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from .boundaries import project
-from .build import build_index
-from .index import FEATURE_FILE, IndexLoadError, ReferenceIndex
-from .inputs import (
+from .core.boundaries import SAMPLINGS, project
+from .core.interpretation import Interpretation, check_solver, interpret
+from .core.reference_index import FEATURE_FILE, ReferenceIndex
+from .core.regions import RegionSet
+from .data.reference import (
     Reference,
     as_batch,
     as_reference,
@@ -24,8 +25,7 @@ from .inputs import (
     gather_images,
     reference_size,
 )
-from .interpretation import Interpretation, check_solver, interpret
-from .model import (
+from .models.split import (
     LayerSpec,
     OutputFn,
     SplitModel,
@@ -34,11 +34,11 @@ from .model import (
     model_fingerprint,
     split_model,
 )
-from .precision import engine_dtype, exact_float32
-from .regions import RegionSet
-from .sampling import SAMPLINGS
-from .shards import Shards
-from .utils import model_device, resolve_device
+from .runtime.devices import model_device, resolve_device
+from .runtime.precision import engine_dtype, exact_float32
+from .store.index_build import build_index
+from .store.index_folder import IndexLoadError, load_index, save_index
+from .store.shards import Shards
 
 __all__ = ["FEATURE_FILE", "Interpretation", "RepresentativeInterpreter"]
 
@@ -52,8 +52,8 @@ class RepresentativeInterpreter:
 
     Everything it computes (feature maps, ``G``, Eq. 2's gradients, projections, heat maps) runs
     in full float32 precision, also on GPUs that would use TF32, and the user's precision
-    settings are restored afterwards (:func:`repinterp.precision.exact_float32`); images of any
-    floating dtype are converted to the model's, and inputs on another device are moved to
+    settings are restored afterwards (:func:`repinterp.runtime.precision.exact_float32`); images
+    of any floating dtype are converted to the model's, and inputs on another device are moved to
     ``device``.
 
     Args:
@@ -62,7 +62,7 @@ class RepresentativeInterpreter:
         target_layer: where ``psi`` ends: a name from ``model.named_modules()``, the module, or
             a list of one module (``[model.layer4]``, as in pytorch-grad-cam). None: the last
             layer with N x K x h x w output (h x w > 1) from which the logits follow through a
-            piecewise-linear head (see :func:`repinterp.model.locate_split`), found with one
+            piecewise-linear head (see :func:`repinterp.models.split.locate_split`), found with one
             zero image of ``input_shape``, or of the first reference image's shape at ``fit``;
             :attr:`target_layer` then names it.
         n_boundaries: ``|Q|``, the number of sampled boundaries.
@@ -74,8 +74,8 @@ class RepresentativeInterpreter:
         progress: show progress bars.
         num_workers: DataLoader workers when the reference set is a Dataset.
         solver: ``"greedy"`` (Algorithm 1) or ``"exact"`` (a MILP, see
-            :func:`repinterp.cover.exact_cover`, made canonical by
-            :func:`repinterp.cover.fewest_boundaries`); ``explain`` can override it.
+            :func:`repinterp.core.cover.exact_cover`, made canonical by
+            :func:`repinterp.core.cover.fewest_boundaries`); ``explain`` can override it.
         time_limit: seconds the exact solver may spend per input.
         output: takes the model's output and returns the logits, for outputs other than a
             tensor, ``out["logits"]`` or ``out.logits`` (e.g. ``lambda out: out[0]``); it must
@@ -83,11 +83,11 @@ class RepresentativeInterpreter:
         input_shape: C x H x W of the images, to check the target layer (or find it, when
             ``target_layer`` is None) here rather than at ``fit``.
         sampling: how the sources of ``Q`` are drawn: ``"uniform"`` (the paper), ``"balanced"``
-            or ``"pairs"`` (see :func:`repinterp.sampling.sample_sources`).
+            or ``"pairs"`` (see :func:`repinterp.core.boundaries.sample_sources`).
 
     Raises:
         ValueError: a model in training mode or in half precision, a bad target layer or
-            head (see :func:`repinterp.model.split_model`), a device that is not available,
+            head (see :func:`repinterp.models.split.split_model`), a device that is not available,
             bad numbers.
     """
 
@@ -193,12 +193,13 @@ class RepresentativeInterpreter:
                 (of images, ``(image, label)`` tuples or dicts with the image under
                 ``"image"``, ``"pixel_values"``, ``"img"``, ``"input"`` or ``"inputs"``); a
                 DataLoader must not shuffle, and one over an IterableDataset is read into
-                memory once. See :func:`repinterp.inputs.as_reference` for the rules.
+                memory once. See :func:`repinterp.data.reference.as_reference` for the rules.
             class_names: optional names of the classes, kept in the index.
             keep_features: also keep the reference feature maps, in a memory-mapped file on
                 disk (needed by :meth:`regions` and the evaluation protocols).
             shards: write the index in shards to ``shards.directory`` as it goes (the feature
-                maps too), so that a killed fit resumes (see :class:`repinterp.shards.Shards`).
+                maps too), so that a killed fit resumes (see
+                :class:`repinterp.store.shards.Shards`).
 
         Returns:
             self.
@@ -287,7 +288,7 @@ class RepresentativeInterpreter:
     @property
     def reference_features(self) -> Tensor:
         """|R| x (K h w) flattened reference feature maps, memory-mapped from disk (CPU); see
-        :attr:`repinterp.index.ReferenceIndex.features`.
+        :attr:`repinterp.core.reference_index.ReferenceIndex.features`.
 
         Raises:
             ValueError: the interpreter was fitted without ``keep_features=True``.
@@ -407,7 +408,7 @@ class RepresentativeInterpreter:
 
     @exact_float32()
     def regions(self, n_regions: int | None = None, seed: int = 0) -> RegionSet:
-        """k-means regions over the reference set (see :class:`repinterp.regions.RegionSet`);
+        """k-means regions over the reference set (see :class:`repinterp.core.regions.RegionSet`);
         needs ``fit(..., keep_features=True)``."""
         return RegionSet.build(self, n_regions=n_regions, seed=seed)
 
@@ -417,7 +418,7 @@ class RepresentativeInterpreter:
         model's fingerprint so that ``load`` can refuse other weights."""
         index = self.fitted_index
         index.meta["model_fingerprint"] = model_fingerprint(self.model)
-        index.save(path, extra_files=index.files)
+        save_index(index, path, extra_files=index.files)
         index.files = {name: Path(path) / name for name in index.files}
 
     @classmethod
@@ -434,7 +435,7 @@ class RepresentativeInterpreter:
             IndexLoadError: the folder is damaged, or was made with other weights or at a layer
                 this model does not have; the message says which.
         """
-        index = ReferenceIndex.load(path)
+        index = load_index(path)
         meta = index.meta
         layer = meta.get("target_layer")
         if layer not in dict(model.named_modules()):

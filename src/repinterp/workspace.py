@@ -20,14 +20,14 @@ import torch
 from PIL import Image
 from torch import Tensor
 
-from .data import Images, Normalization, Split, load_dataset
-from .images import image_tensor, read_image
-from .index import IndexLoadError, ReferenceIndex
+from .data.datasets import Images, Normalization, Split, load_dataset
+from .data.image_files import image_tensor, read_image
+from .data.provenance import describe_split, fingerprint, fingerprint_change
 from .interpreter import RepresentativeInterpreter
-from .provenance import describe_split, fingerprint, fingerprint_change
-from .shards import Shards
-from .utils import file_sha256
-from .zoo import build_model, default_target_layer
+from .models.zoo import build_model, default_target_layer
+from .runtime.checksums import file_sha256
+from .store.index_folder import IndexLoadError, read_manifest
+from .store.shards import Shards
 
 __all__ = [
     "BUNDLED_WEIGHTS",
@@ -76,9 +76,10 @@ class Workspace:
         return torch.stack([self.reference.pixels(int(i)) for i in indices])
 
     def save(self, path: str | Path) -> None:
-        """Save the index to the folder ``path`` (see :meth:`ReferenceIndex.save`), with the
-        recipe's weights file recorded relative to it, so that the folder can be moved along
-        with the weights (or opened with the weights given anew)."""
+        """Save the index to the folder ``path`` (see
+        :func:`repinterp.store.index_folder.save_index`), with the recipe's weights file
+        recorded relative to it, so that the folder can be moved along with the weights (or
+        opened with the weights given anew)."""
         recipe = dict(self.recipe)
         weights = recipe.get("weights")
         if weights is not None and not weights.startswith(_BUNDLED):
@@ -132,7 +133,7 @@ def fit_workspace(
     """Build the model, load the data set and fit an interpreter on its reference part.
 
     Args:
-        arch: a name from :data:`repinterp.zoo.ARCHS`.
+        arch: a name from :data:`repinterp.models.zoo.ARCHS`.
         weights: a local weights file; None: the weights bundled for ``arch``.
         dataset: ``mnist5k``, ``digits``, ``shapes`` or ``imagefolder:PATH``.
         layer: target layer; None for the arch's default.
@@ -145,7 +146,7 @@ def fit_workspace(
         keep_features: keep the reference feature maps (for regions and protocols).
         num_workers: DataLoader worker processes reading the reference images.
         shards: write the index in shards as it goes, to resume a killed fit (see
-            :class:`repinterp.shards.Shards`).
+            :class:`repinterp.store.shards.Shards`).
         image_size: an image folder's image side in pixels (224).
         mean: an image folder's normalisation mean per channel (ImageNet's).
         std: an image folder's normalisation standard deviation per channel (ImageNet's).
@@ -273,7 +274,7 @@ def open_index(
             says which).
     """
     path = Path(path)
-    recipe = _check_recipe(path, ReferenceIndex.read_manifest(path).get("recipe"))
+    recipe = _check_recipe(path, read_manifest(path).get("recipe"))
     file = _weights_file(path, recipe, weights)
     recipe = {**recipe, "weights": _recorded_weights(file)}
     model = _model(recipe, file)
@@ -306,7 +307,7 @@ def load_image_file(path: str | Path | BinaryIO, shape: tuple[int, int, int]) ->
 
     Raises:
         ValueError: the file is missing, is not a readable image, or is too large (see
-            :func:`repinterp.images.read_image`).
+            :func:`repinterp.data.image_files.read_image`).
     """
     channels, height, width = shape
     image = read_image(path, channels)

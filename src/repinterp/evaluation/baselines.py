@@ -29,7 +29,10 @@ from pytorch_grad_cam.base_cam import BaseCAM
 from pytorch_grad_cam.utils.model_targets import ClassifierOutputTarget
 from torch import Tensor, nn
 
-from ..utils import check_images, eval_mode, nearest_rows, resolve_module
+from ..core.nearest import nearest_rows
+from ..data.reference import check_images
+from ..models.split import resolve_module
+from ..runtime.devices import eval_mode
 
 CAM_METHODS: dict[str, type[BaseCAM]] = {
     "Grad-CAM": GradCAM,

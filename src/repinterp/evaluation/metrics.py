@@ -22,10 +22,11 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from ..utils import check_images, eval_mode, model_device
+from ..data.reference import check_images
+from ..runtime.devices import eval_mode, model_device
 
 if TYPE_CHECKING:
-    from ..regions import RegionSet
+    from ..core.regions import RegionSet
 
 # Maps a batch of images in [0, 1] pixel space to the model's input space.
 Normalize = Callable[[Tensor], Tensor]

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..sampling import SAMPLINGS
+from ..core.boundaries import SAMPLINGS
 from .methods import PAPER, Method, method
 from .scoring import METRICS
 

@@ -44,7 +44,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..utils import check_images, eval_mode, model_device
+from ..data.reference import check_images
+from ..runtime.devices import eval_mode, model_device
 
 __all__ = [
     "BASELINES",

@@ -50,8 +50,8 @@ import torch
 from torch import Tensor
 from tqdm import tqdm
 
-from ..regions import RegionSet
-from ..utils import nearest_rows
+from ..core.nearest import nearest_rows
+from ..core.regions import RegionSet
 from .methods import Method
 from .metrics import coverage_metrics, energy_in_mask, purity_at_k
 from .options import Options, check_protocol

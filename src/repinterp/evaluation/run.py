@@ -13,10 +13,10 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..data import ImageSet
+from ..core.nearest import nearest_rows
+from ..core.regions import RegionSet
+from ..data.datasets import ImageSet
 from ..interpreter import RepresentativeInterpreter
-from ..regions import RegionSet
-from ..utils import nearest_rows
 from .setup import Setup
 
 __all__ = ["Run", "RunOptions", "self_first"]
@@ -64,7 +64,7 @@ class Run:
         self, n_boundaries: int, keep_features: bool = False, sampling: str = "uniform"
     ) -> RepresentativeInterpreter:
         """An interpreter with ``n_boundaries`` boundaries sampled (``sampling``, see
-        :func:`repinterp.sampling.sample_sources`) with the run's seed."""
+        :func:`repinterp.core.boundaries.sample_sources`) with the run's seed."""
         setup = self.setup
         reference = setup.reference
         ri = RepresentativeInterpreter(

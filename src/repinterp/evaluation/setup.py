@@ -21,8 +21,8 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from ..data import Images, ImageSet, load_dataset
-from ..zoo import build_model, default_target_layer
+from ..data.datasets import Images, ImageSet, load_dataset
+from ..models.zoo import build_model, default_target_layer
 
 __all__ = ["BUNDLED", "WEIGHTS_DIR", "Setup", "load_setup", "stratified"]
 
@@ -186,7 +186,7 @@ def load_setup(
         dataset: ``mnist5k`` or ``shapes`` (bundled weights by default), ``digits`` or
             ``imagefolder:PATH`` (need ``arch`` and ``weights``). The split is the one with
             data seed 0, on which ``repinterp train`` trains by default.
-        arch: an architecture of :mod:`repinterp.zoo`; None: the data set's bundled one.
+        arch: an architecture of :mod:`repinterp.models.zoo`; None: the data set's bundled one.
         weights: a local weights file; None: the bundled weights.
         layer: the target layer; None: the architecture's default.
         device: torch device.
@@ -195,7 +195,7 @@ def load_setup(
         subset_seed: seed of both subsets.
         batch_size: images per forward pass.
         image_size, mean, std: an image folder's square side and R G B normalisation (224 and
-            ImageNet's; see :func:`repinterp.data.load_dataset`).
+            ImageNet's; see :func:`repinterp.data.datasets.load_dataset`).
 
     Raises:
         ValueError: an unknown data set, a missing model or weights, a bad layer.

@@ -11,10 +11,10 @@ from typing import BinaryIO
 
 from torch import Tensor
 
-from ..data import Normalization
+from ..core.heatmap import DEFAULT_COLORMAP, SCALE, colorize, normalize_maps, overlay
+from ..core.interpretation import Explainer
+from ..data.datasets import Normalization
 from ..evaluation.metrics import keep_top_pixels
-from ..heatmap import DEFAULT_COLORMAP, SCALE, colorize, normalize_maps, overlay
-from ..interpretation import Explainer
 from ..interpreter import Interpretation
 
 __all__ = [
@@ -138,7 +138,7 @@ def save_case_study_figure(
         study: what to draw.
         path: a file name or a binary file open for writing.
         title: shown above the figure, with the predicted class.
-        cmap: colormap of the heat maps (see :func:`repinterp.heatmap.colorize`).
+        cmap: colormap of the heat maps (see :func:`repinterp.core.heatmap.colorize`).
         alpha: opacity of the heat map in the overlay row.
     """
     import matplotlib

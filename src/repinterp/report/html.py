@@ -7,7 +7,7 @@ import html
 from pathlib import Path
 from typing import Any
 
-from ..heatmap import DEFAULT_COLORMAP, SCALE
+from ..core.heatmap import DEFAULT_COLORMAP, SCALE
 
 __all__ = ["GLOSSARY", "colorbar_css", "write_report"]
 

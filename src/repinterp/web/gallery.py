@@ -4,7 +4,7 @@ k-means regions are inputs (the reference images nearest the centres), and sever
 share one polytope: the same predicted class, the same boundaries ``P`` and the same sides of
 them (hence the same covered images). Such regions are one card, which says how many regions it
 stands for. Each reference image is *interpreted* by exactly one region, as
-:class:`repinterp.regions.RegionSet` assigns images (the covering region of largest
+:class:`repinterp.core.regions.RegionSet` assigns images (the covering region of largest
 representativeness, else the region of the nearest k-means centre), so the cards' interpreted
 counts add up to ``|R|``.
 """
@@ -16,10 +16,10 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from ..cover import sides
-from ..interpretation import Interpretation
-from ..regions import RegionSet
-from ..utils import nearest_rows
+from ..core.cover import sides
+from ..core.interpretation import Interpretation
+from ..core.nearest import nearest_rows
+from ..core.regions import RegionSet
 
 __all__ = ["Polytope", "distinct_polytopes", "polytope_key"]
 

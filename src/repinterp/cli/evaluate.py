@@ -1,0 +1,153 @@
+"""The options of ``repinterp evaluate`` (:mod:`repinterp.cli` runs the command): what they
+mean (`add_arguments`) and the setup, `Options` and reproducing command line they give
+(`prepare`)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING
+
+# The choices below are written out, not imported: this module (and so ``repinterp --help``)
+# imports no torch. tests/test_protocols.py checks them against sampling.SAMPLINGS and
+# scoring.METRICS.
+SAMPLINGS = ("uniform", "balanced", "pairs")
+METRICS = ("AD", "ROAD", "deletion", "insertion")
+DATASETS = "mnist5k, digits, shapes, shapes:SIZE or imagefolder:PATH"
+MODELS = "mnist_cnn, digits_cnn, shapes_cnn, a torchvision name (vgg16, resnet50, ...) or timm:NAME"
+
+if TYPE_CHECKING:
+    from ..evaluation.options import Options
+    from ..evaluation.setup import Setup
+
+__all__ = ["METRICS", "SAMPLINGS", "add_arguments", "prepare"]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the evaluate subcommand's own arguments (not ``--seed/--device/--quiet``)."""
+    add = parser.add_argument
+    add("--dataset", required=True, help=f"data set: {DATASETS}")
+    add(
+        "--protocol",
+        required=True,
+        help="unseen (Table 1), coverage (Table 2), reference (App. C), q-sweep (App. E), "
+        "similar (case studies: purity and reuse of the similar images)",
+    )
+    add("--runs", type=int, help="seeded runs, mean ± std (5; 2 with --quick)")
+    add(
+        "--quick",
+        action="store_true",
+        help="600 reference / 200 unseen images of the fixed split, 30 inputs, 20 images for the "
+        "perturbation metrics",
+    )
+    add("--inputs", type=int, help="reference inputs of reference/similar (200; 30)")
+    add(
+        "--methods",
+        help="comma-separated: RI, its variants RI+exact, RI+balanced, RI+pairs, RI+score, "
+        "RI+euclidean, RI+cosine (and combinations such as RI+pairs+score), Grad-CAM, "
+        "Grad-CAM++, Score-CAM (each also +cluster: weights averaged over a cluster), ACE; or "
+        "'all' for the paper's (RI,Grad-CAM,Grad-CAM++,"
+        "Score-CAM,ACE); default: those but ACE",
+    )
+    add(
+        "--metrics",
+        help=f"besides AD/AI, comma-separated of {', '.join(METRICS[1:])}, or 'none' (all; ROAD "
+        "is the expensive one)",
+    )
+    add(
+        "--fixed-split",
+        action="store_true",
+        help="every run uses the same images (the split the bundled weights were trained on); "
+        "default without --quick: each run draws 75%% of the reference and 80%% of the unseen "
+        "images, stratified by class",
+    )
+    add("--ks", help="K of reference, comma-separated (1,5,10,20,50)")
+    add("--q-values", help="|Q| of q-sweep, comma-separated (1,5,10,30,50,70,100)")
+    add("--samplings", help=f"Q's samplings q-sweep compares, of {', '.join(SAMPLINGS)} (uniform)")
+    add("--boundaries", type=int, help="|Q| of RI (50)")
+    add(
+        "--curve-images",
+        type=int,
+        help="unseen images per run ROAD/deletion/insertion score (200; 20)",
+    )
+    add("--time-limit", type=float, help="seconds per input of RI+exact's solver (5)")
+    add("--out", help="output folder (evaluation/DATASET-PROTOCOL)")
+    add("--model", help=f"architecture (default: the data set's bundled one): {MODELS}")
+    add("--weights", help="local weights file of --model")
+    add("--layer", help="target layer name (default: the arch's last conv ReLU)")
+
+
+def _integers(text: str, flag: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(v) for v in text.split(","))
+    except ValueError:
+        raise ValueError(f"{flag} takes comma-separated integers, got {text!r}") from None
+
+
+def prepare(args: argparse.Namespace) -> tuple[Setup, Options, str]:
+    """The setup and options the parsed arguments ask for, and the command line that
+    reproduces the evaluation with the defaults spelled out.
+
+    Raises:
+        ValueError: a bad option (the message names it).
+    """
+    from ..evaluation.methods import PAPER
+    from ..evaluation.options import FULL, QUICK, Options, check_protocol
+    from ..evaluation.setup import load_setup
+
+    check_protocol(args.protocol)
+    sizes = QUICK if args.quick else FULL
+    chosen = {
+        "runs": sizes["runs"] if args.runs is None else args.runs,
+        "n_inputs": sizes["n_inputs"] if args.inputs is None else args.inputs,
+        "split": "fixed" if args.fixed_split else sizes["split"],
+        "curve_images": sizes["curve_images"] if args.curve_images is None else args.curve_images,
+    }
+    if args.methods:
+        all_ = (*PAPER, "ACE")
+        chosen["methods"] = all_ if args.methods == "all" else tuple(args.methods.split(","))
+    if args.metrics:
+        chosen["metrics"] = () if args.metrics == "none" else tuple(args.metrics.split(","))
+        chosen["metrics"] = ("AD", *chosen["metrics"])
+    for flag, key in (("ks", "ks"), ("q_values", "q_values")):
+        if getattr(args, flag):
+            chosen[key] = _integers(getattr(args, flag), "--" + flag.replace("_", "-"))
+    if args.samplings:
+        chosen["samplings"] = tuple(args.samplings.split(","))
+    if args.boundaries is not None:
+        chosen["n_boundaries"] = args.boundaries
+    if args.time_limit is not None:
+        chosen["time_limit"] = args.time_limit
+    options = Options(seed=args.seed, progress=not args.quiet, **chosen)
+    setup = load_setup(
+        args.dataset,
+        args.model,
+        args.weights,
+        args.layer,
+        args.device,
+        n_reference=sizes["n_reference"],
+        n_unseen=sizes["n_unseen"],
+        subset_seed=args.seed,
+        image_size=args.image_size,
+        mean=args.mean,
+        std=args.std,
+    )
+    return setup, options, _command(args, options)
+
+
+def _command(args: argparse.Namespace, options: Options) -> str:
+    """The command line that reproduces this evaluation, with the defaults spelled out."""
+    parts = ["repinterp evaluate", f"--dataset {args.dataset}", f"--protocol {args.protocol}"]
+    parts += [f"--runs {options.runs}", f"--seed {options.seed}"]
+    parts += [f"--inputs {options.n_inputs}"] if args.protocol in ("reference", "similar") else []
+    parts += ["--quick"] if args.quick else []
+    parts += ["--fixed-split"] if args.fixed_split else []
+    for flag in ("model", "weights", "layer", "methods", "metrics", "ks", "q_values", "samplings"):
+        if getattr(args, flag):
+            parts.append(f"--{flag.replace('_', '-')} {getattr(args, flag)}")
+    for flag in ("boundaries", "curve_images", "time_limit", "image_size"):
+        if getattr(args, flag) is not None:
+            parts.append(f"--{flag.replace('_', '-')} {getattr(args, flag)}")
+    for flag in ("mean", "std"):
+        if getattr(args, flag) is not None:
+            parts.append(f"--{flag} {' '.join(map(str, getattr(args, flag)))}")
+    return " ".join(parts)

@@ -1,0 +1,337 @@
+"""``Interpretation``: the representative interpretation ``P(x)`` of one input.
+
+An interpretation refers back to the interpreter that made it through the small
+:class:`Explainer` protocol (its index, its feature maps and forward pass), so that this module
+and :mod:`repinterp.core.regions` never import :mod:`repinterp.interpreter`;
+:class:`repinterp.interpreter.RepresentativeInterpreter` is the explainer in practice.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import torch
+from torch import Tensor
+
+from ..runtime.precision import exact_float32
+from .cover import ExactCoverResult, exact_cover, fewest_boundaries, greedy_cover, sides
+from .heatmap import heatmaps
+from .reference_index import ReferenceIndex
+
+__all__ = [
+    "SIMILARITY_METRICS",
+    "SOLVERS",
+    "Explainer",
+    "Interpretation",
+    "check_solver",
+    "interpret",
+]
+
+SIMILARITY_METRICS = ("semantic", "euclidean", "cosine")
+SOLVERS = ("greedy", "exact")
+
+
+def check_solver(solver: str) -> str:
+    """``solver`` if it is one of :data:`SOLVERS`, else ``ValueError``."""
+    if solver not in SOLVERS:
+        raise ValueError(f"unknown solver {solver!r}; choose one of {', '.join(SOLVERS)}")
+    return solver
+
+
+class Explainer(Protocol):
+    """What an :class:`Interpretation` (and a :class:`repinterp.core.regions.RegionSet`) uses of the
+    fitted interpreter behind it.
+
+    Attributes:
+        device: where the interpreter computes.
+    """
+
+    device: torch.device
+
+    @property
+    def fitted_index(self) -> ReferenceIndex:
+        """The reference index; raises if the interpreter is not fitted."""
+        ...
+
+    @property
+    def reference_features(self) -> Tensor:
+        """|R| x (K h w) flattened reference feature maps (CPU); raises if they were not kept."""
+        ...
+
+    @property
+    def class_names(self) -> list[str] | None:
+        """Names of the classes, if known."""
+        ...
+
+    def features(self, images: Tensor) -> Tensor:
+        """``psi(images)``: N x C x H x W -> N x K x h x w, on the device."""
+        ...
+
+    def forward(self, images: Tensor) -> tuple[Tensor, Tensor]:
+        """Logits (N x classes) and projections on ``Q`` (N x |Q|) of N x C x H x W images."""
+        ...
+
+    def explain_reference(
+        self, indices: Tensor | list[int], solver: str | None = None
+    ) -> list[Interpretation]:
+        """Interpretations of reference images, from the index alone."""
+        ...
+
+
+@dataclass(eq=False)
+class Interpretation:
+    """The representative interpretation ``P(x)`` of one input.
+
+    Attributes:
+        predicted_class: ``Class(x)``.
+        score: softmax probability of the predicted class.
+        boundaries: ``P(x)``, indices into ``Q`` in the order the greedy chose them (ascending
+            for the exact solver).
+        covered: reference indices covered by ``P(x)`` (ascending).
+        delta: ``tau(x)``, images of ``D(x)`` that no polytope of ``Q`` separates from ``x``.
+        conflicts: ``|P(x) ∩ D(x)|`` (at most ``delta``).
+        projections: |Q| signed projections of the input on ``Q``.
+        channel_weights: |P| x K, the ``alpha`` of each boundary, flipped to the input's side.
+        n_reference: |R|.
+        interpreter: the interpreter that made it.
+        solver: ``"greedy"`` or ``"exact"``, which solved the cover.
+        optimal: (exact) whether the representativeness is proven maximal.
+        gap: (exact) ``(bound - representativeness) / max(representativeness, 1)`` for a proven
+            upper bound on the optimum; 0 when optimal.
+        greedy_representativeness: (exact) what Algorithm 1 covers for the same input.
+        features: (K h w,) the input's flattened feature map, kept when the interpreter keeps
+            the reference feature maps (for ``similar(metric="euclidean" | "cosine")``).
+    """
+
+    predicted_class: int
+    score: float
+    boundaries: Tensor
+    covered: Tensor
+    delta: int
+    conflicts: int
+    projections: Tensor
+    channel_weights: Tensor
+    n_reference: int
+    interpreter: Explainer
+    solver: str = "greedy"
+    optimal: bool | None = None
+    gap: float | None = None
+    greedy_representativeness: int | None = None
+    features: Tensor | None = None
+
+    def __repr__(self) -> str:
+        names = self.interpreter.class_names
+        name = f" ({names[self.predicted_class]!r})" if names else ""
+        exact = f", optimal {self.optimal}" if self.optimal is not None else ""
+        return (
+            f"Interpretation(class {self.predicted_class}{name}, score {self.score:.3f}, "
+            f"|P| = {self.boundaries.numel()}, representativeness {self.representativeness} of "
+            f"{self.n_reference}, delta {self.delta}, solver {self.solver!r}{exact})"
+        )
+
+    @property
+    def representativeness(self) -> int:
+        """``|P(x) ∩ R|``: the number of reference images covered."""
+        return int(self.covered.numel())
+
+    @property
+    def optimum(self) -> int | None:
+        """The optimal representativeness when the exact solver proved it, else None."""
+        return self.representativeness if self.optimal else None
+
+    @property
+    def has_heatmap(self) -> bool:
+        return self.boundaries.numel() > 0
+
+    @property
+    def message(self) -> str | None:
+        """A note on a degenerate result, or None."""
+        if not self.has_heatmap:
+            return (
+                f"every reference image is predicted class {self.predicted_class}: D(x) is empty, "
+                f"so P(x) = {{}} covers all {self.n_reference} reference images and there is no "
+                "boundary to draw a heat map from"
+            )
+        if self.delta > 0:
+            return (
+                f"delta = tau(x) = {self.delta}: that many reference images of other classes lie "
+                "on x's side of every sampled boundary, so P(x) must cover them"
+            )
+        return None
+
+    def distances(self, metric: str | None = None) -> Tensor:
+        """Distance of each covered reference image by ``metric`` (as in `similar`; the default
+        too), in ``covered``'s order: ``Dist(x, x')`` for ``"semantic"``."""
+        metric = metric or ("euclidean" if self.features is not None else "semantic")
+        if metric not in SIMILARITY_METRICS:
+            raise ValueError(
+                f"unknown metric {metric!r}; choose one of {', '.join(SIMILARITY_METRICS)}"
+            )
+        if metric != "semantic":
+            return self.feature_distances(metric)
+        index = self.interpreter.fitted_index
+        p = self.boundaries
+        ref = index.projections[self.covered][:, p]
+        return (ref - self.projections[p]).abs().sum(1)
+
+    def feature_distances(self, metric: str = "euclidean", chunk: int = 1024) -> Tensor:
+        """Euclidean (or cosine: Euclidean between unit vectors) distance of each covered
+        reference image's flattened feature map to the input's, in ``covered``'s order (CPU).
+
+        Raises:
+            ValueError: the interpreter was fitted without ``keep_features=True``.
+        """
+        if self.features is None:
+            raise ValueError(
+                f"metric {metric!r} needs the feature maps: fit with keep_features=True"
+            )
+        reference = self.interpreter.reference_features
+        query = self.features.cpu().float().unsqueeze(0)
+        if metric == "cosine":
+            query = torch.nn.functional.normalize(query, dim=1)
+        parts = []
+        for rows in self.covered.cpu().split(chunk):
+            ref = reference[rows]
+            if metric == "cosine":
+                ref = torch.nn.functional.normalize(ref, dim=1)
+            parts.append(torch.cdist(query, ref, compute_mode="donot_use_mm_for_euclid_dist")[0])
+        return torch.cat(parts) if parts else query.new_zeros(0)
+
+    def similar(self, k: int | None = None, metric: str | None = None) -> Tensor:
+        """Covered reference indices, most similar first (ties by lower index).
+
+        Args:
+            k: how many (0 gives none); None means all covered images.
+            metric: ``"semantic"``, the paper's ``Dist`` (§5.2); or ``"euclidean"`` /
+                ``"cosine"``, the distance of the feature maps (see `feature_distances`).
+                None: ``"euclidean"`` when the feature maps were kept, else ``"semantic"``:
+                Euclidean ranked the input's sub-concept higher on ``shapes``, with the same
+                class purity and reuse AD (docs/results.md).
+
+        Raises:
+            ValueError: a negative ``k`` or an unknown metric.
+        """
+        if k is not None and k < 0:
+            raise ValueError(f"k must be >= 0, got {k}")
+        distances = self.distances(metric)
+        order = torch.sort(distances, stable=True).indices
+        return self.covered[order.to(self.covered.device)][:k]
+
+    @exact_float32()
+    def heatmap(self, images: Tensor) -> Tensor:
+        """Heat maps of ``P(x)`` on N images (N x C x H x W, any device; none gives 0 x H x W),
+        reusing ``x``'s channel weights.
+
+        Returns:
+            N x H x W in [0, 1] on the interpreter's device.
+
+        Raises:
+            ValueError: ``P(x)`` is empty (see :attr:`message`).
+        """
+        if not self.has_heatmap:
+            raise ValueError(self.message)
+        features = self.interpreter.features(images)
+        return heatmaps(features, self.channel_weights, tuple(images.shape[-2:]))
+
+    @exact_float32()
+    def covers(self, images: Tensor) -> Tensor:
+        """N booleans: whether each image (N x C x H x W, any device) lies on ``x``'s side of
+        every boundary of ``P(x)``."""
+        _, proj = self.interpreter.forward(images)
+        p = self.boundaries
+        return (sides(proj[:, p]) == sides(self.projections[p]).unsqueeze(0)).all(1)
+
+    def to_dict(self, top_k: int = 10) -> dict[str, Any]:
+        """A JSON-ready summary, with the ``top_k`` (>= 0) most similar covered images."""
+        similar = self.similar(top_k)
+        dist = dict(zip(self.covered.tolist(), self.distances().tolist(), strict=True))
+        names = self.interpreter.class_names
+        return {
+            "predicted_class": self.predicted_class,
+            "class_name": names[self.predicted_class] if names else None,
+            "score": self.score,
+            "delta": self.delta,
+            "conflicts": self.conflicts,
+            "boundaries": self.boundaries.tolist(),
+            "representativeness": self.representativeness,
+            "solver": self.solver,
+            "optimal": self.optimal,
+            "gap": self.gap,
+            "greedy_representativeness": self.greedy_representativeness,
+            "optimum": self.optimum,
+            "message": self.message,
+            "similar": [{"reference": i, "distance": dist[i]} for i in similar.tolist()],
+        }
+
+
+def _exact_fields(result: ExactCoverResult, i: int) -> dict[str, Any]:
+    return {
+        "optimal": bool(result.optimal[i]),
+        "gap": float(result.gap[i]),
+        "greedy_representativeness": int(result.greedy_representativeness[i]),
+    }
+
+
+def interpret(
+    explainer: Explainer,
+    logits: Tensor,
+    proj: Tensor,
+    solver: str,
+    time_limit: float,
+    features: Tensor | None = None,
+) -> list[Interpretation]:
+    """Solve the cover problem (Eq. 3) for N inputs at once and wrap each ``P(x)``.
+
+    Args:
+        explainer: the fitted interpreter (its index).
+        logits: N x classes, the inputs' logits.
+        proj: N x |Q|, their projections on ``Q``.
+        solver: ``"greedy"`` (Algorithm 1) or ``"exact"`` (the MILP, within ``time_limit``
+            seconds per input).
+        features: N x (K h w) flattened feature maps, kept in the interpretations if given.
+
+    Returns:
+        N interpretations (none for N = 0).
+    """
+    index = explainer.fitted_index
+    if logits.shape[0] == 0:
+        return []
+    predicted = logits.argmax(1)
+    other = index.predictions.unsqueeze(0) != predicted.unsqueeze(1)
+    input_sides = sides(proj)
+    result = greedy_cover(index.cover_index, input_sides, other)
+    if solver == "exact":
+        result = exact_cover(index.cover_index, input_sides, other, time_limit, greedy=result)
+        result = fewest_boundaries(index.sides, input_sides, other, result, time_limit)
+    scores = logits.float().softmax(1).gather(1, predicted.unsqueeze(1)).squeeze(1)
+    # channel_weights(boundaries at P, sides at P), from the index's channel means
+    flips = torch.where(input_sides < 0, -1.0, 1.0).to(index.channel_means.dtype)
+    numbers = zip(
+        predicted.tolist(),
+        scores.tolist(),
+        result.delta.tolist(),
+        result.conflicts.tolist(),
+        strict=True,
+    )
+    out = []
+    for i, (predicted_class, score, delta, conflicts) in enumerate(numbers):
+        chosen = result.boundaries(i)
+        out.append(
+            Interpretation(
+                predicted_class=predicted_class,
+                score=score,
+                boundaries=chosen,
+                covered=result.covered[i].nonzero().flatten(),
+                delta=delta,
+                conflicts=conflicts,
+                projections=proj[i],
+                channel_weights=index.channel_means[chosen] * flips[i, chosen].unsqueeze(1),
+                n_reference=len(index),
+                interpreter=explainer,
+                solver=solver,
+                features=None if features is None else features[i],
+                **(_exact_fields(result, i) if isinstance(result, ExactCoverResult) else {}),
+            )
+        )
+    return out

@@ -1,0 +1,130 @@
+"""The reference index in memory: everything the cover, ranking and heat maps need about ``R``.
+
+For |R| reference images and |Q| boundaries it keeps the |R| x |Q| signed projections, the
+predicted classes and logits (and labels when given), and the boundaries themselves; never the
+reference feature maps, which stay in a memory-mapped file (``features.npy``) when they are
+kept. Its folder on disk is :mod:`repinterp.store.index_folder`'s.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from .boundaries import Boundaries
+from .cover import CoverIndex, sides
+from .heatmap import channel_means
+
+__all__ = ["FEATURE_FILE", "ReferenceIndex"]
+
+FEATURE_FILE = "features.npy"
+
+
+@dataclass
+class ReferenceIndex:
+    """Projections of the reference images on the sampled boundaries ``Q``.
+
+    Attributes:
+        boundaries: ``Q``.
+        sources: |Q| long, the reference images behind ``Q``, in ``Q``'s order.
+        projections: |R| x |Q|, ``<W_h, psi(x')> + b_h``.
+        predictions: |R| long, the model's predicted classes.
+        logits: |R| x classes.
+        labels: |R| long ground-truth labels, or None.
+        input_shape: C x H x W of the images.
+        meta: manifest fields (layer, seed, fingerprint, class names, ...).
+        files: extra files saved with the index (e.g. ``features.npy``), by name.
+        checksums: the SHA-256 of (some of) ``files`` as they were written; saving refuses a
+            file that no longer has it.
+    """
+
+    boundaries: Boundaries
+    sources: Tensor
+    projections: Tensor
+    predictions: Tensor
+    logits: Tensor
+    labels: Tensor | None
+    input_shape: tuple[int, int, int]
+    meta: dict[str, Any] = field(default_factory=dict)
+    files: dict[str, Path] = field(default_factory=dict)
+    checksums: dict[str, str] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return self.projections.shape[0]
+
+    @property
+    def n_classes(self) -> int:
+        return self.logits.shape[1]
+
+    @property
+    def feature_shape(self) -> tuple[int, ...]:
+        return tuple(self.boundaries.weight.shape[1:])
+
+    @cached_property
+    def sides(self) -> Tensor:
+        """|R| x |Q| int8 signs of the projections (computed once; the dataclass is neither
+        frozen nor slotted, so that the cache can live in the instance's ``__dict__``)."""
+        return sides(self.projections)
+
+    @cached_property
+    def features(self) -> Tensor:
+        """|R| x (K h w) flattened reference feature maps, memory-mapped from the feature file
+        (CPU), mapped once per index object: a file that replaces it later (a new fit saved to
+        the same folder) does not change what this index reads.
+
+        Raises:
+            ValueError: the index was built without its feature maps (``keep_features``).
+        """
+        path = self.files.get(FEATURE_FILE)
+        if path is None:
+            raise ValueError(
+                "the reference feature maps were not kept: fit with keep_features=True "
+                "(repinterp fit without --no-features)"
+            )
+        return torch.from_numpy(np.load(path, mmap_mode="c"))
+
+    @cached_property
+    def cover_index(self) -> CoverIndex:
+        """The sides prepared for :func:`repinterp.core.cover.greedy_cover` (built once per index;
+        each cover path builds its part on first use)."""
+        return CoverIndex(self.sides)
+
+    @cached_property
+    def channel_means(self) -> Tensor:
+        """|Q| x K spatial means of the boundaries' weights (see
+        :func:`repinterp.core.heatmap.channel_means`; computed once)."""
+        return channel_means(self.boundaries)
+
+    def to(self, device: torch.device | str) -> ReferenceIndex:
+        return ReferenceIndex(
+            boundaries=self.boundaries.to(device),
+            sources=self.sources.to(device),
+            projections=self.projections.to(device),
+            predictions=self.predictions.to(device),
+            logits=self.logits.to(device),
+            labels=None if self.labels is None else self.labels.to(device),
+            input_shape=self.input_shape,
+            meta=dict(self.meta),
+            files=dict(self.files),
+            checksums=dict(self.checksums),
+        )
+
+    def tensors(self) -> dict[str, Tensor]:
+        out = {
+            "boundary_weight": self.boundaries.weight,
+            "boundary_bias": self.boundaries.bias,
+            "boundary_classes": self.boundaries.top_classes,
+            "sources": self.sources,
+            "projections": self.projections,
+            "predictions": self.predictions,
+            "logits": self.logits,
+        }
+        if self.labels is not None:
+            out["labels"] = self.labels
+        return {k: v.detach().cpu().contiguous() for k, v in out.items()}

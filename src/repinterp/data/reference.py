@@ -1,0 +1,347 @@
+"""What the engine reads: reference sets (their size, batches and single images) and batches
+of images, checked and converted to the engine's dtype.
+
+A reference set is what :func:`repinterp.store.index_build.build_index` indexes.
+:func:`as_reference` accepts, and the engine reads by index (``Q``'s sources are drawn by position):
+
+- an N x C x H x W tensor;
+- a NumPy array, N x C x H x W, or N x H x W x C when its last dimension is 1 or 3 and its
+  second is not (read without a copy);
+- a map-style ``Dataset``, or a list of images, whose items are an image tensor, an
+  ``(image, label, ...)`` tuple, or a dict with the image under one of :data:`IMAGE_KEYS`
+  (and the label, if any, under one of :data:`LABEL_KEYS`);
+- a ``DataLoader`` over such a Dataset, read in the Dataset's order with the loader's
+  ``collate_fn``, ``num_workers`` and ``worker_init_fn`` (its batch size and ``drop_last``
+  are not used: every image is indexed). A shuffling loader (``shuffle=True``) or one with
+  another sampler is refused: the index's rows must follow one order that a later pass can
+  reproduce;
+- a ``DataLoader`` over an ``IterableDataset`` (or that Dataset itself): it has no random
+  access, so it is read once, in order, into memory.
+
+Every kind is handled by :func:`reference_size`, :func:`iter_batches` and
+:func:`gather_images` and nowhere else. Every batch the engine computes on passes
+:func:`as_batch`.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+from torch.utils.data import (
+    BatchSampler,
+    DataLoader,
+    Dataset,
+    IterableDataset,
+    RandomSampler,
+    Sampler,
+    SequentialSampler,
+    TensorDataset,
+    default_collate,
+)
+
+__all__ = [
+    "IMAGE_KEYS",
+    "LABEL_KEYS",
+    "Reference",
+    "all_finite",
+    "as_batch",
+    "as_reference",
+    "check_finite_rows",
+    "check_images",
+    "gather_images",
+    "iter_batches",
+    "reference_size",
+]
+
+Reference = Tensor | np.ndarray | Dataset | DataLoader | Sequence[Any]
+
+
+def all_finite(tensor: Tensor) -> bool:
+    """Whether every value of ``tensor`` is finite: one sum (a NaN or an Inf makes it NaN or
+    Inf), then, only if that sum is not finite (it may overflow), the values one by one."""
+    return bool(torch.isfinite(tensor.sum())) or bool(torch.isfinite(tensor).all())
+
+
+def check_images(
+    images: Tensor,
+    shape: Sequence[int] | None = None,
+    what: str = "images",
+    pixels: bool = False,
+    nonempty: bool = False,
+    expected_by: str | None = None,
+) -> None:
+    """Raise ``ValueError`` unless ``images`` is a finite floating N x C x H x W batch.
+
+    Args:
+        images: the batch.
+        shape: the expected C x H x W, if known.
+        what: how to name the batch in the message.
+        pixels: the values must also lie in [0, 1] (pixel space, before normalisation).
+        nonempty: N must be at least 1.
+        expected_by: who expects ``shape``, to say so in the message (e.g. ``"the index"``:
+            "... the index expects (1, 28, 28)"); None: "... expected (1, 28, 28)".
+    """
+    if not isinstance(images, Tensor):
+        raise TypeError(f"{what} must be a tensor, got {type(images).__name__}")
+    if images.ndim != 4:
+        one = " (one image: image[None])" if images.ndim == 3 else ""
+        raise ValueError(f"{what} must be N x C x H x W{one}, got shape {tuple(images.shape)}")
+    if not images.is_floating_point():
+        raise ValueError(f"{what} must be floating point, got {images.dtype}")
+    if nonempty and images.shape[0] == 0:
+        raise ValueError(f"{what} holds no image")
+    if shape is not None and tuple(images.shape[1:]) != tuple(shape):
+        expects = f"{expected_by} expects" if expected_by else "expected"
+        raise ValueError(
+            f"{what} have C x H x W = {tuple(images.shape[1:])}, {expects} {tuple(shape)}"
+        )
+    if pixels:
+        inside = ((images >= 0) & (images <= 1)).flatten(1).all(1)
+        if not bool(inside.all()):
+            bad = (~inside).nonzero().flatten()[:5].tolist()
+            raise ValueError(
+                f"{what} must be in [0, 1] pixel space, before normalisation (NaN or values "
+                f"outside it at batch positions {bad})"
+            )
+        return
+    if not all_finite(images):
+        finite = torch.isfinite(images).flatten(1).all(1)
+        bad = (~finite).nonzero().flatten()[:5].tolist()
+        raise ValueError(f"{what} contain NaN or Inf values (batch positions {bad})")
+
+
+IMAGE_KEYS = ("image", "pixel_values", "img", "input", "inputs")
+LABEL_KEYS = ("label", "labels", "target")
+
+
+def _from_numpy(array: np.ndarray) -> Tensor:
+    if array.ndim != 4:
+        raise ValueError(
+            f"a NumPy reference set must be N x C x H x W or N x H x W x C, got shape {array.shape}"
+        )
+    with warnings.catch_warnings():  # a read-only (memory-mapped) array is only ever read
+        warnings.filterwarnings("ignore", message=".*not writable.*")
+        tensor = torch.from_numpy(array)
+    if array.shape[-1] in (1, 3) and array.shape[1] not in (1, 3):
+        return tensor.permute(0, 3, 1, 2)
+    return tensor
+
+
+def _read_all(loader: DataLoader) -> Tensor | TensorDataset:
+    """An iterable loader's images (and labels), read once, in order."""
+    images, labels = [], []
+    for batch in loader:
+        image, label = _split_item(batch)
+        images.append(image.unsqueeze(0) if image.ndim == 3 else image)
+        if label is not None:
+            labels.append(label.reshape(-1))
+    if not images:
+        return torch.empty(0)
+    if labels and len(labels) != len(images):
+        raise ValueError("the reference DataLoader yields labels for some images only")
+    return TensorDataset(torch.cat(images), torch.cat(labels)) if labels else torch.cat(images)
+
+
+def as_reference(reference: Reference) -> Tensor | Dataset | DataLoader | Sequence[Any]:
+    """``reference`` in a form the engine reads by index (see the module's docstring).
+
+    Raises:
+        ValueError: a shuffling DataLoader or one with another sampler; a NumPy array that is
+            not 4-D.
+        TypeError: anything else that is not a reference set.
+    """
+    if isinstance(reference, np.ndarray):
+        return _from_numpy(reference)
+    if isinstance(reference, IterableDataset):
+        return _read_all(DataLoader(reference, batch_size=64))
+    if isinstance(reference, DataLoader):
+        if isinstance(reference.dataset, IterableDataset):
+            return _read_all(reference)
+        if isinstance(reference.sampler, RandomSampler):
+            raise ValueError(
+                "the reference DataLoader shuffles (shuffle=True), but the index's rows must "
+                "keep one order: pass a DataLoader with shuffle=False, or its dataset"
+            )
+        batches = reference.batch_sampler
+        if not isinstance(reference.sampler, SequentialSampler) or not (
+            batches is None or type(batches) is BatchSampler
+        ):
+            raise ValueError(
+                f"the reference DataLoader has a {type(reference.sampler).__name__}: it is "
+                "read in its dataset's order, so pass that dataset (e.g. a Subset) instead"
+            )
+        return reference
+    if isinstance(reference, (Tensor, Dataset, list, tuple)):
+        return reference
+    raise TypeError(
+        f"a reference set must be a tensor, a NumPy array, a Dataset, a DataLoader or a list of "
+        f"images, got {type(reference).__name__}"
+    )
+
+
+def reference_size(reference: Reference) -> int:
+    """Number of images in a reference set (as returned by :func:`as_reference`)."""
+    if isinstance(reference, Tensor):
+        return reference.shape[0]
+    if isinstance(reference, DataLoader):
+        reference = reference.dataset
+    try:
+        return len(reference)  # type: ignore[arg-type]
+    except TypeError as exc:
+        raise TypeError("the reference Dataset must define __len__") from exc
+
+
+def check_finite_rows(what: str, *tensors: Tensor) -> None:
+    """Raise ``ValueError`` naming the batch positions (rows) where any of ``tensors`` (each
+    N x ...) is not finite: what the model computed from finite images overflowed."""
+    if all(all_finite(t) for t in tensors):
+        return
+    finite = torch.stack([torch.isfinite(t.flatten(1)).all(1) for t in tensors]).all(0)
+    bad = (~finite).nonzero().flatten()[:5].tolist()
+    raise ValueError(
+        f"images at batch positions {bad} give non-finite {what} (NaN or Inf): their values "
+        "are too large for the model"
+    )
+
+
+def as_batch(
+    images: Tensor,
+    dtype: torch.dtype,
+    device: torch.device | None = None,
+    shape: Sequence[int] | None = None,
+    what: str = "images",
+    non_blocking: bool = False,
+) -> Tensor:
+    """``images`` on ``device`` (None: where they are) in ``dtype`` (a floating batch of any
+    precision is converted), then checked by :func:`check_images` (against the index's C x H x W
+    ``shape``, if given).
+
+    Raises:
+        TypeError: not a tensor.
+        ValueError: see :func:`check_images`; values that overflow ``dtype`` count as Inf.
+    """
+    if isinstance(images, Tensor) and images.is_floating_point():
+        images = images.to(device=device, dtype=dtype, non_blocking=non_blocking)
+    check_images(images, shape, what=what, expected_by="the index")
+    return images
+
+
+def _split_item(item: Any) -> tuple[Tensor, Tensor | None]:
+    """``(images, labels or None)`` of a collated batch (or of one item)."""
+    if isinstance(item, Mapping):
+        image_key = next((k for k in IMAGE_KEYS if k in item), None)
+        if image_key is None:
+            raise ValueError(
+                f"a reference item is a dict with keys {sorted(map(str, item))}; the image must "
+                f"be under one of {', '.join(IMAGE_KEYS)}"
+            )
+        label_key = next((k for k in LABEL_KEYS if k in item), None)
+        labels = torch.as_tensor(item[label_key]) if label_key else None
+        return item[image_key], labels
+    if isinstance(item, (tuple, list)):
+        labels = torch.as_tensor(item[1]) if len(item) > 1 else None
+        return item[0], labels
+    return item, None
+
+
+def _collate(items: list[Any]) -> Any:
+    """torch's ``default_collate``, with a one-line error for items it cannot batch (e.g. the
+    PIL images of an ImageFolder given no transform)."""
+    try:
+        return default_collate(items)
+    except TypeError as exc:
+        image = _split_item(items[0])[0] if items else None
+        raise ValueError(
+            f"the reference set yields {type(image).__name__} images, which cannot be batched: "
+            "give it a transform that makes normalised tensors (e.g. torchvision's ToTensor and "
+            "Normalize)"
+        ) from exc
+
+
+def _source(reference: Reference) -> tuple[Any, Callable[[list[Any]], Any]]:
+    """The indexable data behind a reference set and the function that batches its items."""
+    if isinstance(reference, DataLoader):
+        batching = reference.batch_sampler is not None
+        collate = reference.collate_fn if batching else _collate
+        return reference.dataset, _collate if collate is default_collate else collate
+    return reference, _collate
+
+
+def _tensors(reference: Reference) -> tuple[Tensor, ...] | None:
+    """The images (and labels) of a reference set held in tensors, sliced as a whole, never
+    item by item: a tensor, or a ``TensorDataset`` read with the default batching; else None."""
+    if isinstance(reference, Tensor):
+        return (reference,)
+    dataset, collate = _source(reference)
+    if type(dataset) is TensorDataset and collate is _collate:
+        return dataset.tensors
+    return None
+
+
+class _RangeSampler(Sampler[list[int]]):
+    """Batches of consecutive indices, one ``(start, stop)`` range each."""
+
+    def __init__(self, ranges: Sequence[tuple[int, int]]) -> None:
+        self.ranges = ranges
+
+    def __iter__(self) -> Iterator[list[int]]:
+        return (list(range(start, stop)) for start, stop in self.ranges)
+
+    def __len__(self) -> int:
+        return len(self.ranges)
+
+
+def iter_batches(
+    reference: Reference,
+    batch_size: int,
+    num_workers: int = 0,
+    ranges: Sequence[tuple[int, int]] | None = None,
+    pin_memory: bool = False,
+) -> Iterator[tuple[Tensor, Tensor | None]]:
+    """Yield ``(images N x C x H x W, labels N or None)`` from a reference set (as returned by
+    :func:`as_reference`).
+
+    A Dataset is read with a DataLoader (``num_workers`` worker processes, pinned memory if
+    asked); a DataLoader's dataset with its own ``collate_fn``, ``num_workers`` and
+    ``worker_init_fn``.
+
+    Args:
+        ranges: the ``(start, stop)`` of each batch; default: consecutive batches of
+            ``batch_size`` over the whole set.
+    """
+    if ranges is None:
+        n = reference_size(reference)
+        ranges = [(start, min(start + batch_size, n)) for start in range(0, n, batch_size)]
+    tensors = _tensors(reference)
+    if tensors is not None:
+        for start, stop in ranges:
+            yield tensors[0][start:stop], tensors[1][start:stop] if len(tensors) > 1 else None
+        return
+    init = None
+    if isinstance(reference, DataLoader):
+        num_workers, init = reference.num_workers, reference.worker_init_fn
+    dataset, collate = _source(reference)
+    loader = DataLoader(
+        dataset,
+        batch_sampler=_RangeSampler(ranges),
+        num_workers=num_workers,
+        collate_fn=collate,
+        pin_memory=pin_memory,
+        worker_init_fn=init,
+    )
+    for item in loader:
+        yield _split_item(item)
+
+
+def gather_images(reference: Reference, indices: Tensor) -> Tensor:
+    """The images at ``indices`` (long) of a reference set, stacked: N x C x H x W."""
+    tensors = _tensors(reference)
+    if tensors is not None:
+        return tensors[0][indices.to(tensors[0].device)]
+    dataset, collate = _source(reference)
+    return _split_item(collate([dataset[int(i)] for i in indices]))[0]

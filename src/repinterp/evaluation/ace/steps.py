@@ -1,0 +1,253 @@
+"""ACE's steps as functions of images and arrays, which ``ace.ACE`` runs with the model:
+segments (SLIC at three resolutions filtered by `unique_segments`), patches (`grey_patch`),
+the clusters' spread test (`passes_spread_test`), a concept's TCAV score (`tcav_score`), and the
+reuse on new images (`assign_to_concepts`, `keep_segments`).
+
+See :mod:`repinterp.evaluation.ace` for the algorithm and its departures from the original.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from skimage.segmentation import slic
+from sklearn.linear_model import SGDClassifier
+from sklearn.model_selection import train_test_split
+from torch import Tensor
+
+from ...data.reference import check_images
+
+__all__ = [
+    "GREY_FILL",
+    "Segments",
+    "assign_to_concepts",
+    "grey_patch",
+    "keep_segments",
+    "passes_spread_test",
+    "segment",
+    "tcav_score",
+    "unique_segments",
+]
+
+# The original's ``average_image_value`` 117, in [0, 1] pixel space.
+GREY_FILL = 117 / 255
+SLIC_N_SEGMENTS = (15, 50, 80)
+SLIC_COMPACTNESS = 20.0
+SLIC_SIGMA = 1.0
+
+
+def unique_segments(
+    label_maps: Sequence[np.ndarray], min_area: float = 0.001, max_jaccard: float = 0.5
+) -> list[tuple[int, int]]:
+    """ACE's segment selection over label maps of one image, one map per resolution.
+
+    A segment is kept if it covers more than ``min_area`` of the image and its Jaccard
+    overlap with every segment kept at an earlier resolution is at most ``max_jaccard``.
+
+    Args:
+        label_maps: H x W integer label maps (any labels, e.g. SLIC's, from 1).
+        min_area: share of the image a segment must exceed.
+        max_jaccard: largest overlap allowed with an earlier resolution's kept segment.
+
+    Returns:
+        ``(resolution index, label)`` of each kept segment, by resolution then label.
+    """
+    if not len(label_maps):
+        return []
+    kept: list[tuple[int, int]] = []
+    earlier = np.zeros((0, label_maps[0].size), dtype=bool)
+    for r, labels in enumerate(label_maps):
+        flat = labels.reshape(-1)
+        new_keys, new_masks = [], []
+        for label in np.unique(flat):
+            mask = flat == label
+            if mask.mean() <= min_area:
+                continue
+            intersection = (earlier & mask).sum(1)
+            union = (earlier | mask).sum(1)
+            if np.all(intersection <= max_jaccard * union):
+                new_keys.append((r, int(label)))
+                new_masks.append(mask)
+        kept += new_keys
+        if new_masks:
+            earlier = np.concatenate([earlier, np.stack(new_masks)])
+    return kept
+
+
+def _slic_label_maps(image01: Tensor) -> np.ndarray:
+    """R x H x W SLIC label maps of a C x H x W image, one per resolution of ACE."""
+    if not isinstance(image01, Tensor) or image01.ndim != 3:
+        raise ValueError("image01 must be a floating C x H x W tensor in [0, 1]")
+    check_images(image01.unsqueeze(0), what="image01", pixels=True)
+    pixels = image01.detach().cpu().double().numpy().transpose(1, 2, 0)
+    if pixels.shape[2] == 1:
+        pixels = np.repeat(pixels, 3, axis=2)
+    return np.stack(
+        [
+            slic(
+                pixels,
+                n_segments=n,
+                compactness=SLIC_COMPACTNESS,
+                sigma=SLIC_SIGMA,
+                channel_axis=-1,
+            )
+            for n in SLIC_N_SEGMENTS
+        ]
+    ).astype(np.int32)
+
+
+def segment(image01: Tensor) -> list[np.ndarray]:
+    """ACE's segments of one image: SLIC at three resolutions, filtered by `unique_segments`.
+
+    Args:
+        image01: C x H x W image in [0, 1] (C = 1 is repeated to RGB before SLIC).
+
+    Returns:
+        H x W bool masks, by resolution (15, 50, 80 segments) then label.
+    """
+    label_maps = _slic_label_maps(image01)
+    return [label_maps[r] == label for r, label in unique_segments(label_maps)]
+
+
+def grey_patch(
+    image01: Tensor, mask: np.ndarray | Tensor, size: tuple[int, int] | None = None
+) -> Tensor:
+    """A segment on ACE's grey fill, cropped to its bounding box and resized.
+
+    Args:
+        image01: C x H x W image in [0, 1].
+        mask: H x W bool mask of the segment (not empty).
+        size: ``(height, width)`` of the patch; None: the image's.
+
+    Returns:
+        C x height x width patch in [0, 1] (bicubic, antialiased as PIL's, clamped), before
+        normalisation.
+    """
+    mask = torch.as_tensor(mask, device=image01.device)
+    rows = torch.nonzero(mask.any(1)).flatten()
+    cols = torch.nonzero(mask.any(0)).flatten()
+    if rows.numel() == 0:
+        raise ValueError("mask is empty")
+    r0, r1, c0, c1 = int(rows[0]), int(rows[-1]) + 1, int(cols[0]), int(cols[-1]) + 1
+    crop = torch.where(mask[r0:r1, c0:c1], image01[:, r0:r1, c0:c1], GREY_FILL)
+    size = size or tuple(image01.shape[1:])
+    resized = F.interpolate(
+        crop[None], size=size, mode="bicubic", antialias=True, align_corners=False
+    )
+    return resized[0].clamp_(0, 1)
+
+
+def passes_spread_test(image_numbers: np.ndarray | Sequence[int], n_discovery: int) -> bool:
+    """ACE's test that a cluster's patches come from enough distinct discovery images.
+
+    With ``n`` patches from ``u`` distinct images out of ``D = n_discovery``: true if
+    ``u > 0.5 n``, or ``u > 0.25 n and u > 0.25 D``, or ``u > 0.1 n and u > 0.5 D``.
+
+    Args:
+        image_numbers: (n,) discovery image of each patch in the cluster.
+        n_discovery: number of discovery images.
+    """
+    n = len(image_numbers)
+    u = len(np.unique(np.asarray(image_numbers)))
+    return (
+        u > 0.5 * n
+        or (u > 0.25 * n and u > 0.25 * n_discovery)
+        or (u > 0.1 * n and u > 0.5 * n_discovery)
+    )
+
+
+def assign_to_concepts(features: np.ndarray, centres: np.ndarray, radii: np.ndarray) -> np.ndarray:
+    """Assign segments to their nearest concept, dropping those outside every concept.
+
+    Args:
+        features: S x K averaged activations of the segments' patches.
+        centres: M x K concept centres.
+        radii: (M,) distance from each centre of its farthest kept member.
+
+    Returns:
+        (S,) int64: the nearest centre (lowest index on ties), or -1 when the segment is
+        farther from every centre than that concept's radius.
+    """
+    if len(centres) == 0:
+        return np.full(len(features), -1, dtype=np.int64)
+    distances = np.linalg.norm(features[:, None, :] - centres[None, :, :], axis=-1)
+    inside = (distances <= radii[None, :]).any(1)
+    return np.where(inside, distances.argmin(1), -1).astype(np.int64)
+
+
+def keep_segments(
+    masks: Sequence[np.ndarray], importance: Sequence[float], fraction: float = 0.2
+) -> np.ndarray:
+    """Keep segments, most important first, until more than ``fraction`` of the pixels is kept.
+
+    Ties in importance go to the larger segment, then to the earlier one. Overlapping
+    segments count their pixels once; if all segments together keep no more than
+    ``fraction``, all are kept.
+
+    Args:
+        masks: H x W bool masks (at least one).
+        importance: importance of each segment (its concept's).
+        fraction: share of pixels to exceed, in (0, 1).
+
+    Returns:
+        H x W bool mask of the kept pixels.
+    """
+    if not 0 < fraction < 1:
+        raise ValueError(f"fraction must be in (0, 1), got {fraction}")
+    sizes = np.array([mask.sum() for mask in masks])
+    order = np.lexsort((np.arange(len(masks)), -sizes, -np.asarray(importance, dtype=float)))
+    kept = np.zeros_like(masks[0], dtype=bool)
+    for index in order:
+        kept |= masks[index]
+        if kept.sum() > fraction * kept.size:
+            break
+    return kept
+
+
+@dataclass(frozen=True)
+class Segments:
+    """ACE's segments of a group of images, kept as SLIC label maps rather than masks.
+
+    Attributes:
+        label_maps: per image, R x H x W int32 label maps (one per SLIC resolution).
+        keys: S x 3 int64 ``(image, resolution, label)`` of each kept segment.
+    """
+
+    label_maps: list[np.ndarray]
+    keys: np.ndarray
+
+    @staticmethod
+    def of(images01: Tensor) -> Segments:
+        label_maps = [_slic_label_maps(image) for image in images01]
+        keys = [
+            (i, r, label) for i, maps in enumerate(label_maps) for r, label in unique_segments(maps)
+        ]
+        return Segments(label_maps, np.array(keys, dtype=np.int64).reshape(-1, 3))
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def mask(self, s: int) -> np.ndarray:
+        i, r, label = self.keys[s]
+        return self.label_maps[i][r] == label
+
+
+def tcav_score(
+    positive: np.ndarray, negative: np.ndarray, gradients: np.ndarray, seed: int
+) -> tuple[float, float]:
+    """(TCAV score, CAV held-out accuracy) of the CAV of ``positive`` against ``negative``."""
+    n = min(len(positive), len(negative))
+    x = np.concatenate([positive[:n], negative[:n]])
+    y = np.repeat([0, 1], n)
+    x_train, x_test, y_train, y_test = train_test_split(
+        x, y, test_size=0.33, stratify=y, random_state=seed
+    )
+    model = SGDClassifier(alpha=0.01, max_iter=1000, tol=1e-3, random_state=seed)
+    model.fit(x_train, y_train)
+    # Label 0 is the concept: the CAV points against the coefficients (tcav's cavs[0]).
+    cav = -model.coef_[0] / np.linalg.norm(model.coef_[0])
+    return float(np.mean(gradients @ cav > 0)), float(model.score(x_test, y_test))

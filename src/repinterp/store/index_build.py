@@ -1,0 +1,442 @@
+"""Building the reference index in one streaming pass over the reference set.
+
+:func:`build_index` samples ``Q`` (Eq. 2 at ``|Q|`` reference images drawn by
+:mod:`repinterp.core.boundaries`), then streams the reference set once, keeping per image its
+projections on ``Q``, logits, prediction and label; optionally in shards
+(:mod:`repinterp.store.shards`) and across ``torch.distributed`` ranks. The feature maps of ``Q``'s
+sources are computed once, for Eq. 2, and the pass takes their rows from them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+from tqdm.auto import tqdm
+
+from ..core.boundaries import Boundaries, compute_boundaries, project, sample_sources
+from ..core.reference_index import ReferenceIndex
+from ..data.reference import (
+    Reference,
+    as_batch,
+    as_reference,
+    gather_images,
+    iter_batches,
+    reference_size,
+)
+from ..models.split import SplitModel, check_feature_map, model_fingerprint
+from ..runtime.checksums import tensor_sha256
+from ..runtime.distributed import broadcast, gather, rank_and_world
+from ..runtime.precision import exact_float32
+from .index_folder import FORMAT_VERSION
+from .shards import DEFAULT_SHARD_SIZE, FeatureFile, PartialBuild, ShardPlan, Shards
+
+__all__ = ["build_index"]
+
+
+def _reference_logits(
+    split: SplitModel,
+    reference: Reference,
+    batch_size: int,
+    device: torch.device,
+    dtype: torch.dtype,
+    workers: int,
+) -> Tensor:
+    """|R| x classes logits of the reference set, in one pass (CPU)."""
+    parts = []
+    for images, _ in iter_batches(reference, batch_size, workers):
+        batch = as_batch(images, dtype, device, what="reference images")
+        with torch.inference_mode():
+            parts.append(split.head(split.psi(batch)).cpu())
+    return torch.cat(parts)
+
+
+class _Assembly:
+    """The index's per-image tensors (|R| rows each, on the CPU), filled shard by shard."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.tensors: dict[str, Tensor] = {}
+
+    def put(self, start: int, part: dict[str, Tensor]) -> None:
+        if self.tensors and part.keys() != self.tensors.keys():
+            raise ValueError("the reference Dataset yields labels for some images only")
+        for name, value in part.items():
+            if name not in self.tensors:
+                self.tensors[name] = value.new_empty((self.n, *value.shape[1:]))
+            self.tensors[name][start : start + len(value)] = value
+
+
+def _config(
+    split: SplitModel,
+    plan: ShardPlan,
+    n_boundaries: int,
+    seed: int,
+    source_images: Tensor,
+    device: torch.device,
+    features: bool,
+) -> dict[str, Any]:
+    """What a sharded build depends on (the images behind ``Q`` stand in for the data)."""
+    return {
+        "format_version": FORMAT_VERSION,
+        "model_fingerprint": model_fingerprint(torch.nn.ModuleList([split.psi, split.head])),
+        "n_reference": plan.n,
+        "n_boundaries": n_boundaries,
+        "seed": seed,
+        "batch_size": plan.batch,
+        "shard_size": plan.shard,
+        "boundary_images_sha256": tensor_sha256(source_images),
+        "device": device.type,
+        "features": features,
+    }
+
+
+def _source_features(split: SplitModel, images: Tensor, batch_size: int) -> Tensor:
+    """The feature maps of ``Q``'s source images, in batches.
+
+    Raises:
+        ValueError: the target layer's output is not N x K x h x w.
+    """
+    parts = []
+    for i in range(0, images.shape[0], batch_size):
+        with torch.inference_mode():
+            parts.append(split.psi(images[i : i + batch_size]))
+        check_feature_map(parts[-1], split.layer)
+    return torch.cat(parts)
+
+
+def _boundaries(split: SplitModel, features: Tensor, batch_size: int) -> Boundaries:
+    """``Q``: Eq. 2 at each of the feature maps ``features``, in batches.
+
+    Raises:
+        ValueError: some boundaries are not finite (the message says how many).
+    """
+    parts = [compute_boundaries(split.head, t) for t in features.split(batch_size)]
+    q = Boundaries.concat(parts)
+    finite = torch.isfinite(q.weight.flatten(1)).all(1) & torch.isfinite(q.bias)
+    if not bool(finite.all()):
+        raise ValueError(
+            f"{int((~finite).sum())} of the {len(q)} reference images behind Q give non-finite "
+            "boundaries (NaN or Inf): check the model's weights and the images' values"
+        )
+    return q
+
+
+def _rows(split: SplitModel, t: Tensor, q: Boundaries) -> dict[str, Tensor]:
+    """The index's rows of images with feature maps ``t``: projections, logits, predictions."""
+    with torch.inference_mode():
+        logits = split.head(t)
+        return {"projections": project(t, q), "logits": logits, "predictions": logits.argmax(1)}
+
+
+@dataclass
+class _Sources:
+    """``Q``'s source images, whose feature maps fit has computed for Eq. 2: their rows of the
+    index, which the streaming pass then takes instead of computing them again.
+
+    Attributes:
+        positions: |Q| long, their ascending positions in the reference set (CPU).
+        rows: what :func:`_rows` gives for them (CPU).
+        features: their flattened feature maps (|Q| x d float32), if the index keeps them.
+    """
+
+    positions: Tensor
+    rows: dict[str, Tensor]
+    features: np.ndarray | None
+
+    def split(self, first: int, last: int) -> tuple[Tensor, Tensor]:
+        """For the batch of positions ``first..last - 1``: a mask of the images to compute
+        (False at the sources; CPU) and the sources' row numbers in ``rows``."""
+        lo, hi = (int(i) for i in torch.searchsorted(self.positions, torch.tensor([first, last])))
+        compute = torch.ones(last - first, dtype=torch.bool)
+        compute[self.positions[lo:hi] - first] = False
+        return compute, torch.arange(lo, hi)
+
+    def merge(
+        self, part: dict[str, Tensor], compute: Tensor, held: Tensor, device: torch.device
+    ) -> dict[str, Tensor]:
+        """A batch's rows: ``part`` where ``compute``, the sources' rows ``held`` elsewhere."""
+        out, compute = {}, compute.to(device)
+        for name, known in self.rows.items():
+            out[name] = known.new_empty((len(compute), *known.shape[1:]), device=device)
+            out[name][~compute] = known[held].to(device)
+            if name in part:
+                out[name][compute] = part[name]
+        return out
+
+
+def _prepare(
+    split: SplitModel,
+    reference: Reference,
+    plan: ShardPlan,
+    n_boundaries: int,
+    seed: int,
+    device: torch.device,
+    dtype: torch.dtype,
+    shards: Shards | None,
+    features: bool,
+    sampling: str = "uniform",
+    num_workers: int = 0,
+) -> tuple[_Sources, Boundaries, tuple[int, ...], PartialBuild | None]:
+    """Rank 0's part before the pass: the sources of ``Q`` and their rows, ``Q`` (reloaded when
+    resuming), the input shape and the partial folder."""
+    logits = None
+    if sampling != "uniform":
+        logits = _reference_logits(split, reference, plan.batch, device, dtype, num_workers)
+    sources = sample_sources(plan.n, n_boundaries, seed, sampling, logits)
+    source_images = as_batch(
+        gather_images(reference, sources), dtype, device, what="reference images"
+    )
+    partial = q = None
+    if shards is not None:
+        config = _config(split, plan, n_boundaries, seed, source_images, device, features)
+        config |= {"sampling": sampling} if sampling != "uniform" else {}
+        partial = PartialBuild(shards, config)
+        q = partial.boundaries()
+    t = _source_features(split, source_images, plan.batch)
+    if q is None:
+        q = _boundaries(split, t, plan.batch)
+        if partial is not None:
+            partial.save_boundaries(q)
+    q = q.to(device)
+    rows = {name: value.cpu() for name, value in _rows(split, t, q).items()}
+    flat = t.flatten(1).float().cpu().numpy() if features else None
+    return _Sources(sources, rows, flat), q, tuple(source_images.shape[1:]), partial
+
+
+ShardResult = tuple[int, dict[str, Tensor], np.ndarray | None]
+
+
+def _index_shard(
+    split: SplitModel,
+    batches: Iterator[tuple[Tensor, Tensor | None]],
+    plan: ShardPlan,
+    k: int,
+    q: Boundaries,
+    sources: _Sources,
+    input_shape: tuple[int, ...],
+    device: torch.device,
+    dtype: torch.dtype,
+) -> tuple[dict[str, Tensor], np.ndarray | None]:
+    """Index shard ``k``, whose batches are the next ones of ``batches``; the rows of ``Q``'s
+    sources are taken from ``sources``, not computed again.
+
+    Returns:
+        Its projections (n x |Q|), logits (n x classes), predictions (n) and labels (n, if the
+        Dataset has them), on the CPU; its flattened feature maps (n x d float32) if
+        ``sources`` has them, else None.
+    """
+    start, stop = plan.bounds(k)
+    parts = []
+    rows = None
+    if sources.features is not None:
+        rows = np.empty((stop - start, sources.features.shape[1]), np.float32)
+    for first, last in plan.batches([k]):
+        images, labels = next(batches)
+        what = f"reference images {first}..{last - 1}"
+        images = as_batch(images, dtype, device, input_shape, what, non_blocking=True)
+        compute, held = sources.split(first, last)
+        t = None
+        if len(held) < len(compute):
+            with torch.inference_mode():
+                t = split.psi(images[compute.to(device)] if len(held) else images)
+        part = _rows(split, t, q) if t is not None else {}
+        if len(held):
+            part = sources.merge(part, compute, held, device)
+        if labels is not None:
+            part["labels"] = labels.long()
+        parts.append(part)
+        if rows is not None:
+            block = rows[first - start : last - start]
+            if t is not None:
+                block[compute.numpy()] = t.flatten(1).float().cpu().numpy()
+            block[~compute.numpy()] = sources.features[held.numpy()]
+    return {name: torch.cat([p[name] for p in parts]).cpu() for name in parts[0]}, rows
+
+
+def _index_shards(
+    split: SplitModel,
+    reference: Reference,
+    plan: ShardPlan,
+    shard_ids: Sequence[int],
+    q: Boundaries,
+    sources: _Sources,
+    input_shape: tuple[int, ...],
+    num_workers: int,
+    device: torch.device,
+    dtype: torch.dtype,
+) -> Iterator[ShardResult]:
+    """Index ``shard_ids`` in one stream of batches: per shard, its id and what
+    :func:`_index_shard` returns (not kept here once yielded, so that one shard of feature maps
+    is alive at a time)."""
+    ranges = plan.batches(shard_ids)
+    batches = iter_batches(reference, plan.batch, num_workers, ranges, device.type == "cuda")
+    for k in shard_ids:
+        yield (k, *_index_shard(split, batches, plan, k, q, sources, input_shape, device, dtype))
+
+
+def _keep(
+    results: list[ShardResult | None],
+    plan: ShardPlan,
+    assembly: _Assembly,
+    store: FeatureFile | None,
+    partial: PartialBuild | None,
+    bar: tqdm,
+) -> None:
+    """Rank 0: put gathered shards (None: a rank with none left) in the index, the feature file
+    and the partial folder."""
+    for result in results:
+        if result is None:
+            continue
+        k, tensors, rows = result
+        start, stop = plan.bounds(k)
+        features_sha = store.write(start, rows) if store is not None else None
+        if partial is not None:
+            partial.save_shard(k, tensors, features_sha)
+        assembly.put(start, tensors)
+        bar.update(stop - start)
+
+
+def _check_finite(tensors: dict[str, Tensor]) -> None:
+    finite = torch.isfinite(tensors["logits"]).all(1) & torch.isfinite(tensors["projections"]).all(
+        1
+    )
+    if not bool(finite.all()):
+        bad = (~finite).nonzero().flatten()
+        raise ValueError(
+            f"{len(bad)} of the {len(finite)} reference images give non-finite logits or "
+            f"projections (NaN or Inf), e.g. images {bad[:5].tolist()}: check the model's weights "
+            "and the images' values"
+        )
+
+
+@exact_float32()
+def build_index(
+    split: SplitModel,
+    reference: Reference,
+    n_boundaries: int,
+    seed: int,
+    batch_size: int,
+    device: torch.device,
+    progress: bool = True,
+    num_workers: int = 0,
+    feature_file: Path | None = None,
+    shards: Shards | None = None,
+    dtype: torch.dtype = torch.float32,
+    sampling: str = "uniform",
+) -> ReferenceIndex:
+    """Sample ``Q`` from ``reference`` and stream it once to build the index, in full float32
+    (or wider) precision (:func:`repinterp.runtime.precision.exact_float32`).
+
+    Memory: besides the model, one batch of feature maps, the |Q| boundaries, one shard of
+    results (and of flattened feature maps, if they are written); what is kept grows as
+    |R| x (|Q| + classes), never as |R| x feature size.
+
+    Under ``torch.distributed`` (e.g. ``torchrun``) every rank calls it with the same
+    arguments: rank 0 computes (or reloads) ``Q`` and broadcasts it; the shards are dealt to the
+    ranks in turn (shard ``k`` to rank ``k mod world``); each rank indexes its shards and rank
+    0 gathers them, writing the shards and the feature file; every rank returns the same index,
+    equal to the one-process one.
+
+    Args:
+        split: the model split at the target layer, on ``device``.
+        reference: a reference set (see :func:`repinterp.data.reference.as_reference`): a tensor, a
+            NumPy array, a Dataset, a DataLoader or a list of images.
+        n_boundaries: ``|Q|``; at most |R| are sampled.
+        seed: seeds the sample of ``Q``.
+        batch_size: images per forward pass.
+        device: where the model and the index live.
+        progress: show a progress bar (rank 0).
+        num_workers: DataLoader workers for a Dataset.
+        feature_file: if given, the flattened reference feature maps are also written there
+            (by rank 0) as a |R| x (K h w) float32 ``.npy``, never all in RAM, for the
+            protocols that need them (k-means regions, Euclidean neighbours).
+        shards: write the index in shards as it goes, to resume a killed build (see
+            :class:`Shards`); keep ``feature_file`` in the same folder so that it survives too.
+        dtype: the model's floating dtype; images of any floating dtype are converted to it.
+        sampling: how the sources of ``Q`` are drawn (see :func:`sample_sources`); other than
+            ``"uniform"``, it takes one more forward pass over the reference set first.
+
+    Raises:
+        ValueError: an empty reference set, bad images, a target layer without N x K x h x w
+            output, non-finite logits, projections or boundaries (saying for how many images),
+            or a partial folder made with other settings.
+    """
+    reference = as_reference(reference)
+    n_ref = reference_size(reference)
+    if n_ref == 0:
+        raise ValueError("the reference set is empty")
+    if n_boundaries < 1:
+        raise ValueError(f"n_boundaries must be >= 1, got {n_boundaries}")
+    rank, world = rank_and_world()
+    plan = ShardPlan.make(n_ref, batch_size, shards.size if shards else DEFAULT_SHARD_SIZE)
+    wants_features = feature_file is not None
+    header, partial, store, done = None, None, None, {}
+    if rank == 0:
+        sources, q, input_shape, partial = _prepare(
+            split,
+            reference,
+            plan,
+            n_boundaries,
+            seed,
+            device,
+            dtype,
+            shards,
+            wants_features,
+            sampling,
+            num_workers,
+        )
+        if feature_file is not None:
+            dim = q.weight[0].numel()
+            store = FeatureFile(feature_file, n_ref, dim, partial is not None and partial.resumed)
+        done = partial.complete(plan, store) if partial is not None else {}
+        header = (sources, q.to("cpu"), input_shape, sorted(done))
+    sources, q, input_shape, done_ids = broadcast(header)
+    q = q.to(device)
+
+    assembly = _Assembly(n_ref)
+    for k, tensors in done.items():
+        assembly.put(plan.bounds(k)[0], tensors)
+    pending = sorted(set(range(plan.n_shards)) - set(done_ids))
+    results = _index_shards(
+        split,
+        reference,
+        plan,
+        pending[rank::world],
+        q,
+        sources,
+        input_shape,
+        num_workers,
+        device,
+        dtype,
+    )
+    finished = sum(plan.bounds(k)[1] - plan.bounds(k)[0] for k in done_ids)
+    bar = tqdm(
+        total=n_ref,
+        initial=finished,
+        desc="indexing reference",
+        unit="img",
+        disable=not progress or rank != 0,
+    )
+    with bar:
+        for _ in range(-(-len(pending) // world)):
+            _keep(gather(next(results, None)), plan, assembly, store, partial, bar)
+    t = broadcast(assembly.tensors if rank == 0 else None)
+    _check_finite(t)
+    return ReferenceIndex(
+        boundaries=q,
+        sources=sources.positions.to(device),
+        projections=t["projections"].to(device),
+        predictions=t["predictions"].to(device),
+        logits=t["logits"].to(device),
+        labels=t["labels"].to(device) if "labels" in t else None,
+        input_shape=input_shape,  # type: ignore[arg-type]
+        meta={},
+        files={feature_file.name: feature_file} if store is not None else {},
+        checksums={feature_file.name: store.file_sha256()} if store is not None else {},
+    )

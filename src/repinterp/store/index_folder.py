@@ -1,0 +1,324 @@
+"""The index folder: a :class:`~repinterp.core.reference_index.ReferenceIndex` on disk.
+
+The folder holds ``manifest.json`` and ``index.safetensors`` (and ``features.npy`` when the
+feature maps are kept), every file with its checksum. This module owns the format (the tensors,
+the manifest, the checksums, saving and loading);
+:mod:`repinterp.store.index_build` builds an index, :mod:`repinterp.store.shards` keeps a
+build resumable.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import secrets
+from collections.abc import Iterator
+from contextlib import suppress
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load as load_bytes
+from safetensors.torch import save as save_bytes
+from torch import Tensor
+
+from ..core.boundaries import Boundaries
+from ..core.reference_index import FEATURE_FILE, ReferenceIndex
+from ..runtime.checksums import file_sha256
+from .outputs import claim, sync_dir, write_file
+
+__all__ = ["FORMAT_VERSION", "IndexLoadError", "load_index", "read_manifest", "save_index"]
+
+FORMAT_VERSION = 1
+_TENSOR_FILE = "index.safetensors"
+_MANIFEST = "manifest.json"
+_BLOCK = 1 << 20
+_RESERVED = {"input_shape", "feature_shape", "n_reference", "n_boundaries", "n_classes"}
+_RESERVED |= {"has_labels", "sha256", "files", "format_version"}
+_TENSORS = ("boundary_weight", "boundary_bias", "boundary_classes", "sources", "projections")
+_TENSORS += ("predictions", "logits")
+
+
+class IndexLoadError(ValueError):
+    """A saved index that is damaged or does not match the model it is loaded with."""
+
+
+def save_index(
+    index: ReferenceIndex, path: str | Path, extra_files: dict[str, Path] | None = None
+) -> None:
+    """Write the index folder so that a crash at any point leaves the old index or the new
+    one at ``path``, never neither, and no stray files once a save has succeeded.
+
+    The data files are written under names the current manifest does not use, then the
+    manifest is replaced in one atomic rename (the commit); only then are the files of the
+    old index removed. Checksums are those of the bytes as they were written.
+
+    Args:
+        path: the folder: new, empty, or a repinterp index (which is replaced); its
+            lock is held meanwhile (see :func:`repinterp.store.outputs.claim`).
+        extra_files: files copied into the folder under the given names, with checksums
+            (default: ``index.files``); a file with a known checksum (``index.checksums``)
+            that differs is refused.
+
+    Raises:
+        OutputError: ``path`` holds other files, or another process is writing to it.
+        IndexLoadError: an extra file changed while it was being copied.
+    """
+    path = Path(path)
+    with claim(path, "index"):
+        _Save(path, index, index.files if extra_files is None else extra_files).run()
+
+
+def read_manifest(path: str | Path) -> dict[str, Any]:
+    """The manifest of an index folder, with the types of its fields checked.
+
+    Raises:
+        IndexLoadError: no manifest, a damaged one, an unknown format version, or fields
+            of the wrong type (a file without its checksum, for one).
+    """
+    path = Path(path)
+    manifest_path = path / _MANIFEST
+    if not manifest_path.is_file():
+        raise IndexLoadError(f"{path} is not a repinterp index: {_MANIFEST} is missing")
+    try:
+        manifest = json.loads(manifest_path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise IndexLoadError(f"{manifest_path} is damaged: {exc}") from exc
+    if not isinstance(manifest, dict) or manifest.get("format_version") != FORMAT_VERSION:
+        version = manifest.get("format_version") if isinstance(manifest, dict) else None
+        raise IndexLoadError(
+            f"{path} has index format {version!r}, this repinterp reads {FORMAT_VERSION}"
+        )
+    problem = _manifest_problem(manifest)
+    if problem:
+        raise IndexLoadError(f"{manifest_path} is damaged: {problem}")
+    return manifest
+
+
+def load_index(path: str | Path, device: torch.device | str = "cpu") -> ReferenceIndex:
+    """Read an index folder, verifying every file's checksum, the format and the shapes.
+
+    Raises:
+        IndexLoadError: missing files, a damaged file, an unknown format version, or
+            tensors that do not fit together or the manifest.
+    """
+    path = Path(path)
+    manifest = read_manifest(path)
+    files = _resolve(path, manifest)
+    tensor_bytes = b""
+    for name, file in files.items():
+        if not file.is_file():
+            raise IndexLoadError(f"{path / name} is missing")
+        if name == _TENSOR_FILE:
+            tensor_bytes = file.read_bytes()
+            digest = hashlib.sha256(tensor_bytes).hexdigest()
+        else:
+            digest = file_sha256(file)
+        if digest != manifest["sha256"][name]:
+            raise IndexLoadError(f"{file} is damaged: its checksum differs from the manifest")
+    try:
+        t = {k: v.to(device) for k, v in load_bytes(tensor_bytes).items()}
+    except (SafetensorError, OSError) as exc:
+        raise IndexLoadError(f"{files[_TENSOR_FILE]} is damaged: {exc}") from exc
+    problem = _tensor_problem(t, manifest)
+    if problem:
+        raise IndexLoadError(f"{path} is damaged: {problem}")
+    return ReferenceIndex(
+        boundaries=Boundaries(t["boundary_weight"], t["boundary_bias"], t["boundary_classes"]),
+        sources=t["sources"],
+        projections=t["projections"],
+        predictions=t["predictions"],
+        logits=t["logits"],
+        labels=t.get("labels"),
+        input_shape=tuple(manifest["input_shape"]),
+        meta={k: v for k, v in manifest.items() if k not in _RESERVED},
+        files={name: file for name, file in files.items() if name != _TENSOR_FILE},
+        checksums={k: v for k, v in manifest["sha256"].items() if k != _TENSOR_FILE},
+    )
+
+
+def _plain(name: Any) -> bool:
+    """A file name inside the folder: no separator, not hidden, not '.' or '..'."""
+    return isinstance(name, str) and bool(re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", name))
+
+
+def _manifest_problem(m: dict[str, Any]) -> str | None:
+    """What is wrong with the types of a manifest's fields, or None."""
+    sha = m.get("sha256")
+    if not isinstance(sha, dict) or _TENSOR_FILE not in sha:
+        return f"it lists no checksum of {_TENSOR_FILE}"
+    for name, digest in sha.items():
+        if not _plain(name) or not (
+            isinstance(digest, str) and re.fullmatch("[0-9a-f]{64}", digest)
+        ):
+            return f"the checksum of {name!r} is not a SHA-256"
+    files = m.get("files", {})
+    if not isinstance(files, dict) or not all(k in sha and _plain(v) for k, v in files.items()):
+        return "its 'files' are not names of its checksummed files"
+    shape = m.get("input_shape")
+    if not (isinstance(shape, list) and len(shape) == 3 and all(_count(v) for v in shape)):
+        return f"input_shape {shape!r} is not C x H x W"
+    features = m.get("feature_shape")
+    if not (isinstance(features, list) and all(_count(v) for v in features)):
+        return f"feature_shape {features!r} is not a list of sizes"
+    names = m.get("class_names")
+    if names is not None and not (
+        isinstance(names, list) and all(isinstance(n, str) for n in names)
+    ):
+        return "class_names is not a list of names"
+    for key in ("n_reference", "n_boundaries", "n_classes"):
+        if not _count(m.get(key)):
+            return f"{key} is {m.get(key)!r}, not a positive count"
+    if "recipe" in m and not isinstance(m["recipe"], dict):
+        return f"its recipe is a {type(m['recipe']).__name__}, not a mapping"
+    if not isinstance(m.get("target_layer", ""), str):
+        return "target_layer is not a name"
+    return None
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def _tensor_problem(t: dict[str, Tensor], m: dict[str, Any]) -> str | None:
+    """What does not fit together among the tensors and the manifest, or None."""
+    missing = [name for name in _TENSORS if name not in t]
+    if missing:
+        return f"{_TENSOR_FILE} lacks {', '.join(missing)}"
+    n, q, classes = m["n_reference"], m["n_boundaries"], m["n_classes"]
+    expected = {
+        "projections": (n, q),
+        "predictions": (n,),
+        "logits": (n, classes),
+        "labels": (n,),
+        "sources": (q,),
+        "boundary_bias": (q,),
+        "boundary_classes": (q, 2),
+        "boundary_weight": (q, *m["feature_shape"]),
+    }
+    for name, shape in expected.items():
+        if name in t and tuple(t[name].shape) != tuple(shape):
+            return f"{name} has shape {tuple(t[name].shape)}, the manifest says {tuple(shape)}"
+    names = m.get("class_names")
+    if names is not None and len(names) != classes:
+        return f"class_names lists {len(names)} names for {classes} classes"
+    return None
+
+
+# ----------------------------------------------------------------------------- the folder
+def _variant(name: str, token: str) -> str:
+    """``index.safetensors`` -> ``index.<token>.safetensors``: a name beside the live one."""
+    stem, dot, suffix = name.partition(".")
+    return f"{stem}.{token}.{suffix}" if dot else f"{name}.{token}"
+
+
+def _resolve(path: Path, manifest: dict[str, Any]) -> dict[str, Path]:
+    """Each checksummed file's path: the name ``files`` gives it while a save settles, or its
+    own name (which the checksum then vouches for)."""
+    mapping = manifest.get("files", {})
+    out = {}
+    for name in manifest["sha256"]:
+        other = path / mapping[name] if name in mapping else None
+        out[name] = other if other is not None and other.is_file() else path / name
+    return out
+
+
+def _sweep(path: Path) -> None:
+    """Remove what saves leave when they fail or are killed: files of the project's names
+    (data files, their variants, temporary manifests) that the committed manifest does not use."""
+    try:
+        manifest = read_manifest(path)
+    except IndexLoadError:
+        return
+    live = set(_resolve(path, manifest).values())
+    names = {_TENSOR_FILE, FEATURE_FILE, *manifest["sha256"]}
+    patterns = [re.escape(_variant(n, "TOKEN")).replace("TOKEN", "[0-9a-f]{8}") for n in names]
+    ours = re.compile("|".join([*map(re.escape, names), *patterns, r"\.manifest\.json\.tmp-.*"]))
+    for entry in path.iterdir():
+        if entry not in live and ours.fullmatch(entry.name) and entry.is_file():
+            with suppress(OSError):
+                entry.unlink()
+
+
+class _Save:
+    """One save of ``index`` into ``path`` (see :meth:`ReferenceIndex.save`)."""
+
+    def __init__(self, path: Path, index: ReferenceIndex, extra_files: dict[str, Path]) -> None:
+        self.path, self.index, self.extra = path, index, extra_files
+        self.token = secrets.token_hex(4)
+        self.committed = False
+
+    def _contents(self) -> Iterator[tuple[str, Iterator[bytes], str | None]]:
+        """``(name, its bytes, the checksum they must have or None)`` of each data file."""
+        yield _TENSOR_FILE, iter([save_bytes(self.index.tensors())]), None
+        for name, source in self.extra.items():
+            if not _plain(name):
+                raise ValueError(f"cannot save a file named {name!r} with the index")
+            yield name, _blocks(Path(source)), self.index.checksums.get(name)
+
+    def _manifest(self, checksums: dict[str, str], names: dict[str, str]) -> bytes:
+        index = self.index
+        manifest = {
+            "format_version": FORMAT_VERSION,
+            **{k: v for k, v in index.meta.items() if k not in _RESERVED},
+            "input_shape": list(index.input_shape),
+            "feature_shape": list(index.feature_shape),
+            "n_reference": len(index),
+            "n_boundaries": len(index.boundaries),
+            "n_classes": index.n_classes,
+            "has_labels": index.labels is not None,
+            "sha256": checksums,
+        }
+        if names:
+            manifest["files"] = names
+        return (json.dumps(manifest, indent=2) + "\n").encode()
+
+    def _commit(self, manifest: bytes, step: str) -> None:
+        temporary = self.path / f".{_MANIFEST}.tmp-{self.token}{step}"
+        write_file(temporary, [manifest])
+        os.replace(temporary, self.path / _MANIFEST)
+        self.committed = True
+        sync_dir(self.path)
+
+    def run(self) -> None:
+        path, written = self.path, []
+        checksums, moved = {}, {}
+        try:
+            for name, blocks, expected in self._contents():
+                target = path / (_variant(name, self.token) if (path / name).exists() else name)
+                written.append(target)
+                checksums[name] = write_file(target, blocks)
+                if expected is not None and checksums[name] != expected:
+                    raise IndexLoadError(
+                        f"{self.extra[name]} changed while the index was being saved (another "
+                        "process writing to it?): its checksum differs from the one it was "
+                        "written with"
+                    )
+                if target.name != name:
+                    moved[name] = target.name
+            written.append(path / f".{_MANIFEST}.tmp-{self.token}a")
+            self._commit(self._manifest(checksums, moved), "a")
+        except BaseException:
+            if not self.committed:
+                for file in written:
+                    with suppress(OSError):
+                        file.unlink(missing_ok=True)
+            raise
+        try:
+            if moved:  # settle: the data files take their own names, then the manifest says so
+                for name, variant in moved.items():
+                    os.replace(path / variant, path / name)
+                self._commit(self._manifest(checksums, {}), "b")
+        finally:
+            _sweep(path)
+        self.index.files = {name: path / name for name in self.extra}
+        self.index.checksums = {k: v for k, v in checksums.items() if k != _TENSOR_FILE}
+
+
+def _blocks(source: Path) -> Iterator[bytes]:
+    with open(source, "rb") as f:
+        while block := f.read(_BLOCK):
+            yield block

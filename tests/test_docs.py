@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # builds the documentation site
+
 ROOT = Path(__file__).resolve().parent.parent
 
 pytest.importorskip("mkdocs", reason="the `docs` extra is not installed")

@@ -3,7 +3,7 @@
 Its ```python blocks run in one namespace and its ```sh blocks through bash (``repinterp`` is
 ``sys.executable -m repinterp``), in order, in a temporary folder holding what the guide's first
 table names: ``data/train/<class>/*.png`` and ``data/val/<class>/*.png`` (shapes drawn by
-:func:`repinterp.data.shapes.draw_shapes`) and ``resnet18.safetensors`` (a torchvision
+:func:`repinterp.data.shape_drawing.draw_shapes`) and ``resnet18.safetensors`` (a torchvision
 ResNet-18 with random convolutional weights and a least-squares last layer fitted to the training
 images, so
 that it predicts every class, as a fine-tuned model would). The two blocks that start with
@@ -32,8 +32,10 @@ from torch.utils.data import DataLoader
 import repinterp
 from repinterp.cli.parser import main
 from repinterp.data.datasets import imagefolder
-from repinterp.data.shapes import draw_shapes
+from repinterp.data.shape_drawing import draw_shapes
 from repinterp.models.zoo import build_model, save_weights
+
+pytestmark = pytest.mark.slow  # runs the whole guide
 
 ROOT = Path(__file__).resolve().parent.parent
 GUIDE = ROOT / "docs" / "your-model.md"

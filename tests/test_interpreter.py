@@ -10,7 +10,7 @@ from repinterp.core.boundaries import project
 from repinterp.core.heatmap import polytope_heatmaps
 from repinterp.store.index_folder import IndexLoadError
 
-from .models import randn, random_setup, tiny_mlp_cnn, triangle_model
+from .networks import randn, random_setup, tiny_mlp_cnn, triangle_model
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ from repinterp.core.boundaries import sample_sources
 from repinterp.models.zoo import build_model
 from repinterp.workspace import BUNDLED_WEIGHTS
 
-from .models import random_setup
+from .networks import random_setup
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

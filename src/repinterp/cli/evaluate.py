@@ -8,7 +8,7 @@ import argparse
 from typing import TYPE_CHECKING
 
 # The choices below are written out, not imported: this module (and so ``repinterp --help``)
-# imports no torch. tests/test_protocols.py checks them against sampling.SAMPLINGS and
+# imports no torch. tests/evaluation/test_protocols.py checks them against core.boundaries.SAMPLINGS and
 # scoring.METRICS.
 SAMPLINGS = ("uniform", "balanced", "pairs")
 METRICS = ("AD", "ROAD", "deletion", "insertion")

@@ -1,8 +1,40 @@
 """Data: what the engine reads, before any model.
 
-Owns the bundled data sets and image folders with their normalisation (``datasets``), the
-``shapes`` benchmark's drawing (``shapes``), reading image files within checked limits
-(``image_files``), reference sets and checked image batches in every form the engine accepts
+Owns the bundled data sets and image folders with their normalisation (``datasets``, whose
+names this package exports), the ``shapes`` benchmark's drawing (``shape_drawing``), reading
+image files within checked limits (``image_files``), reference sets and checked image batches in every form the engine accepts
 (``reference``), and how a data set was split and fingerprinted (``provenance``). May import
 ``runtime`` only.
 """
+
+from .datasets import (
+    DATASET_CHOICES,
+    IMAGENET_NORMALIZATION,
+    ImageFolderSet,
+    Images,
+    ImageSet,
+    Normalization,
+    Split,
+    digits,
+    imagefolder,
+    load_dataset,
+    mnist5k,
+    shapes,
+    split,
+)
+
+__all__ = [
+    "DATASET_CHOICES",
+    "IMAGENET_NORMALIZATION",
+    "ImageFolderSet",
+    "ImageSet",
+    "Images",
+    "Normalization",
+    "Split",
+    "digits",
+    "imagefolder",
+    "load_dataset",
+    "mnist5k",
+    "shapes",
+    "split",
+]

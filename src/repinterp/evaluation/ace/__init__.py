@@ -3,6 +3,7 @@ the model (``discovery``) and its steps that need no model (``steps``)."""
 
 from .discovery import ACE, Concept
 from .steps import (
+    GREY_FILL,
     Segments,
     assign_to_concepts,
     grey_patch,
@@ -15,6 +16,7 @@ from .steps import (
 
 __all__ = [
     "ACE",
+    "GREY_FILL",
     "Concept",
     "Segments",
     "assign_to_concepts",

@@ -1,0 +1,210 @@
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from PIL import Image
+
+from repinterp.cli.parser import build_parser, main
+from repinterp.workspace import open_index
+
+from ..commandline import assert_one_line_error, run
+
+
+def train_digits(out: Path, seed: int) -> Path:
+    """Weights of the digits CNN after one epoch on sklearn's digits."""
+    main(
+        [
+            "train",
+            "--dataset",
+            "digits",
+            "--model",
+            "digits_cnn",
+            "--epochs",
+            "1",
+            "--seed",
+            str(seed),
+            "--out",
+            str(out),
+            "--quiet",
+        ]
+    )
+    return out
+
+
+@pytest.fixture(scope="module")
+def digits_index(tmp_path_factory):
+    """Weights trained for one epoch on sklearn digits, and an index fitted with them."""
+    root = tmp_path_factory.mktemp("cli")
+    weights = train_digits(root / "digits.safetensors", seed=0)
+    index = root / "index"
+    main(
+        [
+            "fit",
+            "--model",
+            "digits_cnn",
+            "--weights",
+            str(weights),
+            "--reference",
+            "digits",
+            "--boundaries",
+            "20",
+            "--out",
+            str(index),
+            "--quiet",
+        ]
+    )
+    return weights, index
+
+
+def test_every_command_has_help(capsys) -> None:
+    parser = build_parser()
+    commands = parser._subparsers._group_actions[0].choices
+    assert {"train", "fit", "explain", "report", "demo"} <= set(commands)
+    for name, sub in commands.items():
+        text = sub.format_help()
+        for action in sub._actions:
+            if action.option_strings and action.dest != "help":
+                assert action.help, f"{name} {action.option_strings} has no help"
+        assert "--quiet" in text or name == "serve"
+
+
+def test_train_fit_explain(digits_index, tmp_path, capsys) -> None:
+    _, index = digits_index
+    manifest = json.loads((index / "manifest.json").read_text())
+    assert manifest["recipe"]["arch"] == "digits_cnn" and manifest["n_boundaries"] == 20
+    picture = tmp_path / "eight.png"
+    Image.fromarray((torch.rand(20, 20) * 255).byte().numpy()).save(picture)
+    out = tmp_path / "explained"
+    code, stdout, _ = run(
+        [
+            "explain",
+            "reference:0",
+            "unseen:3",
+            str(picture),
+            "--index",
+            str(index),
+            "--out",
+            str(out),
+            "--top-k",
+            "4",
+            "--quiet",
+        ],
+        capsys,
+    )
+    assert code == 0
+    assert stdout.count("representativeness") == 3
+    for name in ("reference-0", "unseen-3", "eight"):
+        summary = json.loads((out / f"{name}.json").read_text())
+        assert len(summary["similar"]) <= 4
+        assert summary["representativeness"] >= len(summary["similar"])
+        distances = [s["distance"] for s in summary["similar"]]
+        assert distances == sorted(distances)
+        with Image.open(out / f"{name}.png") as image:
+            assert image.size[0] > image.size[1] > 100
+    # an explained reference image is left out of its own similar images (as in the viewer)
+    own = json.loads((out / "reference-0.json").read_text())["similar"]
+    assert len(own) == 4 and 0 not in [s["reference"] for s in own]
+
+
+def test_bad_inputs_end_with_one_line(digits_index, tmp_path, capsys) -> None:
+    weights, index = digits_index
+    out = tmp_path / "out"
+    fit = ["fit", "--reference", "digits", "--out", str(tmp_path / "x"), "--quiet"]
+    cases = [
+        ([*fit, "--model", "digits_cnn", "--weights", str(tmp_path / "none.pt")], "not found"),
+        ([*fit, "--model", "alexnet9", "--weights", str(weights)], "unknown arch"),
+        (
+            [*fit, "--model", "digits_cnn", "--weights", str(weights), "--layer", "features.99"],
+            "is not a module",
+        ),
+        ([*fit, "--model", "mnist_cnn", "--weights", str(weights)], "do not fit"),
+        (
+            ["explain", "reference:0", "--index", str(tmp_path), "--out", str(tmp_path / "out")],
+            "manifest.json is missing",
+        ),
+        (
+            ["explain", str(tmp_path / "nope.png"), "--index", str(index), "--out", str(out)],
+            "image file not found",
+        ),
+        (
+            ["explain", "unseen:100000", "--index", str(index), "--out", str(out)],
+            "the unseen set has",
+        ),
+        (
+            ["train", "--dataset", "cifar", "--model", "digits_cnn", "--out", "w.safetensors"],
+            "unknown data set",
+        ),
+    ]
+    for argv, pattern in cases:
+        code, _, err = run(argv, capsys)
+        assert_one_line_error(code, err, pattern)
+    broken = tmp_path / "broken.png"
+    broken.write_bytes(b"\x89PNG\r\n\x1a\n not really")
+    code, _, err = run(["explain", str(broken), "--index", str(index), "--out", str(out)], capsys)
+    assert_one_line_error(code, err, "cannot read")
+
+
+def test_report_needs_the_feature_maps(digits_index, tmp_path, capsys) -> None:
+    weights, _ = digits_index
+    index = tmp_path / "index"
+    fit = ["fit", "--model", "digits_cnn", "--weights", str(weights), "--reference", "digits"]
+    main([*fit, "--boundaries", "5", "--no-features", "--out", str(index), "--quiet"])
+    code, _, err = run(
+        ["report", "--index", str(index), "--out", str(tmp_path / "report"), "--quiet"], capsys
+    )
+    assert_one_line_error(code, err, "feature maps were not kept")
+
+
+def test_index_for_other_weights_is_refused(digits_index, tmp_path, capsys) -> None:
+    _, index = digits_index
+    copy = tmp_path / "index"
+    shutil.copytree(index, copy)
+    other = train_digits(tmp_path / "other.safetensors", seed=1)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    manifest["recipe"]["weights"] = str(other)
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    code, _, err = run(
+        ["explain", "reference:0", "--index", str(copy), "--out", str(tmp_path / "out")], capsys
+    )
+    assert_one_line_error(code, err, "other weights")
+    assert open_index(index, progress=False).interpreter.fitted_index is not None
+
+
+@pytest.mark.slow
+def test_demo_end_to_end(tmp_path, capsys) -> None:
+    out = tmp_path / "demo"
+    (out / "index").mkdir(parents=True)
+    (out / "mine.txt").write_text("mine")
+    (out / "index" / "notes.txt").write_text("notes")
+    argv = ["demo", "--out", str(out), "--quiet", "--top-k", "5"]
+    code, _, err = run(argv, capsys)
+    assert_one_line_error(code, err, f"{out} holds files that repinterp did not write")
+    code, stdout, _ = run([*argv, "--overwrite"], capsys)
+    assert code == 0 and "index.html" in stdout
+    assert (out / "mine.txt").read_text() == "mine"  # --overwrite touched only its own files
+    assert (out / "index" / "notes.txt").read_text() == "notes"
+    page = (out / "index.html").read_text()
+    for source in re.findall(r"(?:src|href)='([^'#][^']*)'", page):  # files, not #anchors
+        assert (out / source).is_file(), source
+    summaries = sorted(out.glob("unseen-*.json"))
+    assert len(summaries) == 10
+    classes = set()
+    for path in summaries:
+        summary = json.loads(path.read_text())
+        classes.add(summary["predicted_class"])
+        assert summary["representativeness"] > 50
+        assert 0 < len(summary["boundaries"]) <= 50
+        assert summary["delta"] >= summary["conflicts"] >= 0
+        assert set(summary["masked_scores"]) == {"input"} | {
+            f"ref {s['reference']}" for s in summary["similar"]
+        }
+        assert f"src='{path.stem}.png'" in page
+        with Image.open(path.with_suffix(".png")) as image:
+            assert image.format == "PNG"
+    assert len(classes) >= 9  # one input per digit, nearly all predicted right
+    ws = open_index(out / "index", progress=False)
+    assert len(ws.interpreter.fitted_index) == 4000
+    assert Path(ws.interpreter.fitted_index.files["features.npy"]).is_file()

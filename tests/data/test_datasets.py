@@ -1,0 +1,288 @@
+import io
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from repinterp.data import datasets as data
+
+
+def _rows(images: torch.Tensor) -> set[bytes]:
+    return {row.numpy().tobytes() for row in images}
+
+
+def _check_pixels(images: torch.Tensor, channels: int, side: int) -> None:
+    assert images.dtype == torch.float32
+    assert images.shape[1:] == (channels, side, side)
+    assert images.min() >= 0 and images.max() <= 1
+
+
+def _indexed_set(n: int) -> data.ImageSet:
+    """Image i is constant i / n, so a part's pixel values name its indices."""
+    images = (torch.arange(n, dtype=torch.float32) / n).view(n, 1, 1, 1).expand(n, 1, 4, 4)
+    return data.ImageSet(
+        images.contiguous(),
+        torch.arange(n) % 3,
+        ["a", "b", "c"],
+        data.Normalization((0.5,), (0.25,)),
+        masks=torch.zeros(n, 4, 4, dtype=torch.bool),
+    )
+
+
+def _indices(part: data.ImageSet, n: int) -> list[int]:
+    return (part.images[:, 0, 0, 0] * n).round().long().tolist()
+
+
+def test_normalization_round_trips_and_checks_channels():
+    norm = data.IMAGENET_NORMALIZATION
+    pixels = torch.rand(2, 3, 5, 5)
+    inputs = norm(pixels)
+    assert torch.allclose(inputs[:, 1], (pixels[:, 1] - 0.456) / 0.224)
+    assert torch.allclose(norm.inverse(inputs), pixels, atol=1e-6)
+    assert norm(pixels[0]).shape == (3, 5, 5)
+    with pytest.raises(ValueError, match="3 x H x W"):
+        norm(torch.rand(2, 1, 5, 5))
+
+
+def test_split_is_disjoint_covering_and_seeded():
+    full = _indexed_set(50)
+    parts = data.split(full, 35, seed=3)
+    ref, unseen = _indices(parts.reference, 50), _indices(parts.unseen, 50)
+    assert len(ref) == 35 and len(unseen) == 15
+    assert sorted(ref + unseen) == list(range(50))
+    # Everything that belongs to an image travels with it.
+    assert parts.reference.labels.tolist() == [i % 3 for i in ref]
+    assert parts.reference.masks.shape == (35, 4, 4)
+    assert _indices(data.split(full, 35, seed=3).reference, 50) == ref
+    assert _indices(data.split(full, 35, seed=4).reference, 50) != ref
+    for bad in (0, 50):
+        with pytest.raises(ValueError, match="n_reference"):
+            data.split(full, bad)
+
+
+def test_image_set_gives_normalised_inputs_and_validates():
+    full = _indexed_set(6)
+    image, label = full[4]
+    assert label == 1 and isinstance(label, int)
+    assert torch.equal(image, full.normalization(full.pixels(4)))
+    assert torch.equal(full.inputs()[4], image)
+    with pytest.raises(ValueError, match="float32"):
+        data.ImageSet(full.images.double(), full.labels, full.class_names, full.normalization)
+    with pytest.raises(ValueError, match="labels"):
+        data.ImageSet(full.images, full.labels[:3], full.class_names, full.normalization)
+
+
+def test_mnist5k():
+    parts = data.mnist5k(seed=0)
+    ref, unseen = parts
+    assert (len(ref), len(unseen)) == (4000, 1000)
+    for part in parts:
+        _check_pixels(part.images, 1, 28)
+        assert part.labels.dtype == torch.int64
+        assert part.class_names == [str(d) for d in range(10)]
+    assert ref.images.max() == 1
+    labels = torch.cat([ref.labels, unseen.labels])
+    assert torch.bincount(labels).tolist() == [500] * 10
+    assert not _rows(ref.images) & _rows(unseen.images)
+    # A real digit has ink in the middle and none in the corners.
+    assert ref.images[:, 0, 10:18, 10:18].mean() > 0.2
+    assert ref.images[:, 0, :3, :3].max() == 0
+
+    again = data.mnist5k(seed=0)
+    assert torch.equal(again.reference.images, ref.images)
+    assert torch.equal(again.unseen.labels, unseen.labels)
+    other = data.mnist5k(seed=1, n_reference=100)
+    assert len(other.reference) == 100
+    assert not torch.equal(other.reference.labels, ref.labels[:100])
+
+
+def test_digits():
+    ref, unseen = data.digits(seed=0)
+    assert (len(ref), len(unseen)) == (1400, 397)
+    for part in (ref, unseen):
+        _check_pixels(part.images, 1, 8)
+    assert ref.images.max() == 1
+    assert torch.bincount(torch.cat([ref.labels, unseen.labels])).min() >= 170
+    assert not _rows(ref.images) & _rows(unseen.images)
+    assert torch.equal(data.digits(seed=0).reference.images, ref.images)
+    assert not torch.equal(data.digits(seed=1).reference.images, ref.images)
+
+
+def test_shapes_contents():
+    n, size = 300, 56
+    s = data.shapes(n, seed=0, size=size, n_classes=3)
+    _check_pixels(s.images, 3, size)
+    assert s.labels.dtype == torch.int64 and s.concepts.dtype == torch.int64
+    assert s.class_names == ["circle or ring", "square or cross", "triangle or star"]
+    assert s.concept_names == ["circle", "ring", "square", "cross", "triangle", "star"]
+    assert torch.equal(s.labels, s.concepts // 2)
+    assert torch.bincount(s.concepts, minlength=6).tolist() == [50] * 6
+    for c in range(3):
+        assert len(torch.unique(s.concepts[s.labels == c])) >= 2
+
+    masks = s.masks
+    assert masks.dtype == torch.bool and masks.shape == (n, size, size)
+    area = masks.sum((1, 2))
+    assert area.min() >= 30 and area.max() < size * size / 4
+    border = (
+        masks[:, 0].any(1) | masks[:, -1].any(1) | masks[:, :, 0].any(1) | masks[:, :, -1].any(1)
+    )
+    assert not border.any()
+    # The class-defining shape stands out: its mean colour differs from the rest of the image.
+    inside = (s.images * masks[:, None]).sum((2, 3)) / area[:, None]
+    outside = (s.images * ~masks[:, None]).sum((2, 3)) / (size * size - area)[:, None]
+    assert (inside - outside).abs().amax(1).min() > 0.2
+    # A shape is one colour up to pixel noise.
+    spread = [s.images[i][:, masks[i]].std(1).max().item() for i in range(20)]
+    assert max(spread) < 0.1
+
+
+def test_shapes_sub_concepts_look_different():
+    s = data.shapes(60, seed=1)
+
+    def centre_filled(mask: torch.Tensor) -> bool:
+        ys, xs = torch.nonzero(mask, as_tuple=True)
+        return bool(mask[(ys.min() + ys.max()) // 2, (xs.min() + xs.max()) // 2])
+
+    # Circles are filled, rings are hollow; squares fill their bounding box, crosses do not.
+    assert all(centre_filled(m) for m in s.masks[s.concepts == 0])
+    assert not any(centre_filled(m) for m in s.masks[s.concepts == 1])
+    fill = s.masks.sum((1, 2)) / torch.tensor(
+        [(m.any(1).sum() * m.any(0).sum()).item() for m in s.masks]
+    )
+    assert fill[s.concepts == 2].min() > 0.7 > fill[s.concepts == 3].max()
+
+
+def test_shapes_is_seeded_and_sized():
+    a = data.shapes(40, seed=5, size=48, n_classes=2)
+    b = data.shapes(40, seed=5, size=48, n_classes=2)
+    c = data.shapes(40, seed=6, size=48, n_classes=2)
+    assert torch.equal(a.images, b.images) and torch.equal(a.masks, b.masks)
+    assert torch.equal(a.concepts, b.concepts)
+    assert not torch.equal(a.images, c.images)
+    assert a.images.shape == (40, 3, 48, 48) and a.labels.max() == 1
+    four = data.shapes(16, seed=0, size=64, n_classes=4)
+    assert four.images.shape == (16, 3, 64, 64) and set(four.labels.tolist()) == {0, 1, 2, 3}
+    with pytest.raises(ValueError, match="n_classes"):
+        data.shapes(10, n_classes=5)
+    parts = data.split(a, 30, seed=0)
+    assert len(parts.reference) == 30 and parts.unseen.concepts.shape == (10,)
+
+
+def _image_folder(root, n_per_class: int = 2):
+    """cat/ and dog/ with real PNGs of varied sizes and modes, a broken PNG and a text file."""
+    rng = np.random.default_rng(0)
+    for c, name in enumerate(["cat", "dog"]):
+        (root / name).mkdir(parents=True)
+        for i in range(n_per_class):
+            pixels = rng.integers(0, 256, (30 + 7 * i, 40, 3), dtype=np.uint8)
+            pixels[..., c] = 255
+            mode_image = Image.fromarray(pixels)
+            (mode_image.convert("L") if i == 1 else mode_image).save(root / name / f"{i}.png")
+    (root / "cat" / "broken.png").write_bytes(b"\x89PNG\r\n\x1a\n" + b"not really" * 10)
+    (root / "dog" / "notes.txt").write_text("not an image")
+    return root
+
+
+def test_imagefolder_skips_bad_files_with_one_warning(tmp_path):
+    root = _image_folder(tmp_path / "pets")
+    with pytest.warns(UserWarning) as caught:
+        folder = data.imagefolder(root, size=32)
+    assert len(caught) == 1
+    assert "skipped 2 unreadable or non-image file(s)" in str(caught[0].message)
+    assert len(folder) == 4 and folder.class_names == ["cat", "dog"]
+    assert folder.labels.tolist() == [0, 0, 1, 1]
+    image, label = folder[0]
+    pixels = folder.pixels(0)
+    _check_pixels(pixels[None], 3, 32)
+    assert label == 0 and image.shape == (3, 32, 32)
+    assert torch.allclose(image, data.IMAGENET_NORMALIZATION(pixels))
+    # The red channel was saturated in every cat image.
+    assert pixels[0].min() == 1
+    part = folder.subset([3, 1])
+    assert len(part) == 2 and part.labels.tolist() == [1, 0] and len(folder) == 4
+    assert torch.equal(part.pixels(1), folder.pixels(1))
+
+
+def test_imagefolder_errors(tmp_path):
+    with pytest.raises(FileNotFoundError, match="image folder not found"):
+        data.imagefolder(tmp_path / "missing")
+    (tmp_path / "empty" / "cls").mkdir(parents=True)
+    (tmp_path / "empty" / "cls" / "a.txt").write_text("x")
+    with (
+        warnings.catch_warnings(),
+        pytest.raises(FileNotFoundError, match="no readable image"),
+    ):
+        warnings.simplefilter("ignore")
+        data.imagefolder(tmp_path / "empty")
+
+
+def test_load_dataset(tmp_path):
+    parts = data.load_dataset("digits", seed=2)
+    assert torch.equal(parts.reference.images, data.digits(seed=2).reference.images)
+    shapes = data.load_dataset("shapes")
+    assert (len(shapes.reference), len(shapes.unseen)) == (4000, 1000)
+    assert shapes.reference.images.shape[1:] == (3, 56, 56)
+
+    root = _image_folder(tmp_path / "pets", n_per_class=5)
+    with pytest.warns(UserWarning, match="skipped 2"):
+        folder = data.load_dataset(f"imagefolder:{root}")
+    assert (len(folder.reference), len(folder.unseen)) == (8, 2)
+    assert folder.reference.pixels(0).shape == (3, 224, 224)
+
+    for bad in ("cifar", "imagefolder:", "mnist"):
+        with pytest.raises(ValueError, match="mnist5k, digits, shapes, imagefolder:PATH"):
+            data.load_dataset(bad)
+
+
+def test_16_bit_images_are_read_at_their_depth(tmp_path):
+    from repinterp.workspace import load_image_file
+
+    values = np.linspace(1000, 64000, 16 * 16).reshape(16, 16).astype(np.uint16)
+    root = tmp_path / "deep"
+    (root / "a").mkdir(parents=True)
+    (root / "b").mkdir()
+    Image.fromarray(values).save(root / "a" / "x.png")
+    Image.fromarray(values[::-1].copy()).save(root / "b" / "y.png")
+    with Image.open(root / "a" / "x.png") as image:
+        assert image.mode == "I;16"
+    expected = torch.from_numpy(values.astype(np.float32) / 65535)
+    grey = load_image_file(root / "a" / "x.png", (1, 16, 16))
+    assert torch.allclose(grey[0], expected, atol=1e-6)  # not 95 % of pixels at 1.0
+    rgb = load_image_file(root / "a" / "x.png", (3, 16, 16))
+    assert torch.equal(rgb[0], rgb[2]) and torch.allclose(rgb[1], expected, atol=1e-6)
+    folder = data.imagefolder(root, size=16)
+    assert torch.allclose(folder.pixels(0), expected.expand(3, -1, -1), atol=1e-6)
+    assert float((folder.pixels(1) == 1).float().mean()) == 0
+
+
+def test_image_sizes_are_checked_from_the_header_before_decoding():
+    from repinterp.workspace import load_image_file
+
+    from ..cli.test_cli_outputs import png_header
+
+    for width, height, message in (
+        (16_777_216, 1, "16777216 x 1 pixels; at most 16384 per side"),
+        (2_000_000, 1, "2000000 x 1 pixels; at most 16384 per side"),
+        (9000, 8000, "9000 x 8000 pixels; at most 16384 per side and 67,108,864 in all"),
+        (4000, 100, "4000 x 100 pixels, longer than 32 times the other"),
+    ):
+        with pytest.raises(ValueError, match=message):  # a decoder would fail otherwise
+            load_image_file(io.BytesIO(png_header(width, height)), (3, 32, 32))
+    with pytest.raises(ValueError, match="cannot read the file as an image"):
+        load_image_file(io.BytesIO(png_header(64, 64)), (3, 32, 32))  # no pixel data
+
+
+def test_shapes_at_another_size():
+    parts = data.load_dataset("shapes:24", seed=1)
+    expected = data.split(data.shapes(5000, seed=1, size=24), 4000, seed=1)
+    assert torch.equal(parts.reference.images, expected.reference.images)
+    assert torch.equal(parts.unseen.masks, expected.unseen.masks)
+    assert parts.unseen.masks.shape == (1000, 24, 24)
+    for bad, size in (("shapes:", "''"), ("shapes:8", "'8'"), ("shapes:-30", "'-30'")):
+        with pytest.raises(
+            ValueError, match=f"^shapes:SIZE needs an integer SIZE >= 16, got {size}$"
+        ):
+            data.load_dataset(bad)

@@ -1,0 +1,146 @@
+"""RI's knobs measured by the evaluation: Q's sampling, the canonical exact cover, the polytope
+Score-CAM weights."""
+
+import itertools
+
+import numpy as np
+import pytest
+import torch
+
+from repinterp import RepresentativeInterpreter
+from repinterp.core.boundaries import sample_sources
+from repinterp.core.cover import exact_cover, fewest_boundaries, greedy_cover
+from repinterp.core.heatmap import heatmaps
+from repinterp.core.polytope_weights import covered_sample, score_weights, with_score_weights
+from repinterp.evaluation.baselines import channel_weights
+
+from ..networks import images, tiny_gap_cnn
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def _logits(n: int, classes: int, seed: int) -> torch.Tensor:
+    return torch.randn(n, classes, generator=torch.Generator().manual_seed(seed))
+
+
+def test_uniform_sampling_is_unchanged():
+    expected = torch.randperm(30, generator=torch.Generator().manual_seed(4))[:7].sort().values
+    assert torch.equal(sample_sources(30, 7, 4), expected)
+    assert torch.equal(sample_sources(30, 7, 4, "uniform", _logits(30, 3, 0)), expected)
+
+
+def test_balanced_sampling_takes_the_predicted_classes_in_turn():
+    logits = _logits(60, 4, 1)
+    predicted = logits.argmax(1)
+    for n in (4, 9, 13):
+        sources = sample_sources(60, n, 2, "balanced", logits)
+        assert len(sources.unique()) == n and bool((sources.diff() > 0).all())
+        counts = torch.bincount(predicted[sources], minlength=4)
+        assert int(counts.max() - counts.min()) <= 1  # every class in turn
+    small = torch.zeros(10, 3)
+    small[:, 0] = 1.0
+    small[:2, 0], small[:2, 1] = 0.0, 1.0  # two images of class 1, eight of class 0
+    assert torch.bincount(
+        small[sample_sources(10, 6, 0, "balanced", small)].argmax(1)
+    ).tolist() == [4, 2]
+
+
+def test_pairs_sampling_covers_every_pair_nearest_its_boundary_first():
+    logits = _logits(80, 4, 3)
+    top = logits.topk(2, 1)
+    pair = top.indices.sort(1).values
+    pair_id = pair[:, 0] * 4 + pair[:, 1]
+    margin = top.values[:, 0] - top.values[:, 1]
+    pairs = pair_id.unique()
+    sources = sample_sources(80, len(pairs), 5, "pairs", logits)
+    assert sorted(pair_id[sources].tolist()) == pairs.tolist()  # one per pair
+    for p in pairs:  # and the one nearest that pair's boundary
+        members = (pair_id == p).nonzero().flatten()
+        chosen = sources[pair_id[sources] == p]
+        assert chosen.tolist() == [int(members[margin[members].argmin()])]
+    more = sample_sources(80, 2 * len(pairs), 5, "pairs", logits)
+    assert set(sources.tolist()) <= set(more.tolist())
+
+
+def test_sampling_errors():
+    with pytest.raises(ValueError, match="unknown sampling 'stratified'"):
+        sample_sources(10, 3, 0, "stratified", _logits(10, 3, 0))
+    with pytest.raises(ValueError, match="needs the 10 reference logits"):
+        sample_sources(10, 3, 0, "pairs")
+
+
+def test_interpreters_fit_and_reload_with_their_sampling(tmp_path):
+    model = tiny_gap_cnn().eval()
+    x = images(40, seed=1)
+    ri = RepresentativeInterpreter(model, "3", n_boundaries=6, progress=False, sampling="pairs")
+    ri.fit(x)
+    with torch.no_grad():
+        logits = model(x)
+    assert torch.equal(ri.boundary_sources.cpu(), sample_sources(40, 6, 0, "pairs", logits))
+    ri.save(tmp_path / "index")
+    assert RepresentativeInterpreter.load(tmp_path / "index", model).sampling == "pairs"
+    with pytest.raises(ValueError, match="unknown sampling"):
+        RepresentativeInterpreter(model, "3", sampling="near")
+
+
+def _brute_force(sep: np.ndarray, other: np.ndarray, delta: int) -> tuple[int, int, int]:
+    """(coverage, |P|, sum of indices) of the lexicographic best P, by enumeration."""
+    best = None
+    for size in range(sep.shape[1] + 1):
+        for p in itertools.combinations(range(sep.shape[1]), size):
+            covered = ~sep[:, list(p)].any(1)
+            if (covered & other).sum() <= delta:
+                key = (-int(covered.sum()), size, sum(p))
+                best = key if best is None or key < best else best
+    return -best[0], best[1], best[2]
+
+
+def test_fewest_boundaries_is_the_lexicographic_optimum():
+    rng = np.random.default_rng(0)
+    for trial in range(12):
+        n_ref, n_q = 24, 7
+        ref = torch.from_numpy(rng.choice([-1, 1], size=(n_ref, n_q)).astype(np.int8))
+        ref[:3] = ref[3]  # duplicates make equal optima
+        x = torch.from_numpy(rng.choice([-1, 1], size=(2, n_q)).astype(np.int8))
+        other = torch.from_numpy(rng.random((2, n_ref)) < 0.4)
+        result = exact_cover(ref, x, other, greedy=greedy_cover(ref, x, other))
+        canonical = fewest_boundaries(ref, x, other, result)
+        for b in range(2):
+            sep = (ref != x[b]).numpy()
+            coverage, size, index_sum = _brute_force(sep, other[b].numpy(), int(result.delta[b]))
+            p = canonical.boundaries(b)
+            assert int(canonical.covered[b].sum()) == coverage, trial
+            assert (len(p), int(p.sum())) == (size, index_sum), trial
+            assert torch.equal(canonical.covered[b], torch.from_numpy(~sep[:, p.numpy()].any(1)))
+            assert int(canonical.conflicts[b]) == int((canonical.covered[b] & other[b]).sum())
+
+
+def test_score_weights_are_pytorch_grad_cams_and_average_over_images():
+    model = tiny_gap_cnn().eval()
+    x = images(12, seed=2)
+    ri = RepresentativeInterpreter(model, "3", n_boundaries=5, progress=False).fit(x)
+    library = channel_weights("Score-CAM", model, "3", x[:3], target_classes=[1, 1, 1])
+    ours = torch.stack([score_weights(ri, x[i : i + 1], 1) for i in range(3)])
+    torch.testing.assert_close(ours, library, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(score_weights(ri, x[:3], 1), library.mean(0), atol=1e-6, rtol=1e-5)
+    with pytest.raises(ValueError, match="non-empty"):
+        score_weights(ri, x[:0], 1)
+
+
+def test_with_score_weights_keeps_the_polytope_and_draws_one_map():
+    model = tiny_gap_cnn().eval()
+    x = images(30, seed=3)
+    ri = RepresentativeInterpreter(model, "3", n_boundaries=8, progress=False).fit(x)
+    e = next(e for e in ri.explain_reference(range(30)) if e.has_heatmap)
+    sample = covered_sample(e, 4, seed=1)
+    assert len(sample) == min(4, e.representativeness)
+    assert set(sample.tolist()) <= set(e.covered.tolist()) and bool((sample.diff() > 0).all())
+    assert torch.equal(covered_sample(e, 4, seed=1), sample)
+    weighted = with_score_weights(e, x[sample])
+    assert torch.equal(weighted.boundaries, e.boundaries) and torch.equal(
+        weighted.covered, e.covered
+    )
+    w = score_weights(ri, x[sample], e.predicted_class)
+    torch.testing.assert_close(weighted.channel_weights, w.unsqueeze(0))
+    expected = heatmaps(ri.features(x[:5]), w.unsqueeze(0), (16, 16))
+    torch.testing.assert_close(weighted.heatmap(x[:5]), expected)

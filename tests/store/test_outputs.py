@@ -1,0 +1,291 @@
+"""Nothing saved is ever lost: output folders are refused unless new, empty or the project's own;
+a second writer fails at once; a save or fit that fails (or is killed) at any write leaves the
+old index or the new one, never neither, and no stray files; checksums are those of the bytes
+as written."""
+
+import errno
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from repinterp.cli.parser import main
+from repinterp.store import outputs
+from repinterp.store.index_folder import IndexLoadError, load_index, save_index
+from repinterp.store.outputs import LOCK_FILE, MARKER_FILE, OutputError, claim, folder_kind
+
+from ..commandline import FIT, assert_one_line_error, listing, run, user_folder
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+INDEX_FILES = {"manifest.json", "index.safetensors", "features.npy", MARKER_FILE, LOCK_FILE}
+
+
+def test_folder_kinds(tmp_path) -> None:
+    assert folder_kind(tmp_path / "missing") is None
+    assert folder_kind(tmp_path) is None
+    (tmp_path / LOCK_FILE).touch()
+    assert folder_kind(tmp_path) is None  # bookkeeping alone: still empty
+    afile = tmp_path / "afile.txt"
+    afile.write_text("x")
+    with pytest.raises(OutputError, match=r"afile\.txt is a file, not a folder"):
+        folder_kind(afile)
+    assert folder_kind(tmp_path) == "foreign"
+    old_report = tmp_path / "report"  # what an earlier version wrote, without the marker
+    old_report.mkdir()
+    for name in ("index.html", "region-0-ref-3.png", "region-0-ref-3.json"):
+        (old_report / name).write_text(json.dumps({"representativeness": 3}))
+    assert folder_kind(old_report) == "report"
+    explained = tmp_path / "explained"
+    explained.mkdir()
+    (explained / "x.png").write_bytes(b"png")
+    (explained / "x.json").write_text(json.dumps({"representativeness": 3}))
+    assert folder_kind(explained) == "explain"
+    (explained / "x.json").write_text(json.dumps({"mine": 3}))  # a user's pair of files
+    assert folder_kind(explained) == "foreign"
+    old_demo = tmp_path / "repinterp-demo"
+    (old_demo / "index").mkdir(parents=True)
+    (old_demo / "index" / "manifest.json").write_text('{"format_version": 1, "sha256": {}}')
+    (old_demo / "index.html").write_text("<html>")
+    (old_demo / "unseen-3.json").write_text(json.dumps({"representativeness": 3}))
+    assert folder_kind(old_demo) == "demo"
+    (old_demo / "index" / "manifest.json").unlink()  # a user's folder named index
+    assert folder_kind(old_demo) == "foreign"
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "manifest.json").write_text('{"name": "my web app"}')  # not an index manifest
+    assert folder_kind(site) == "foreign"
+
+
+def test_claim_refuses_foreign_folders_and_indexes_and_writes_nothing_there(tmp_path) -> None:
+    mine = tmp_path / "mydocs"
+    before = user_folder(mine)
+    with pytest.raises(OutputError, match="mydocs holds files that repinterp did not write"):
+        with claim(mine, "index"):
+            pass
+    assert listing(mine) == before  # not even a lock file
+    with claim(mine, "explain", overwrite=True):
+        (mine / "x.json").write_text("{}")
+    assert {k: v for k, v in listing(mine).items() if k in before} == before
+
+    index = tmp_path / "index"
+    (index).mkdir()
+    (index / "manifest.json").write_text(json.dumps({"format_version": 1, "sha256": {}}))
+    for kind in ("explain", "report", "demo", "partial", "evaluation"):
+        for overwrite in (False, True):
+            with pytest.raises(
+                OutputError, match=r"is a repinterp index: .* need a folder of their own"
+            ):
+                with claim(index, kind, overwrite):
+                    pass
+    assert sorted(p.name for p in index.iterdir()) == ["manifest.json"]
+    with claim(index, "index"):
+        pass
+
+
+def test_claim_removes_the_folder_it_made_if_the_command_fails(tmp_path) -> None:
+    out = tmp_path / "new"
+    with pytest.raises(RuntimeError), claim(out, "report"):
+        assert json.loads((out / MARKER_FILE).read_text()) == {"kind": "report"}
+        raise RuntimeError("the command failed")
+    assert not out.exists()
+    with claim(out, "report"):
+        (out / "index.html").write_text("<html>")
+    with claim(out, "report"):  # its own kind: accepted again
+        pass
+    with pytest.raises(OutputError, match="holds a report: give a new or empty folder"):
+        with claim(out, "explain"):
+            pass
+
+
+def test_a_second_fit_fails_at_once(tmp_path, capsys) -> None:
+    """Two fits to one folder: the second fails at once, with a clear message, while the
+    first (here a process holding the folder as a fit does) writes."""
+    out = tmp_path / "index"
+    holder = textwrap.dedent(
+        f"""
+        import sys
+        from repinterp.store.outputs import claim
+        with claim({str(out)!r}, "index"):
+            print("held", flush=True)
+            sys.stdin.readline()
+        """
+    )
+    env = os.environ | {"PYTHONPATH": str(Path(__file__).parents[2] / "src")}
+    process = subprocess.Popen(
+        [sys.executable, "-c", holder], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env
+    )
+    try:
+        assert process.stdout.readline() == b"held\n"
+        start = time.perf_counter()
+        code, _, err = run([*FIT, "--out", str(out)], capsys)
+        assert time.perf_counter() - start < 5
+        assert_one_line_error(code, err, f"another repinterp command is writing to {out}")
+        assert {p.name for p in out.iterdir()} == {MARKER_FILE, LOCK_FILE}  # the holder's
+        with pytest.raises(OutputError, match="another repinterp command is writing"):
+            with claim(out, "index"):
+                pass
+    finally:
+        process.communicate(b"\n", timeout=30)
+    assert not out.exists()  # the holder made it, wrote nothing, and removed it
+    with claim(out, "index"):  # let go when the holder ended
+        pass
+
+
+def test_rows_changed_by_another_writer_are_refused(tmp_path, monkeypatch, capsys) -> None:
+    from repinterp.store import shards
+
+    write = shards.FeatureFile.write
+
+    def write_then_scribble(self, start, rows):
+        digest = write(self, start, rows)
+        with open(self.path, "r+b") as f:  # another process writing the same partial file
+            f.seek(self.offset)
+            f.write(b"\0" * 16)
+        return digest
+
+    monkeypatch.setattr(shards.FeatureFile, "write", write_then_scribble)
+    code, _, err = run([*FIT, "--out", str(tmp_path / "index")], capsys)
+    assert_one_line_error(code, err, "changed while")
+    assert not (tmp_path / "index" / "manifest.json").exists()
+
+
+@pytest.fixture(scope="module")
+def old_and_new(tmp_path_factory) -> tuple[Path, Path]:
+    """An index fitted with seed 0 (the old one) and with seed 1 (the new one)."""
+    root = tmp_path_factory.mktemp("crash")
+    main([*FIT, "--seed", "0", "--out", str(root / "old")])
+    main([*FIT, "--seed", "1", "--out", str(root / "new")])
+    return root / "old", root / "new"
+
+
+def holds_only_the_index(folder: Path) -> bool:
+    """``folder`` holds its manifest, the files it lists (under their names, or under the
+    names of ``files`` while a save settles) and the bookkeeping files: nothing else but the
+    partial folder of a fit to resume."""
+    manifest = json.loads((folder / "manifest.json").read_text())
+    mapping = manifest.get("files", {})
+    live = {
+        mapping.get(n, n) if (folder / mapping.get(n, n)).is_file() else n
+        for n in manifest["sha256"]
+    }
+    return {p.name for p in folder.iterdir()} - {".partial"} == live | {
+        "manifest.json",
+        MARKER_FILE,
+        LOCK_FILE,
+    }
+
+
+def which(folder: Path, old: Path, new: Path) -> str:
+    """``"old"`` or ``"new"``: the index that ``folder`` loads as (fails if neither)."""
+    index = load_index(folder)
+    features = Path(index.files["features.npy"]).read_bytes()
+    for name, reference in (("old", old), ("new", new)):
+        expected = load_file(str(reference / "index.safetensors"))
+        if all(torch.equal(index.tensors()[k], v) for k, v in expected.items()) and (
+            features == (reference / "features.npy").read_bytes()
+        ):
+            return name
+    raise AssertionError(f"{folder} is neither the old nor the new index")
+
+
+@pytest.mark.slow
+def test_a_fit_failing_at_any_write_leaves_the_old_index_or_the_new(
+    old_and_new, tmp_path, monkeypatch
+) -> None:
+    """The k-th write or rename of a fit over an existing index fails, for every k. At that
+    instant the folder is what a kill would leave: it loads as the old or the new index, and
+    the next save leaves no stray file. After the failure (the process cleans up) it loads as
+    the old or the new index and holds nothing else."""
+    old, new = old_and_new
+    out = tmp_path / "index"
+    outcomes = []
+    for k in range(1, 200):
+        shutil.rmtree(out, ignore_errors=True)
+        shutil.copytree(old, out)
+        calls, killed = [0], tmp_path / f"killed-{k}"
+
+        def at_the_kth(real, k=k, calls=calls, killed=killed):
+            def call(*args, **kwargs):
+                calls[0] += 1
+                if calls[0] == k:
+                    shutil.copytree(out, killed)  # what a kill right now would leave
+                    raise OSError(errno.ENOSPC, "No space left on device (injected)")
+                return real(*args, **kwargs)
+
+            return call
+
+        monkeypatch.setattr(outputs, "_write", at_the_kth(outputs._write))
+        monkeypatch.setattr(os, "replace", at_the_kth(os.replace))
+        try:
+            main([*FIT, "--seed", "1", "--out", str(out)])
+        except OSError:
+            pass
+        finally:
+            monkeypatch.undo()
+        if calls[0] < k:  # the fit made fewer than k writes: every k has been tried
+            assert which(out, old, new) == "new"
+            break
+        outcomes.append((which(killed, old, new), which(out, old, new)))
+        # what a kill leaves does not stand in the next command's way
+        assert folder_kind(killed) == "index", k
+        assert folder_kind(killed / ".partial") in (None, "partial"), k
+        assert holds_only_the_index(out), k
+        save_index(load_index(new), killed)  # the next save cleans up after a kill
+        assert {p.name for p in killed.iterdir()} - {".partial"} == INDEX_FILES, k
+        assert which(killed, old, new) == "new"
+        shutil.rmtree(killed)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["index"]  # nothing beside it
+    kinds = set(outcomes)
+    assert ("old", "old") in kinds and ("new", "new") in kinds, kinds
+    assert len(outcomes) > 15  # every write and rename of the shards and of the save
+
+
+def test_damaged_manifests_do_not_load(old_and_new, tmp_path, capsys) -> None:
+    old, _ = old_and_new
+    cases = {
+        "no checksums": (lambda m: m.update(sha256={}), "lists no checksum of index.safetensors"),
+        "one missing": (lambda m: m["sha256"].pop("index.safetensors"), "lists no checksum"),
+        "not a sha": (
+            lambda m: m["sha256"].update({"features.npy": "abc"}),
+            "checksum of 'features.npy' is not a SHA-256",
+        ),
+        "escaping name": (
+            lambda m: m.update(files={"index.safetensors": "../old/index.safetensors"}),
+            "'files' are not names",
+        ),
+        "short class names": (
+            lambda m: m.update(class_names=["0", "1"]),
+            "class_names lists 2 names for 10 classes",
+        ),
+        "recipe not a dict": (lambda m: m.update(recipe=[1]), "recipe is a list, not a mapping"),
+        "recipe field": (lambda m: m["recipe"].update(num_classes="10"), "recipe's num_classes"),
+        "shape": (lambda m: m.update(n_reference=7), "projections has shape (1400, 5)"),
+    }
+    for name, (edit, message) in cases.items():
+        index = tmp_path / name.replace(" ", "-")
+        shutil.copytree(old, index)
+        manifest = json.loads((index / "manifest.json").read_text())
+        edit(manifest)
+        (index / "manifest.json").write_text(json.dumps(manifest))
+        if name == "no checksums":  # and flipped bytes that no checksum stands for
+            data = bytearray((index / "index.safetensors").read_bytes())
+            data[-3] ^= 1
+            (index / "index.safetensors").write_bytes(bytes(data))
+        out = tmp_path / f"out-{index.name}"
+        code, _, err = run(
+            ["explain", "reference:0", "--index", str(index), "--out", str(out)], capsys
+        )
+        assert_one_line_error(code, err, message)
+        assert not out.exists()
+        if name != "recipe field":
+            with pytest.raises(IndexLoadError, match=message.split(" (")[0].replace("(", r"\(")):
+                load_index(index)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Every GPU check of the project in one time-bounded run, most important first, for a lent GPU:
-#   1. CPU and CUDA give the same explanations (tests/test_cuda.py, the cover's CUDA paths);
+#   1. CPU and CUDA give the same explanations (tests/runtime/test_cuda.py, the cover's CUDA paths);
 #   2. explain latency at |R| = 10k, 100k, 1M against one forward pass (bench_explain.py);
 #   3. fit / forward of VGG-19 at 224 px (bench_engine.py);
 #   4. a VGG trained on shapes at 224 px, then `coverage` and `unseen` on it (gpu_vgg_shapes.py);
@@ -35,7 +35,7 @@ fi
 "$PYTHON" -c "import torch; print(torch.__version__, torch.cuda.is_available() and torch.cuda.get_device_name())" | tee -a "$log"
 
 step "${CUDA_TESTS_S:-90}" cuda-tests "$PYTHON" -m pytest -q -s -p no:cacheprovider \
-    tests/test_cuda.py tests/test_cover_equivalence.py tests/test_protocols.py -k "cuda or device"
+    tests/runtime/test_cuda.py tests/core/test_cover_equivalence.py tests/evaluation/test_protocols.py -k "cuda or device"
 step "${EXPLAIN_S:-60}" explain "$PYTHON" benchmarks/bench_explain.py --device "$DEVICE" \
     --sizes "$SIZES" --n-single 30 --n-inputs 1000 --threads 8 \
     --out "$RES/explain_cuda.json"

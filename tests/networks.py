@@ -112,3 +112,18 @@ class TriangleHead(nn.Module):
 def triangle_model() -> nn.Sequential:
     """Images are 2 x 1 x 1 "feature maps"; psi is the identity layer "features"."""
     return nn.Sequential(OrderedDict(features=nn.Identity(), head=TriangleHead())).eval()
+
+
+def normalize(pixels: Tensor) -> Tensor:
+    """The test models' normalisation of [0, 1] pixels: mean 0.5, standard deviation 0.25."""
+    return (pixels - 0.5) / 0.25
+
+
+def fit_random(n: int, n_boundaries: int, **fit_options):
+    """A :func:`random_setup` model (layer ``relu2``) fitted on its ``n`` images with
+    ``|Q| = n_boundaries`` (seed 0, no progress bars): ``(interpreter, images)``."""
+    from repinterp import RepresentativeInterpreter
+
+    model, pictures = random_setup(n=n)
+    ri = RepresentativeInterpreter(model, "relu2", n_boundaries=n_boundaries, progress=False)
+    return ri.fit(pictures, **fit_options), pictures

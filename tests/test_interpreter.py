@@ -10,14 +10,12 @@ from repinterp.core.boundaries import project
 from repinterp.core.heatmap import polytope_heatmaps
 from repinterp.store.index_folder import IndexLoadError
 
-from .networks import randn, random_setup, tiny_mlp_cnn, triangle_model
+from .networks import fit_random, randn, random_setup, tiny_mlp_cnn, triangle_model
 
 
 @pytest.fixture(scope="module")
 def fitted():
-    model, images = random_setup(n=400)
-    ri = RepresentativeInterpreter(model, "relu2", n_boundaries=30, seed=0, progress=False)
-    return ri.fit(images), images
+    return fit_random(400, 30)
 
 
 def test_index_holds_projections_classes_and_sources(fitted) -> None:

@@ -13,16 +13,14 @@ from repinterp.core.boundaries import sample_sources
 from repinterp.models.zoo import build_model
 from repinterp.workspace import BUNDLED_WEIGHTS
 
-from .networks import random_setup
+from .networks import fit_random, random_setup
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
 def fitted():
-    model, images = random_setup(n=120)
-    ri = RepresentativeInterpreter(model, "relu2", n_boundaries=12, progress=False)
-    return ri.fit(images, keep_features=True, class_names=["a", "b", "c", "d"]), images
+    return fit_random(120, 12, keep_features=True, class_names=["a", "b", "c", "d"])
 
 
 # ------------------------------------------------------------------ 10: non-finite at fit

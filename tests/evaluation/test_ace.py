@@ -21,9 +21,7 @@ from repinterp.evaluation.ace import (
 )
 from repinterp.evaluation.ace.steps import _slic_label_maps, tcav_score
 
-
-def normalize(x: torch.Tensor) -> torch.Tensor:
-    return (x - 0.5) / 0.25
+from ..networks import normalize
 
 
 def tiny_cnn(seed: int = 0, classes: int = 3) -> nn.Sequential:

@@ -16,11 +16,7 @@ from repinterp.evaluation import (
     region_metrics,
 )
 
-from ..networks import images, tiny_cnn
-
-
-def normalize(x: torch.Tensor) -> torch.Tensor:
-    return (x - 0.5) / 0.25
+from ..networks import images, normalize, tiny_cnn
 
 
 def _hand_scores(model, images01, keep):

@@ -22,13 +22,9 @@ from repinterp.evaluation.perturbation import (
     road,
 )
 
-from ..networks import images, tiny_cnn
+from ..networks import images, normalize, tiny_cnn
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-
-
-def normalize(x: torch.Tensor) -> torch.Tensor:
-    return (x - 0.5) / 0.25
 
 
 def _brute_force_curve(model, image01, heat, mode, baseline, steps):

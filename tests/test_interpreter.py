@@ -6,7 +6,6 @@ import torch
 import torch.nn.functional as F
 
 from repinterp import RepresentativeInterpreter
-from repinterp.core.boundaries import project
 from repinterp.core.heatmap import polytope_heatmaps
 from repinterp.store.index_folder import IndexLoadError
 
@@ -31,26 +30,6 @@ def test_index_holds_projections_classes_and_sources(fitted) -> None:
     at_source = index.projections[ri.boundary_sources, torch.arange(30)]
     assert (at_source >= 0).all()
     assert len(index.predictions.unique()) > 1
-
-
-@pytest.mark.parametrize("batch_size", [7, 64, 400])
-def test_fit_runs_the_trunk_once_per_reference_image(batch_size: int) -> None:
-    model, images = random_setup(n=150)
-    seen = []
-    handle = model.relu2.register_forward_hook(lambda _m, _i, out: seen.append(out.shape[0]))
-    try:
-        ri = RepresentativeInterpreter(
-            model, "relu2", n_boundaries=40, batch_size=batch_size, progress=False
-        ).fit(images, keep_features=True)
-    finally:
-        handle.remove()
-    # Q's 40 source images once, for Eq. 2 and their own rows; the other 110 in the pass
-    assert sum(seen) == 150
-    with torch.no_grad():
-        t = ri.split.psi(images)
-    torch.testing.assert_close(ri.index.projections, project(t, ri.index.boundaries))
-    torch.testing.assert_close(ri.reference_features, t.flatten(1))
-    assert torch.equal(ri.index.predictions, model(images).argmax(1))
 
 
 def test_cover_is_consistent_with_stored_projections(fitted) -> None:
@@ -292,26 +271,6 @@ def test_save_replaces_atomically(fitted, tmp_path) -> None:
     ri.save(path)
     ri.save(path)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["index"]
-
-
-def test_memory_grows_with_reference_times_boundaries() -> None:
-    """What fit keeps: |R| x (|Q| + classes + 1) numbers plus |Q| boundaries, never
-    |R| x feature size."""
-    sizes = {}
-    for n in (100, 400):
-        model, images = random_setup(n=n)
-        ri = RepresentativeInterpreter(model, "relu2", n_boundaries=10, progress=False)
-        ri.fit(images)
-        stored = ri.index.tensors()
-        per_reference = sum(
-            t.numel()
-            for k, t in stored.items()
-            if k not in ("boundary_weight", "boundary_bias", "boundary_classes", "sources")
-        )
-        sizes[n] = per_reference
-        assert per_reference == n * (10 + 4 + 1)
-        assert stored["boundary_weight"].numel() == 10 * 8 * 6 * 6
-    assert sizes[400] == 4 * sizes[100]
 
 
 def test_no_hooks_left_after_many_calls() -> None:

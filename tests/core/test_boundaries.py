@@ -1,7 +1,10 @@
+"""Eq. 2's boundaries (exact on the linear region of each source), projections, and how Q's
+sources are sampled (uniformly, balanced over classes, by pairs of classes)."""
+
 import pytest
 import torch
 
-from repinterp.core.boundaries import Boundaries, compute_boundaries, project
+from repinterp.core.boundaries import Boundaries, compute_boundaries, project, sample_sources
 from repinterp.models.split import split_model
 
 from ..networks import random_setup
@@ -90,3 +93,53 @@ def test_projections_do_not_depend_on_where_the_operands_lie(n: int, k: int, q: 
         weight = _at_offset(boundaries.weight, offset)
         moved = Boundaries(weight, boundaries.bias, boundaries.top_classes)
         assert torch.equal(project(_at_offset(features, offset), moved), expected)
+
+
+def _logits(n: int, classes: int, seed: int) -> torch.Tensor:
+    return torch.randn(n, classes, generator=torch.Generator().manual_seed(seed))
+
+
+def test_uniform_sampling_is_unchanged():
+    expected = torch.randperm(30, generator=torch.Generator().manual_seed(4))[:7].sort().values
+    assert torch.equal(sample_sources(30, 7, 4), expected)
+    assert torch.equal(sample_sources(30, 7, 4, "uniform", _logits(30, 3, 0)), expected)
+
+
+def test_balanced_sampling_takes_the_predicted_classes_in_turn():
+    logits = _logits(60, 4, 1)
+    predicted = logits.argmax(1)
+    for n in (4, 9, 13):
+        sources = sample_sources(60, n, 2, "balanced", logits)
+        assert len(sources.unique()) == n and bool((sources.diff() > 0).all())
+        counts = torch.bincount(predicted[sources], minlength=4)
+        assert int(counts.max() - counts.min()) <= 1  # every class in turn
+    small = torch.zeros(10, 3)
+    small[:, 0] = 1.0
+    small[:2, 0], small[:2, 1] = 0.0, 1.0  # two images of class 1, eight of class 0
+    assert torch.bincount(
+        small[sample_sources(10, 6, 0, "balanced", small)].argmax(1)
+    ).tolist() == [4, 2]
+
+
+def test_pairs_sampling_covers_every_pair_nearest_its_boundary_first():
+    logits = _logits(80, 4, 3)
+    top = logits.topk(2, 1)
+    pair = top.indices.sort(1).values
+    pair_id = pair[:, 0] * 4 + pair[:, 1]
+    margin = top.values[:, 0] - top.values[:, 1]
+    pairs = pair_id.unique()
+    sources = sample_sources(80, len(pairs), 5, "pairs", logits)
+    assert sorted(pair_id[sources].tolist()) == pairs.tolist()  # one per pair
+    for p in pairs:  # and the one nearest that pair's boundary
+        members = (pair_id == p).nonzero().flatten()
+        chosen = sources[pair_id[sources] == p]
+        assert chosen.tolist() == [int(members[margin[members].argmin()])]
+    more = sample_sources(80, 2 * len(pairs), 5, "pairs", logits)
+    assert set(sources.tolist()) <= set(more.tolist())
+
+
+def test_sampling_errors():
+    with pytest.raises(ValueError, match="unknown sampling 'stratified'"):
+        sample_sources(10, 3, 0, "stratified", _logits(10, 3, 0))
+    with pytest.raises(ValueError, match="needs the 10 reference logits"):
+        sample_sources(10, 3, 0, "pairs")

@@ -15,7 +15,7 @@ from repinterp.cli.parser import main
 from repinterp.core.reference_index import FEATURE_FILE
 from repinterp.runtime.distributed import broadcast, gather, init_from_env, rank_and_world
 
-from ..store.test_resume import interrupt_after_shards
+from ..store.test_shards import interrupt_after_shards
 
 pytestmark = [
     pytest.mark.usefixtures("one_thread"),

@@ -58,6 +58,15 @@ class ReferenceIndex:
     def __len__(self) -> int:
         return self.projections.shape[0]
 
+    def __repr__(self) -> str:
+        layer = self.meta.get("target_layer")
+        kept = ", feature maps kept" if FEATURE_FILE in self.files else ""
+        return (
+            f"ReferenceIndex(|R| = {len(self)}, |Q| = {len(self.boundaries)}, "
+            f"{self.n_classes} classes, input {tuple(self.input_shape)}, feature map "
+            f"{self.feature_shape}{f' at {layer!r}' if layer else ''}{kept})"
+        )
+
     @property
     def n_classes(self) -> int:
         return self.logits.shape[1]

@@ -91,6 +91,26 @@ class RegionSet:
     def __len__(self) -> int:
         return len(self.regions)
 
+    def __repr__(self) -> str:
+        distinct = len(
+            {
+                (
+                    r.predicted_class,
+                    *zip(
+                        r.boundaries.tolist(),
+                        (r.projections[r.boundaries] > 0).tolist(),
+                        strict=True,
+                    ),
+                )
+                for r in self.regions
+            }
+        )
+        classes = len(set(self.classes.tolist()))
+        return (
+            f"RegionSet({len(self)} regions over {len(self.interpreter.fitted_index)} reference "
+            f"images: {distinct} distinct polytopes, {classes} predicted classes)"
+        )
+
     def _assign(self, features: Tensor) -> Assignment:
         index = self.interpreter.fitted_index
         img_sides = sides(project(features, index.boundaries))

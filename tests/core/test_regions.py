@@ -1,0 +1,88 @@
+"""k-means regions (§6.4, App. D): inputs nearest the centres, their polytopes, and the
+assignment of new images (the covering region of largest representativeness, else the nearest
+centre), each checked against a brute-force recomputation."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from sklearn.cluster import KMeans
+
+from ..networks import fit_random, random_setup
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+@pytest.fixture(scope="module")
+def regions():
+    ri, _ = fit_random(200, 10, keep_features=True)
+    return ri, ri.regions(n_regions=12, seed=0)
+
+
+def test_inputs_are_the_reference_images_nearest_the_centres(regions) -> None:
+    ri, rs = regions
+    features = ri.reference_features
+    centres = KMeans(n_clusters=12, random_state=0, n_init=3).fit(np.asarray(features))
+    assert torch.equal(rs.centres, torch.from_numpy(centres.cluster_centers_).float())
+    distances = torch.cdist(rs.centres.double(), features.double())
+    assert torch.equal(rs.inputs, distances.argmin(1))
+    for region, row in zip(rs.regions, rs.inputs.tolist(), strict=True):
+        alone = ri.explain_reference([row])[0]
+        assert torch.equal(region.boundaries, alone.boundaries)
+        assert (
+            region.predicted_class == alone.predicted_class == rs.classes[rs.regions.index(region)]
+        )
+
+
+def test_assignment_is_the_largest_covering_region_else_the_nearest_centre(regions) -> None:
+    ri, rs = regions
+    _, unseen = random_setup(n=260)
+    images = unseen[200:]
+    features = ri.features(images).flatten(1)
+    covers = torch.stack([r.covers(images) for r in rs.regions], 1)  # N x V
+    expected = []
+    for n in range(len(images)):
+        covering = covers[n].nonzero().flatten().tolist()
+        if covering:  # ties go to the lower region index
+            sizes = [rs.regions[v].representativeness for v in covering]
+            expected.append(covering[sizes.index(max(sizes))])
+        else:
+            expected.append(
+                int(torch.cdist(features[n : n + 1].double(), rs.centres.double()).argmin())
+            )
+    assignment = rs.assign(images)
+    assert assignment.region.tolist() == expected
+    assert assignment.covered.tolist() == covers.any(1).tolist()
+    assert 0 < int(assignment.covered.sum()) < len(images)  # both branches are exercised
+    assert torch.equal(rs.predict(images), rs.classes[torch.tensor(expected)])
+
+
+def test_heat_maps_reuse_each_assigned_regions_weights(regions) -> None:
+    _, rs = regions
+    _, unseen = random_setup(n=230)
+    images = unseen[200:]
+    region = rs.assign(images).region
+    maps = rs.heatmap(images)
+    assert maps.shape == (len(images), *images.shape[-2:])
+    for n, v in enumerate(region.tolist()):
+        assert torch.allclose(maps[n], rs.regions[v].heatmap(images[n : n + 1])[0], atol=1e-6)
+
+
+def test_short_reprs(regions) -> None:
+    ri, rs = regions
+    text = repr(rs)
+    distinct = {
+        (
+            r.predicted_class,
+            tuple(r.boundaries.tolist()),
+            tuple((r.projections[r.boundaries] > 0).tolist()),
+        )
+        for r in rs.regions
+    }
+    assert len(text) < 500 and f"{len(distinct)} distinct polytopes" in text
+    assert text.startswith("RegionSet(12 regions over 200 reference images")
+    index = repr(ri.fitted_index)
+    assert len(index) < 500
+    assert index.startswith("ReferenceIndex(|R| = 200, |Q| = 10, 4 classes")
+    assert "feature maps kept" in index

@@ -17,9 +17,10 @@ from repinterp.evaluation.ace import (
     keep_segments,
     passes_spread_test,
     segment,
+    slic_label_maps,
+    tcav_score,
     unique_segments,
 )
-from repinterp.evaluation.ace.steps import _slic_label_maps, tcav_score
 
 from ..networks import normalize
 
@@ -85,7 +86,7 @@ def test_segment_on_two_squares_follows_the_rules(channels):
     image = squares(1, seed=3)[0]
     if channels == 1:
         image = image.mean(0, keepdim=True)
-    label_maps = _slic_label_maps(image)
+    label_maps = slic_label_maps(image)
     assert label_maps.shape == (3, 32, 32) and label_maps.min() == 1
     keys = unique_segments(label_maps)
     masks = _keys_to_masks(label_maps, keys)

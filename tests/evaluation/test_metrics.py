@@ -15,6 +15,7 @@ from repinterp.evaluation import (
     kept_pixel_count,
     region_metrics,
 )
+from repinterp.evaluation.metrics import BatchMetric
 
 from ..networks import images, normalize, tiny_cnn
 
@@ -174,6 +175,29 @@ def test_accumulating_over_batches_equals_one_call():
     metric.reset()
     metric.update_from_mask(model, x, keep)
     assert metric.summary() == pytest.approx(whole.summary())
+
+
+def test_a_batch_metric_defines_only_how_it_scores_joins_and_sums_up():
+    class Count(BatchMetric[int]):
+        def summary(self) -> dict[str, int]:
+            return {"n": self.result}
+
+        def _score(self, model, images01, heatmaps) -> int:
+            return len(images01)
+
+        @staticmethod
+        def _join(parts: list[int]) -> int:
+            return sum(parts)
+
+    metric = Count(normalize, batch_size=1)
+    assert metric.update(None, images(3), None) == 3
+    metric.update(None, images(2), None)
+    assert metric.summary() == {"n": 5}
+    metric.reset()
+    assert metric.result == 0
+    assert issubclass(AverageDropIncrease, BatchMetric)
+    with pytest.raises(TypeError, match="abstract"):
+        BatchMetric(normalize, 1)
 
 
 def test_mask_errors():

@@ -9,6 +9,7 @@ import pytest
 import torch
 from PIL import Image
 
+from repinterp.core.groups import polytope_groups
 from repinterp.core.polytope_weights import covered_sample, with_score_weights
 from repinterp.data.datasets import shapes
 from repinterp.evaluation import average_drop_increase_from_mask
@@ -22,7 +23,7 @@ from repinterp.evaluation.run import Run, self_first
 from repinterp.evaluation.scoring import drop_increase
 from repinterp.evaluation.setup import WEIGHTS_DIR, Setup, load_setup, stratified
 from repinterp.models.zoo import build_model, default_target_layer, save_weights
-from repinterp.report.tables import overview_markdown
+from repinterp.report.tables import overview_markdown, results_markdown
 
 from ..commandline import assert_one_line_error, run
 
@@ -127,7 +128,9 @@ def test_ri_variants_solve_weigh_and_sample_their_own_way(mnist: Setup) -> None:
     assert METHODS["RI+pairs"].regions(run_).interpreter.sampling == "pairs"
     scored = METHODS["RI+score"].regions(run_)
     v = 0
-    sample = covered_sample(paper.regions[v], options.score_images, run_.seed)
+    x = int(paper.inputs[v])  # the region's input is among its weight images
+    sample = covered_sample(paper.regions[v], options.score_images, run_.seed, include=x)
+    assert x in sample.tolist() and len(sample) == options.score_images
     expected = with_score_weights(paper.regions[v], mnist.inputs("reference", sample))
     torch.testing.assert_close(scored.regions[v].channel_weights, expected.channel_weights)
     assert torch.equal(scored.regions[v].boundaries, paper.regions[v].boundaries)
@@ -309,9 +312,9 @@ def test_similar_by_feature_distance(mnist: Setup) -> None:
     assert torch.equal(
         again.similar(5, metric="euclidean"), explanation.similar(5, metric="euclidean")
     )
-    # the default: Euclidean where the feature maps are kept, the paper's Dist otherwise
-    assert torch.equal(explanation.similar(), explanation.similar(metric="euclidean"))
-    torch.testing.assert_close(explanation.distances(), explanation.feature_distances())
+    # the default is the paper's Dist, feature maps kept or not (tests/core/test_interpretation)
+    assert torch.equal(explanation.similar(), explanation.similar(metric="semantic"))
+    torch.testing.assert_close(explanation.distances("euclidean"), explanation.feature_distances())
     p = explanation.boundaries
     dist = (ri.fitted_index.projections[covered][:, p] - explanation.projections[p]).abs().sum(1)
     torch.testing.assert_close(explanation.distances("semantic"), dist)
@@ -451,7 +454,7 @@ def test_other_models_load_from_their_weights(tmp_path) -> None:
     setup = load_setup("digits", "digits_cnn", weights, n_reference=50, n_unseen=10)
     assert setup.target_layer == default_target_layer("digits_cnn")
     assert (len(setup.reference), len(setup.unseen)) == (50, 10)
-    with pytest.raises(ValueError, match="no layer"):
+    with pytest.raises(ValueError, match="'features.99' is not a module of the model"):
         load_setup("digits", "digits_cnn", weights, layer="features.99")
     with pytest.raises(ValueError, match="needs --weights"):
         load_setup("digits", "mnist_cnn")  # digits_cnn has bundled weights, mnist_cnn not here
@@ -519,7 +522,8 @@ def test_overview_table_bolds_the_best_per_data_set_and_shows_the_targets() -> N
     lines = overview_markdown({"mnist5k": results}).splitlines()
     assert lines[0].startswith("| Data set | Method | mAD | mAD per interp. | ROAD (pp) |")
     rows = {line.split(" | ")[1]: line for line in lines[2:]}
-    assert "**16.00 ± 0.50**" in rows["RI+score"] and "**14.00 ± 0.10**" in rows["RI+score"]
+    scored = rows["polytope-averaged Score-CAM (RI+score)"]  # named for what it computes
+    assert "**16.00 ± 0.50**" in scored and "**14.00 ± 0.10**" in scored
     assert "| 97.50 ± 0.25 |" in rows["Score-CAM"] and "n/a" in rows["Score-CAM"]
     assert (
         "| lowest |" in rows["*paper's target for RI*"]
@@ -563,3 +567,49 @@ def test_the_evaluate_options_name_the_real_choices() -> None:
 
     assert command.SAMPLINGS == SAMPLINGS
     assert command.METRICS == METRICS
+
+
+GROUP_KEYS = ("distinct_polytopes", "effective_groups", "largest_group_share", "singletons")
+
+
+def _groups(block: dict) -> dict:
+    return {key: block[key] for key in GROUP_KEYS}
+
+
+def test_ri_reports_the_polytopes_it_finds_in_every_protocol(mnist: Setup) -> None:
+    options = replace(SMALL, methods=("RI", "RI+score", "Score-CAM+class"))
+    results = evaluate(mnist, "unseen", options)
+    regions = Run(mnist, 0, options).regions
+    region = regions.assign(mnist.inputs("unseen")).region.cpu()
+    expected = polytope_groups([regions.regions[v] for v in region.tolist()]).to_dict()
+    assert set(expected) == set(GROUP_KEYS)  # mnist has no sub-concepts
+    for name in ("RI", "RI+score"):  # the same polytopes, other weights
+        assert _groups(results["methods"][name]) == pytest.approx(expected)
+        assert _groups(results["per_run"][0]["methods"][name]) == pytest.approx(expected)
+    assert not set(GROUP_KEYS) & set(results["methods"]["Score-CAM+class"])  # no polytopes
+    text = results_markdown(results)
+    assert "What RI finds: the unseen images grouped by the polytope" in text
+    assert "| polytope-averaged Score-CAM (RI+score) |" in text and "| Score-CAM+class |" in text
+
+    coverage = evaluate(mnist, "coverage", SMALL)
+    assert _groups(coverage["unseen"]) == pytest.approx(expected)
+    brute = regions.group_stats(regions.assign(mnist.inputs("reference")).region.cpu())
+    assert _groups(coverage["reference"]) == pytest.approx(brute.to_dict())
+
+    options = replace(options, methods=("RI", "Grad-CAM+class"))
+    reference = evaluate(mnist, "reference", options)
+    inputs = Run(mnist, 0, options).inputs.tolist()
+    own = [regions.interpreter.explain_reference([i])[0] for i in inputs]  # each input's P(x)
+    assert _groups(reference["methods"]["RI"]) == pytest.approx(polytope_groups(own).to_dict())
+    assert "distinct_polytopes" not in reference["methods"]["Grad-CAM+class"]
+
+
+def test_ri_reports_subconcept_purity_on_shapes(shapes_setup: Setup) -> None:
+    results = evaluate(shapes_setup, "unseen", replace(SMALL, methods=("RI",)))
+    regions = Run(shapes_setup, 0, SMALL).regions
+    region = regions.assign(shapes_setup.inputs("unseen")).region.cpu()
+    expected = regions.group_stats(region, shapes_setup.unseen.concepts)
+    block = results["methods"]["RI"]
+    assert block["subconcept_purity"] == pytest.approx(100 * expected.subconcept_purity)
+    assert block["subconcept_purity_class"] == pytest.approx(100 * expected.subconcept_purity_class)
+    assert block["subconcept_purity"] >= block["subconcept_purity_class"]  # groups nest in classes

@@ -4,15 +4,21 @@ from __future__ import annotations
 
 import io
 import re
+from dataclasses import replace
 
 import numpy as np
 import pytest
 import torch
 from matplotlib import colormaps
+from matplotlib.axes import Axes
 from PIL import Image
 
-from repinterp.report import CaseStudy, save_case_study_figure, write_report
+from repinterp.core.interpretation import METRIC_MEANINGS
+from repinterp.report import CaseStudy, case_study, save_case_study_figure, write_report
+from repinterp.report.figures import legend
 from repinterp.report.html import GLOSSARY, colorbar_css
+
+from ..networks import fit_random
 
 
 def _study(heat: bool, n: int = 4) -> CaseStudy:
@@ -109,3 +115,50 @@ def test_report_groups_by_class_with_contents_legend_and_colour_bar(tmp_path):
     for tip in ("score", "|P(x)|", "τ(x) (delta)", "representativeness |R|"):
         assert re.search(f"<abbr title='[^']+'>{re.escape(tip)}</abbr>", page), tip
     assert "src='a.png'" in page
+
+
+def test_the_figure_labels_each_distance_with_its_metric(monkeypatch) -> None:
+    labels: list[str] = []
+    set_xlabel = Axes.set_xlabel
+
+    def recorded(self, text, *args, **kwargs):
+        labels.append(text)
+        return set_xlabel(self, text, *args, **kwargs)
+
+    monkeypatch.setattr(Axes, "set_xlabel", recorded)
+    study = replace(_study(heat=True), metric="euclidean", distances=[0.0, 1.5, 2.25])
+    save_case_study_figure(study, io.BytesIO(), "unseen-3")
+    first_row = [text for text in labels if text.startswith("score")]
+    assert first_row == [
+        "score 0.990",
+        "score 0.980\neuclidean 0.00",
+        "score 0.500\neuclidean 1.50",
+        "score 0.250\neuclidean 2.25",
+    ]
+    lines = legend("7", metric="euclidean")
+    assert (
+        f"euclidean: the distance of a similar image to the input, {METRIC_MEANINGS['euclidean']}"
+        in lines[1]
+    )
+    assert not any(metric in " ".join(legend("7")) for metric in METRIC_MEANINGS)
+    with pytest.raises(ValueError, match="go together"):
+        replace(_study(heat=True), distances=[0.0, 1.5, 2.25])
+    with pytest.raises(ValueError, match="one distance per similar image"):
+        replace(_study(heat=True), metric="semantic", distances=[0.0])
+
+
+def test_case_study_takes_the_distances_by_the_metric_asked(one_thread) -> None:
+    ri, _ = fit_random(120, 12, keep_features=True)
+    pixels = torch.rand(4, 1, 12, 12, generator=torch.Generator().manual_seed(1))
+    e = ri.explain(pixels[0])
+    titles = ["input", "a", "b", "c"]
+    for metric in ("semantic", "euclidean"):
+        refs = e.similar(3, metric).tolist()
+        study = case_study(e, pixels, titles, lambda x: x, "c", references=refs, metric=metric)
+        assert study.metric == metric
+        expected = e.distances(metric)[torch.searchsorted(e.covered, torch.tensor(refs))]
+        assert study.distances == pytest.approx(expected.tolist())
+    assert case_study(e, pixels, titles, lambda x: x, "c").distances is None
+    outside = sorted(set(range(120)) - set(e.covered.tolist()))[:3]
+    with pytest.raises(ValueError, match="not covered"):
+        case_study(e, pixels, titles, lambda x: x, "c", references=outside)

@@ -1,7 +1,8 @@
 """The method itself (Lam, Chu et al., ICCV 2021), on tensors, with no files.
 
-Owns ``Q``: Eq. 2's boundaries and how their sources are sampled (``boundaries``); Algorithm 1
-and the exact MILP on sides alone (``cover``); the §5.1 heat maps (``heatmap``); the in-memory
+Owns ``Q``: Eq. 2's boundaries and how their sources are sampled (``boundaries``), with the
+settings of a fit (``config``); Algorithm 1 and the exact MILP on sides alone (``cover``); the
+§5.1 heat maps (``heatmap``); the in-memory
 reference index (``reference_index``); one input's polytope ``P(x)`` (``interpretation``);
 k-means regions (``regions``); the exact nearest-row search they share (``nearest``); and
 polytope-averaged Score-CAM weights (``polytope_weights``). May import ``runtime`` only: the

@@ -29,22 +29,22 @@ __all__ = [
 EPS = 1e-7
 
 
-def channel_weights(boundaries: Boundaries, input_sides: Tensor) -> Tensor:
+def channel_weights(means: Tensor, input_sides: Tensor) -> Tensor:
     """Channel weights ``alpha`` of each boundary of ``P(x)``.
 
     Each ``W`` is flipped so that the input lies on its positive side (an input exactly on a
     boundary keeps ``W`` as it is); ``alpha_k`` is the mean of ``W`` over channel ``k``'s
-    spatial positions.
+    spatial positions. The mean is taken before the flip, which is exact in floating point.
 
     Args:
-        boundaries: the |P| boundaries of ``P(x)``, weights |P| x K x h x w.
+        means: |P| x K, the :func:`channel_means` of the boundaries of ``P(x)``.
         input_sides: |P| signs of the input on them (-1, 0 or 1).
 
     Returns:
-        |P| x K.
+        |P| x K, in the dtype and on the device of ``means``.
     """
-    flip = torch.where(input_sides < 0, -1.0, 1.0).to(boundaries.weight.dtype)
-    return channel_means(boundaries) * flip.unsqueeze(1)
+    flip = torch.where(input_sides < 0, -1.0, 1.0).to(means.dtype)
+    return means * flip.unsqueeze(1)
 
 
 def channel_means(boundaries: Boundaries) -> Tensor:

@@ -16,10 +16,11 @@ from torch import Tensor
 
 from ..runtime.precision import exact_float32
 from .cover import ExactCoverResult, exact_cover, fewest_boundaries, greedy_cover, sides
-from .heatmap import heatmaps
+from .heatmap import channel_weights, heatmaps
 from .reference_index import ReferenceIndex
 
 __all__ = [
+    "METRIC_MEANINGS",
     "SIMILARITY_METRICS",
     "SOLVERS",
     "Explainer",
@@ -28,7 +29,15 @@ __all__ = [
     "interpret",
 ]
 
-SIMILARITY_METRICS = ("semantic", "euclidean", "cosine")
+# What each distance of ``Interpretation.similar`` is, one phrase each (smaller: more similar).
+METRIC_MEANINGS = {
+    "semantic": "the paper's Dist (§5.2): the summed absolute difference of the two images' "
+    "projections on the boundaries of P(x)",
+    "euclidean": "the Euclidean distance of the two images' feature maps at the target layer",
+    "cosine": "the Euclidean distance of the two images' feature maps scaled to unit length "
+    "(ranks as the cosine distance)",
+}
+SIMILARITY_METRICS = tuple(METRIC_MEANINGS)
 SOLVERS = ("greedy", "exact")
 
 
@@ -160,10 +169,13 @@ class Interpretation:
             )
         return None
 
-    def distances(self, metric: str | None = None) -> Tensor:
-        """Distance of each covered reference image by ``metric`` (as in `similar`; the default
-        too), in ``covered``'s order: ``Dist(x, x')`` for ``"semantic"``."""
-        metric = metric or ("euclidean" if self.features is not None else "semantic")
+    def distances(self, metric: str = "semantic") -> Tensor:
+        """Distance of each covered reference image to the input by ``metric`` (see `similar`),
+        in ``covered``'s order: ``Dist(x, x')`` for ``"semantic"``.
+
+        Raises:
+            ValueError: an unknown metric, or a feature-map metric without the feature maps.
+        """
         if metric not in SIMILARITY_METRICS:
             raise ValueError(
                 f"unknown metric {metric!r}; choose one of {', '.join(SIMILARITY_METRICS)}"
@@ -198,16 +210,15 @@ class Interpretation:
             parts.append(torch.cdist(query, ref, compute_mode="donot_use_mm_for_euclid_dist")[0])
         return torch.cat(parts) if parts else query.new_zeros(0)
 
-    def similar(self, k: int | None = None, metric: str | None = None) -> Tensor:
+    def similar(self, k: int | None = None, metric: str = "semantic") -> Tensor:
         """Covered reference indices, most similar first (ties by lower index).
 
         Args:
             k: how many (0 gives none); None means all covered images.
-            metric: ``"semantic"``, the paper's ``Dist`` (§5.2); or ``"euclidean"`` /
-                ``"cosine"``, the distance of the feature maps (see `feature_distances`).
-                None: ``"euclidean"`` when the feature maps were kept, else ``"semantic"``:
-                Euclidean ranked the input's sub-concept higher on ``shapes``, with the same
-                class purity and reuse AD (docs/results.md).
+            metric: ``"semantic"`` (the default, whether or not the feature maps were kept),
+                the paper's ``Dist`` (§5.2); or, on request, ``"euclidean"`` / ``"cosine"``,
+                the distance of the feature maps (see `feature_distances`; they need
+                ``keep_features=True``). :data:`METRIC_MEANINGS` says what each is.
 
         Raises:
             ValueError: a negative ``k`` or an unknown metric.
@@ -242,10 +253,11 @@ class Interpretation:
         p = self.boundaries
         return (sides(proj[:, p]) == sides(self.projections[p]).unsqueeze(0)).all(1)
 
-    def to_dict(self, top_k: int = 10) -> dict[str, Any]:
-        """A JSON-ready summary, with the ``top_k`` (>= 0) most similar covered images."""
-        similar = self.similar(top_k)
-        dist = dict(zip(self.covered.tolist(), self.distances().tolist(), strict=True))
+    def to_dict(self, top_k: int = 10, metric: str = "semantic") -> dict[str, Any]:
+        """A JSON-ready summary, with the ``top_k`` (>= 0) most similar covered images by
+        ``metric`` (see `similar`), which ``"metric"`` names, and their distances."""
+        similar = self.similar(top_k, metric)
+        dist = dict(zip(self.covered.tolist(), self.distances(metric).tolist(), strict=True))
         names = self.interpreter.class_names
         return {
             "predicted_class": self.predicted_class,
@@ -261,6 +273,7 @@ class Interpretation:
             "greedy_representativeness": self.greedy_representativeness,
             "optimum": self.optimum,
             "message": self.message,
+            "metric": metric,
             "similar": [{"reference": i, "distance": dist[i]} for i in similar.tolist()],
         }
 
@@ -305,8 +318,6 @@ def interpret(
         result = exact_cover(index.cover_index, input_sides, other, time_limit, greedy=result)
         result = fewest_boundaries(index.sides, input_sides, other, result, time_limit)
     scores = logits.float().softmax(1).gather(1, predicted.unsqueeze(1)).squeeze(1)
-    # channel_weights(boundaries at P, sides at P), from the index's channel means
-    flips = torch.where(input_sides < 0, -1.0, 1.0).to(index.channel_means.dtype)
     numbers = zip(
         predicted.tolist(),
         scores.tolist(),
@@ -326,7 +337,9 @@ def interpret(
                 delta=delta,
                 conflicts=conflicts,
                 projections=proj[i],
-                channel_weights=index.channel_means[chosen] * flips[i, chosen].unsqueeze(1),
+                channel_weights=channel_weights(
+                    index.channel_means[chosen], input_sides[i, chosen]
+                ),
                 n_reference=len(index),
                 interpreter=explainer,
                 solver=solver,

@@ -25,7 +25,7 @@ from torch import Tensor
 
 from .interpretation import Explainer, Interpretation
 
-__all__ = ["covered_sample", "score_weights", "with_score_weights"]
+__all__ = ["covered_sample", "draw_indices", "score_weights", "with_score_weights"]
 
 
 def score_weights(explainer: Explainer, images: Tensor, target_class: int) -> Tensor:
@@ -57,14 +57,44 @@ def score_weights(explainer: Explainer, images: Tensor, target_class: int) -> Te
     return total / images.shape[0]
 
 
-def covered_sample(interpretation: Interpretation, n: int = 16, seed: int = 0) -> Tensor:
-    """``min(n, |covered|)`` reference indices drawn from ``P(x)``'s covered images without
-    replacement (seeded), in ascending order (CPU)."""
+def draw_indices(
+    indices: Tensor,
+    n: int,
+    rng: np.random.Generator,
+    include: int | None = None,
+    exclude: Tensor | None = None,
+) -> Tensor:
+    """Up to ``n`` indices: ``include`` if given, then ones drawn without replacement by
+    ``rng`` from ``indices`` less ``include`` and ``exclude``; ascending (CPU long).
+
+    Raises:
+        ValueError: ``n < 1``.
+    """
     if n < 1:
         raise ValueError(f"n must be >= 1, got {n}")
-    covered = interpretation.covered.cpu()
-    chosen = np.random.default_rng(seed).permutation(len(covered))[:n]
-    return covered[torch.from_numpy(np.sort(chosen))]
+    first = torch.tensor([] if include is None else [include], dtype=torch.long)
+    left_out = first if exclude is None else torch.cat([first, exclude.cpu().long()])
+    indices = indices.cpu()
+    pool = indices[~torch.isin(indices, left_out)]
+    chosen = torch.from_numpy(rng.permutation(len(pool))[: n - len(first)])
+    return torch.cat([first, pool[chosen]]).sort().values
+
+
+def covered_sample(
+    interpretation: Interpretation,
+    n: int = 16,
+    seed: int = 0,
+    include: int | None = None,
+    exclude: Tensor | None = None,
+) -> Tensor:
+    """Up to ``n`` reference indices (:func:`draw_indices`, seeded): ``include`` (the input
+    ``x`` itself, when it is a reference image) and images drawn from ``P(x)``'s covered ones,
+    never ``exclude`` (e.g. the images the heat maps are scored on); ascending (CPU).
+
+    Raises:
+        ValueError: ``n < 1``.
+    """
+    return draw_indices(interpretation.covered, n, np.random.default_rng(seed), include, exclude)
 
 
 def with_score_weights(interpretation: Interpretation, images: Tensor) -> Interpretation:

@@ -8,6 +8,7 @@ region predicts the class of its input, which makes the set a surrogate classifi
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -18,6 +19,7 @@ from torch import Tensor
 from ..runtime.precision import exact_float32
 from .boundaries import project
 from .cover import sides
+from .groups import GroupStats, polytope_groups
 from .heatmap import polytope_heatmaps
 from .interpretation import Explainer, Interpretation
 from .nearest import nearest_rows
@@ -114,6 +116,12 @@ class RegionSet:
     def _assign(self, features: Tensor) -> Assignment:
         index = self.interpreter.fitted_index
         img_sides = sides(project(features, index.boundaries))
+        return self._assign_sides(img_sides, lambda rows: features[rows].flatten(1))
+
+    def _assign_sides(self, img_sides: Tensor, rows_of: Callable[[Tensor], Tensor]) -> Assignment:
+        """`assign` from N x |Q| sides; ``rows_of(rows)`` gives the flattened feature maps of
+        the images ``rows`` (indices on ``img_sides``' device), read only for images no
+        region covers."""
         differs = img_sides.unsqueeze(1) != self._sides.unsqueeze(0)  # N x V x Q
         covering = ~(differs & self._mask.unsqueeze(0)).any(2)  # N x V
         score = torch.where(covering, self._size.unsqueeze(0), -1)
@@ -122,7 +130,7 @@ class RegionSet:
         region = best.indices.clone()
         outside = (~covered).nonzero().flatten()
         if outside.numel():  # only images no region covers need their nearest k-means centre
-            nearest = nearest_rows(features[outside].flatten(1).float(), self.centres)[0][:, 0]
+            nearest = nearest_rows(rows_of(outside).float(), self.centres)[0][:, 0]
             region[outside] = nearest.to(region.device)
         return Assignment(region=region, covered=covered)
 
@@ -130,6 +138,34 @@ class RegionSet:
     def assign(self, images: Tensor) -> Assignment:
         """The region interpreting each image (N x C x H x W, any device; N may be 0)."""
         return self._assign(self.interpreter.features(images))
+
+    def reference_assignment(self) -> Assignment:
+        """The region interpreting each reference image, as `assign` gives it, from the index's
+        sides (no forward pass; the reference feature maps only for images no region covers).
+
+        Raises:
+            ValueError: some image needs its nearest centre and the interpreter was fitted
+                without ``keep_features=True``.
+        """
+        index = self.interpreter.fitted_index
+        return self._assign_sides(
+            index.sides, lambda rows: self.interpreter.reference_features[rows.cpu()]
+        )
+
+    def group_stats(
+        self, region: Tensor | None = None, subconcepts: Tensor | None = None
+    ) -> GroupStats:
+        """Images grouped by the polytope of the region interpreting them
+        (:func:`repinterp.core.groups.polytope_groups`; regions of one polytope are one group).
+
+        Args:
+            region: (N,) the region of each image (`Assignment.region`); None: the reference
+                set's (`reference_assignment`).
+            subconcepts: (N,) sub-concept labels of the images, or None.
+        """
+        if region is None:
+            region = self.reference_assignment().region
+        return polytope_groups([self.regions[v] for v in region.tolist()], subconcepts)
 
     def predict(self, images: Tensor) -> Tensor:
         """N long: the class of each image's region."""

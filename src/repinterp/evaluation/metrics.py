@@ -14,9 +14,10 @@ soft heat map and report an absolute (not relative) drop, so they are not used h
 from __future__ import annotations
 
 import math
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 import numpy as np
 import torch
@@ -207,59 +208,102 @@ def average_drop_increase_from_mask(
     return DropIncrease.concat(parts)
 
 
-class AverageDropIncrease:
-    """Accumulates Average Drop / Increase over batches (torchcam-style metric object).
+Scores = TypeVar("Scores")
+
+
+class BatchMetric(ABC, Generic[Scores]):
+    """A metric of heat maps accumulated over batches (torchcam-style metric object):
+    ``update`` scores a batch and keeps its scores, ``result`` joins those of every batch seen,
+    in order, ``summary`` sums them up, ``reset`` forgets them.
+
+    A subclass defines how a batch is scored (``_score``), how batches' scores are joined
+    (``_join``) and the ``summary``.
 
     Example::
 
-        metric = AverageDropIncrease(normalize)
+        metric = AverageDropIncrease(normalize)  # or DeletionInsertion(normalize, "insertion")
         for images01, heatmaps in batches:
             metric.update(model, images01, heatmaps)
         metric.summary()  # {"AD": 12.3, "AI": 25.0, "n": 1000}
+
+    Args:
+        normalize: maps [0, 1] images to the model's input (None: the identity).
+        batch_size: images per forward pass.
     """
 
-    def __init__(
-        self, normalize: Normalize | None, fraction: float = 0.2, batch_size: int = 64
-    ) -> None:
-        """Args: as in ``average_drop_increase``."""
-        _check_fraction(fraction)
+    def __init__(self, normalize: Normalize | None, batch_size: int) -> None:
         self.normalize = normalize
-        self.fraction = fraction
         self.batch_size = batch_size
-        self._parts: list[DropIncrease] = []
+        self._parts: list[Scores] = []
 
-    def update(
-        self, model: nn.Module, images01: Tensor, heatmaps: Tensor | np.ndarray
-    ) -> DropIncrease:
-        """Score a batch of images by their heat maps; returns that batch's scores."""
-        part = average_drop_increase(
-            model, images01, heatmaps, self.normalize, self.fraction, self.batch_size
-        )
-        self._parts.append(part)
-        return part
-
-    def update_from_mask(
-        self, model: nn.Module, images01: Tensor, keep_mask: Tensor
-    ) -> DropIncrease:
-        """Score a batch of images by given masks of kept pixels; returns that batch's scores."""
-        part = average_drop_increase_from_mask(
-            model, images01, keep_mask, self.normalize, self.batch_size
-        )
-        self._parts.append(part)
-        return part
+    def update(self, model: nn.Module, images01: Tensor, heatmaps: Tensor | np.ndarray) -> Scores:
+        """Score a batch: N x C x H x W images in [0, 1] by their N x H x W heat maps (higher
+        = more important); returns that batch's scores."""
+        return self._keep(self._score(model, images01, heatmaps))
 
     def reset(self) -> None:
         """Forget every image seen so far."""
         self._parts.clear()
 
     @property
-    def result(self) -> DropIncrease:
+    def result(self) -> Scores:
         """Per-image scores of every image seen so far, in order."""
-        return DropIncrease.concat(self._parts)
+        return self._join(self._parts)
+
+    @abstractmethod
+    def summary(self) -> dict[str, float | int]:
+        """The scores summed up, with ``"n"``, the number of images seen."""
+
+    @abstractmethod
+    def _score(self, model: nn.Module, images01: Tensor, heatmaps: Tensor | np.ndarray) -> Scores:
+        """One batch's per-image scores."""
+
+    @staticmethod
+    @abstractmethod
+    def _join(parts: list[Scores]) -> Scores:
+        """Per-image scores of several batches as one, in order (none: no image)."""
+
+    def _keep(self, part: Scores) -> Scores:
+        self._parts.append(part)
+        return part
+
+
+class AverageDropIncrease(BatchMetric[DropIncrease]):
+    """Average Drop / Increase accumulated over batches (see :class:`BatchMetric`); ``result``
+    is a :class:`DropIncrease`.
+
+    Args: as in ``average_drop_increase``.
+    """
+
+    def __init__(
+        self, normalize: Normalize | None, fraction: float = 0.2, batch_size: int = 64
+    ) -> None:
+        _check_fraction(fraction)
+        super().__init__(normalize, batch_size)
+        self.fraction = fraction
+
+    def update_from_mask(
+        self, model: nn.Module, images01: Tensor, keep_mask: Tensor
+    ) -> DropIncrease:
+        """Score a batch of images by given masks of kept pixels; returns that batch's scores."""
+        return self._keep(
+            average_drop_increase_from_mask(
+                model, images01, keep_mask, self.normalize, self.batch_size
+            )
+        )
 
     def summary(self) -> dict[str, float | int]:
         """``{"AD": %, "AI": %, "n": number of images}``; AD and AI are NaN when n is 0."""
         return self.result.summary()
+
+    def _score(
+        self, model: nn.Module, images01: Tensor, heatmaps: Tensor | np.ndarray
+    ) -> DropIncrease:
+        return average_drop_increase(
+            model, images01, heatmaps, self.normalize, self.fraction, self.batch_size
+        )
+
+    _join = staticmethod(DropIncrease.concat)
 
 
 def region_metrics(

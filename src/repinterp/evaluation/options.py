@@ -43,7 +43,9 @@ class Options:
         curve_images: unseen images (drawn per run) the perturbation metrics score.
         curve_inputs: reference inputs of ``reference`` (the first ones) they score...
         curve_k: ... on their top-``curve_k`` similar images (reported for K <= curve_k).
-        score_images: covered images the polytope Score-CAM weights average over (``+score``).
+        score_images: images whose weights are averaged: by polytope-averaged Score-CAM
+            (``RI+score``: the input and covered images) and by the CAM controls
+            (``+cluster``, ``+class``).
         time_limit: seconds the exact cover may take per input (``+exact``).
         ace_images: most discovery images of one ACE fit (the reference images nearest the
             k-means centre in ``unseen``; the input and its nearest neighbours in

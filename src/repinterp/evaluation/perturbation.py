@@ -36,7 +36,6 @@ for AD's 20%.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -46,6 +45,7 @@ from torch import Tensor, nn
 
 from ..data.reference import check_images
 from ..runtime.devices import eval_mode, model_device
+from .metrics import BatchMetric, Normalize
 
 __all__ = [
     "BASELINES",
@@ -60,8 +60,6 @@ __all__ = [
 
 BASELINES = ("black", "blur")
 ROAD_PERCENTILES = (10, 30, 50, 70, 90)
-
-Normalize = Callable[[Tensor], Tensor]
 
 
 def pixel_order(heatmaps: Tensor) -> Tensor:
@@ -162,8 +160,10 @@ def deletion_insertion(
     return curves_t, 100 * (curves_t[:, 1:] + curves_t[:, :-1]).mean(1) / 2
 
 
-class DeletionInsertion:
-    """Accumulates deletion or insertion AUCs over batches (torchcam-style metric object).
+class DeletionInsertion(BatchMetric[Tensor]):
+    """Deletion or insertion AUCs accumulated over batches (see
+    :class:`repinterp.evaluation.metrics.BatchMetric`); ``result`` is the AUC (%) of every
+    image seen, in order.
 
     Example::
 
@@ -171,6 +171,8 @@ class DeletionInsertion:
         for images01, heatmaps in batches:
             metric.update(model, images01, heatmaps)
         metric.summary()  # {"AUC": 61.2, "n": 1000}
+
+    Args: as in ``deletion_insertion``.
     """
 
     def __init__(
@@ -181,17 +183,18 @@ class DeletionInsertion:
         steps: int = 16,
         batch_size: int = 64,
     ) -> None:
-        """Args: as in ``deletion_insertion``."""
         _check_mode(mode, baseline)
-        self.normalize = normalize
+        super().__init__(normalize, batch_size)
         self.mode = mode
         self.baseline = baseline
         self.steps = steps
-        self.batch_size = batch_size
-        self._auc: list[Tensor] = []
 
-    def update(self, model: nn.Module, images01: Tensor, heatmaps: Tensor) -> Tensor:
-        """Score a batch (N x C x H x W in [0, 1], N x H x W maps); returns its N AUCs in %."""
+    def summary(self) -> dict[str, float | int]:
+        """``{"AUC": mean AUC in % (NaN for none), "n": number of images}``."""
+        auc = self.result
+        return {"AUC": float(auc.double().mean()) if auc.numel() else math.nan, "n": auc.numel()}
+
+    def _score(self, model: nn.Module, images01: Tensor, heatmaps: Tensor) -> Tensor:
         _, auc = deletion_insertion(
             model,
             images01,
@@ -202,22 +205,11 @@ class DeletionInsertion:
             self.steps,
             self.batch_size,
         )
-        self._auc.append(auc)
         return auc
 
-    def reset(self) -> None:
-        """Forget every image seen so far."""
-        self._auc.clear()
-
-    @property
-    def result(self) -> Tensor:
-        """The AUC (%) of every image seen so far, in order."""
-        return torch.cat(self._auc) if self._auc else torch.empty(0)
-
-    def summary(self) -> dict[str, float | int]:
-        """``{"AUC": mean AUC in % (NaN for none), "n": number of images}``."""
-        auc = self.result
-        return {"AUC": float(auc.double().mean()) if auc.numel() else math.nan, "n": auc.numel()}
+    @staticmethod
+    def _join(parts: list[Tensor]) -> Tensor:
+        return torch.cat(parts) if parts else torch.empty(0)
 
 
 @dataclass(frozen=True)

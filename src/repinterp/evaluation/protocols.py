@@ -13,14 +13,21 @@ Protocols (each a function of a `Setup` and `Options`, see `evaluate`):
   ``mAI_interp``, averaged per interpretation (each over the images it explains, then over
   the interpretations: the paper's commented-out sentence). ROAD, deletion and insertion
   score ``curve_images`` unseen images drawn per run. Methods with regions (RI) also report
-  their CVR and ACU-MD on the unseen set.
+  their CVR and ACU-MD on the unseen set, and what RI finds: the unseen images grouped by the
+  polytope of their region (`repinterp.core.groups`: ``distinct_polytopes``,
+  ``effective_groups``, ``largest_group_share`` (%), ``singletons``; on ``shapes``
+  ``subconcept_purity`` (%) beside one group per class, ``subconcept_purity_class``). The
+  controls ``CAM+cluster`` and ``CAM+class`` reuse weights averaged over a k-means cluster's
+  images or a predicted class's (`methods.CAMMethod`).
 - ``coverage`` (Appendix D, Table 2): ACU-GT, ACU-MD and CVR of the regions on the reference
-  and the unseen set, beside the model's accuracy (ACU-GT of F).
+  and the unseen set, beside the model's accuracy (ACU-GT of F), and the polytope groups of
+  each set's images.
 - ``reference`` (Appendix C): for random reference inputs, the scores over the top-K similar
   reference images for each K: RI's covered images ranked by its distance, the baselines'
   Euclidean nearest neighbours in feature space; the input always comes first, so K = 1
   evaluates the input alone. The perturbation metrics score the top-``curve_k`` images of the
-  first ``curve_inputs`` inputs (reported for K <= ``curve_k``).
+  first ``curve_inputs`` inputs (reported for K <= ``curve_k``). RI's variants also report
+  the polytope groups of the inputs' own ``P(x)``.
 - ``q-sweep`` (Appendix E): ACU-GT, ACU-MD and CVR of the regions for several ``|Q|``, for
   each way of drawing ``Q`` (``samplings``), with the time each fit took.
 - ``similar`` (the case studies, made measurable): purity@k of the similar-image rankings by
@@ -50,6 +57,7 @@ import torch
 from torch import Tensor
 from tqdm import tqdm
 
+from ..core.groups import polytope_groups
 from ..core.nearest import nearest_rows
 from ..core.regions import RegionSet
 from .methods import Method
@@ -94,6 +102,13 @@ def _coverage_of(regions: RegionSet, setup: Setup, part: str) -> dict[str, float
     )
 
 
+def _concepts(setup: Setup, part: str, rows: Tensor | list[int] | None = None) -> Tensor | None:
+    """Sub-concept labels of a part's images (``rows`` of them; all when None), if it has
+    them (``shapes``)."""
+    concepts = getattr(setup.part(part), "concepts", None)
+    return concepts if concepts is None or rows is None else concepts[torch.as_tensor(rows)]
+
+
 def _unseen(run: Run) -> dict[str, Any]:
     setup, options = run.setup, run.options
     methods = {}
@@ -101,17 +116,25 @@ def _unseen(run: Run) -> dict[str, Any]:
         scores = score(
             setup, setup.unseen_pixels, explanations, options.metrics, run.curve_rows, run.seed
         )
-        block = scores.pooled() | scores.per_interpretation(method.groups(run))
+        groups = method.groups(run)
+        block = scores.pooled() | scores.per_interpretation(groups)
         regions = method.regions(run)
         if regions is not None:
             coverage = _coverage_of(regions, setup, "unseen")
             block |= {"CVR": coverage["CVR"], "ACU-MD": coverage["ACU-MD"]}
+            block |= regions.group_stats(groups, _concepts(setup, "unseen")).to_dict()
         methods[name] = block | {"time_s": seconds}
     return {"methods": methods}
 
 
 def _coverage(run: Run) -> dict[str, Any]:
-    return {part: _coverage_of(run.regions, run.setup, part) for part in ("reference", "unseen")}
+    regions, setup = run.regions, run.setup
+    unseen = torch.cat([regions.assign(x).region.cpu() for x in setup.chunks("unseen")])
+    return {
+        part: _coverage_of(regions, setup, part)
+        | regions.group_stats(region, _concepts(setup, part)).to_dict()
+        for part, region in (("reference", None), ("unseen", unseen))
+    }
 
 
 def _over_k(per_input: list[Tensor], ks: tuple[int, ...], limit: int | None = None) -> list[float]:
@@ -160,6 +183,10 @@ def _reference(run: Run) -> dict[str, Any]:
         }
         block |= {key: _over_k(values, ks, options.curve_k) for key, values in per_image.items()}
         block["similar"] = [float(np.mean([min(k, s) for s in sizes])) for k in ks]
+        found = method.reference_polytopes(run, inputs)
+        if found is not None:
+            concepts = _concepts(setup, "reference", inputs)
+            block |= polytope_groups(found, concepts).to_dict()
         methods[name] = block | {"time_s": seconds}
     return {"methods": methods}
 

@@ -22,7 +22,7 @@ import torch
 from torch import Tensor, nn
 
 from ..data.datasets import Images, ImageSet, load_dataset
-from ..models.zoo import build_model, default_target_layer
+from ..models.zoo import DataShape, check_model, model_for, target_layer_for
 
 __all__ = ["BUNDLED", "WEIGHTS_DIR", "Setup", "load_setup", "stratified"]
 
@@ -188,7 +188,9 @@ def load_setup(
             data seed 0, on which ``repinterp train`` trains by default.
         arch: an architecture of :mod:`repinterp.models.zoo`; None: the data set's bundled one.
         weights: a local weights file; None: the bundled weights.
-        layer: the target layer; None: the architecture's default.
+        layer: the target layer; None: the architecture's default, or the last layer with
+            more than one pixel where that one's maps are 1 x 1 at the data's size (see
+            :func:`repinterp.models.zoo.target_layer_for`).
         device: torch device.
         n_reference: use a seeded random subset of this many reference images (None: all).
         n_unseen: the same for the unseen images (the paper samples 1,000).
@@ -198,12 +200,16 @@ def load_setup(
             ImageNet's; see :func:`repinterp.data.datasets.load_dataset`).
 
     Raises:
-        ValueError: an unknown data set, a missing model or weights, a bad layer.
+        ValueError: an unknown data set, a missing model or weights, a bad layer (one of 1 x 1
+            at the data's size too).
+        FileNotFoundError: the weights file is missing (said before the data set is read).
     """
     if arch is None and weights is not None:
         raise ValueError("--weights needs --model")
     if arch is None and dataset.startswith("imagefolder:"):
         raise ValueError("an image folder needs --model and --weights (and --layer)")
+    if arch is not None:  # checked before the data set is read: an image folder takes long
+        check_model(arch, weights)
     split = load_dataset(dataset, seed=0, image_size=image_size, mean=mean, std=std)
     arch = arch or BUNDLED.get(dataset)
     if arch is None:
@@ -214,16 +220,8 @@ def load_setup(
         weights = WEIGHTS_DIR / f"{arch}.safetensors"
         if not weights.is_file():
             raise ValueError(f"bundled weights {weights} not found; train them first")
-    sample = split.reference[0][0]
-    model = build_model(
-        arch,
-        num_classes=len(split.reference.class_names),
-        in_channels=int(sample.shape[0]),
-        weights=weights,
-    ).to(device)
-    layer = layer or default_target_layer(arch)
-    if layer not in dict(model.named_modules()):
-        raise ValueError(f"model {arch!r} has no layer {layer!r}")
+    model = model_for(arch, DataShape.of(split.reference), weights).to(device)
+    layer = target_layer_for(arch, split.reference[0][0].shape, layer)
     return Setup(
         dataset=dataset,
         model=model,

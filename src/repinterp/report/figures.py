@@ -12,7 +12,7 @@ from typing import BinaryIO
 from torch import Tensor
 
 from ..core.heatmap import DEFAULT_COLORMAP, SCALE, colorize, normalize_maps, overlay
-from ..core.interpretation import Explainer
+from ..core.interpretation import METRIC_MEANINGS, Explainer
 from ..data.datasets import Normalization
 from ..evaluation.metrics import keep_top_pixels
 from ..interpreter import Interpretation
@@ -30,15 +30,34 @@ __all__ = [
 FRACTION = 0.2
 
 
-def legend(class_name: str, fraction: float = FRACTION) -> list[str]:
-    """What the numbers and colours of a case study mean, one sentence a line."""
-    return [
+def legend(
+    class_name: str, fraction: float = FRACTION, metric: str | None = None, heat: bool = True
+) -> list[str]:
+    """What the numbers and colours of a case study mean, one sentence a line.
+
+    Args:
+        class_name: the input's predicted class.
+        fraction: share of pixels the masked score keeps.
+        metric: the distance shown under the similar images (one of
+            :data:`repinterp.core.interpretation.SIMILARITY_METRICS`), None when none is.
+        heat: whether the figure has heat maps (and masked scores).
+    """
+    lines = [
         f"score: the model's probability of class {class_name!r} (the input's prediction) "
-        "on the image.",
-        f"masked: the same score with {round(100 * (1 - fraction))} % of the pixels blacked "
-        f"out, the coldest by the heat map (the paper's Fig. 2).",
-        f"Heat maps: the input's channel weights reused on every image; {SCALE}.",
+        "on the image."
     ]
+    if metric is not None:
+        lines.append(
+            f"{metric}: the distance of a similar image to the input, {METRIC_MEANINGS[metric]} "
+            "(smaller: more similar; the images are ranked by it)."
+        )
+    if heat:
+        lines += [
+            f"masked: the same score with {round(100 * (1 - fraction))} % of the pixels blacked "
+            f"out, the coldest by the heat map (the paper's Fig. 2).",
+            f"Heat maps: the input's channel weights reused on every image; {SCALE}.",
+        ]
+    return lines
 
 
 @dataclass
@@ -52,6 +71,8 @@ class CaseStudy:
         heatmaps: (1 + k) x H x W RI heat maps (the input's channel weights), or None.
         masked_scores: 1 + k scores of that class on the 20%-kept masked images, or None.
         class_name: the predicted class's name.
+        metric: the distance in ``distances`` (see ``Interpretation.similar``), or None.
+        distances: k distances by ``metric`` of the similar images to the input, or None.
     """
 
     pixels: Tensor
@@ -60,6 +81,14 @@ class CaseStudy:
     heatmaps: Tensor | None
     masked_scores: list[float] | None
     class_name: str
+    metric: str | None = None
+    distances: list[float] | None = None
+
+    def __post_init__(self) -> None:
+        if (self.metric is None) != (self.distances is None):
+            raise ValueError("a case study's distances and their metric go together")
+        if self.distances is not None and len(self.distances) != len(self.titles) - 1:
+            raise ValueError("a case study needs one distance per similar image")
 
 
 def class_scores(interpreter: Explainer, inputs: Tensor, target_class: int) -> list[float]:
@@ -100,8 +129,10 @@ def case_study(
     normalize: Normalization,
     class_name: str,
     fraction: float = FRACTION,
+    references: list[int] | None = None,
+    metric: str = "semantic",
 ) -> CaseStudy:
-    """Scores, heat maps and masked scores for a case-study figure.
+    """Scores, heat maps, masked scores and distances for a case-study figure.
 
     Args:
         explanation: the input's interpretation.
@@ -110,17 +141,46 @@ def case_study(
         normalize: pixels -> model inputs.
         class_name: name of the predicted class.
         fraction: share of pixels kept for the masked scores.
+        references: the k similar images' reference indices (covered by ``explanation``),
+            whose distances by ``metric`` the figure shows; None: no distances.
+        metric: the distance shown (see ``Interpretation.similar``).
+
+    Raises:
+        ValueError: ``references`` are not k covered images, or an unknown metric.
     """
     interpreter = explanation.interpreter
     pixels = pixels.cpu()
+    distances = None
+    if references is not None:
+        distances = _distances(explanation, references, metric)
     inputs = normalize(pixels).to(interpreter.device)
     c = explanation.predicted_class
     scores = class_scores(interpreter, inputs, c)
-    if not explanation.has_heatmap:
-        return CaseStudy(pixels, titles, scores, None, None, class_name)
-    heat = explanation.heatmap(inputs).cpu()
-    masked = masked_class_scores(interpreter, pixels, heat, normalize, c, fraction)
-    return CaseStudy(pixels, titles, scores, heat, masked, class_name)
+    heat = masked = None
+    if explanation.has_heatmap:
+        heat = explanation.heatmap(inputs).cpu()
+        masked = masked_class_scores(interpreter, pixels, heat, normalize, c, fraction)
+    return CaseStudy(
+        pixels,
+        titles,
+        scores,
+        heat,
+        masked,
+        class_name,
+        metric=None if distances is None else metric,
+        distances=distances,
+    )
+
+
+def _distances(explanation: Interpretation, references: list[int], metric: str) -> list[float]:
+    """The distances by ``metric`` of covered reference images to the input."""
+    by_index = dict(
+        zip(explanation.covered.tolist(), explanation.distances(metric).tolist(), strict=True)
+    )
+    missing = [i for i in references if i not in by_index]
+    if missing:
+        raise ValueError(f"reference images {missing} are not covered by the interpretation")
+    return [by_index[i] for i in references]
 
 
 def save_case_study_figure(
@@ -150,13 +210,17 @@ def save_case_study_figure(
     n = study.pixels.shape[0]
     rows = 1 if study.heatmaps is None else 3
     width = 1.2 * n + 1.6
-    lines = legend(study.class_name)[: 1 if study.heatmaps is None else None]
+    lines = legend(study.class_name, metric=study.metric, heat=study.heatmaps is not None)
     # About 13 characters of the 9 pt legend fit in an inch: wrap it to the figure's width.
     lines = [part for line in lines for part in textwrap.wrap(line, int(13 * width))]
+    # under each similar image's score, its distance to the input, named by its metric
+    below = [""] * n
+    if study.distances is not None:
+        below[1:] = [f"\n{study.metric} {d:.2f}" for d in study.distances]
     fig, axes = plt.subplots(
         rows,
         n,
-        figsize=(width, 1.45 * rows + 0.7 + 0.16 * len(lines)),
+        figsize=(width, 1.45 * rows + 0.7 + 0.16 * (len(lines) + (study.metric is not None))),
         squeeze=False,
         layout="constrained",
     )
@@ -167,7 +231,7 @@ def save_case_study_figure(
         shown = image.expand(3, -1, -1) if image.shape[0] == 1 else image
         axes[0, j].imshow(shown.permute(1, 2, 0).numpy(), interpolation="nearest")
         axes[0, j].set_title(study.titles[j], fontsize=10)
-        axes[0, j].set_xlabel(f"score {study.scores[j]:.3f}", fontsize=10)
+        axes[0, j].set_xlabel(f"score {study.scores[j]:.3f}{below[j]}", fontsize=10)
         if shown_maps is not None:
             heat = shown_maps[j]
             axes[1, j].imshow(colorize(heat, cmap), interpolation="nearest")

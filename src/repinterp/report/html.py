@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.heatmap import DEFAULT_COLORMAP, SCALE
+from ..core.interpretation import METRIC_MEANINGS
 
 __all__ = ["GLOSSARY", "colorbar_css", "write_report"]
 
@@ -30,9 +31,9 @@ GLOSSARY = [
         "input; P(x) may cover that many",
     ),
     (
-        "Dist",
-        "RI's distance of a covered image to the input: the summed absolute difference of their "
-        "projections on P(x)'s boundaries (the JSON files hold it)",
+        "semantic",
+        f"RI's distance of a similar image to the input, {METRIC_MEANINGS['semantic']}; the "
+        "figures show it under the image's score, the JSON files hold it and name it (metric)",
     ),
 ]
 
@@ -135,8 +136,9 @@ def write_report(path: str | Path, title: str, intro: str, entries: list[dict[st
         f"<nav aria-label='contents'><h2>Contents</h2><ol>{toc}</ol></nav>",
         "<section id='legend'><h2>How to read the figures</h2>",
         "<p>Each figure: the input, then its most similar covered reference images (ranked by "
-        "RI's Dist); the rows show the images with their score, the heat map alone, and the "
-        "heat map over the image with the masked score.</p>",
+        "the semantic distance, the paper's Dist, shown under each); the rows show the images "
+        "with their score, the heat map alone, and the heat map over the image with the masked "
+        "score.</p>",
         f"<div class='colorbar' style='background: {colorbar_css()}' role='img' "
         f"aria-label='colour bar of the heat maps'></div>",
         "<div class='scale'><span>0 = coldest pixel</span><span>1 = hottest pixel</span></div>",

@@ -2,7 +2,8 @@
 
 `results_markdown` lays the numbers out in tables shaped like the paper's; `write_results`
 writes ``results.json``, ``results.md`` and the protocol's plots (`report.plots`). A cell is
-``mean ± std`` over the runs, or the mean alone for one run; the best of a column is bold.
+``mean ± std`` over the runs, or the mean alone for one run; the best of a column is bold,
+unless several rows share it at the shown precision (a tie: none is bold).
 """
 
 from __future__ import annotations
@@ -14,7 +15,14 @@ from typing import Any
 
 from .plots import save_plots
 
-__all__ = ["cell", "overview_markdown", "results_markdown", "write_results"]
+__all__ = [
+    "POLYTOPE_SCORE_CAM",
+    "cell",
+    "method_label",
+    "overview_markdown",
+    "results_markdown",
+    "write_results",
+]
 
 # Columns of the unseen tables: key, header, whether higher is better.
 _AD_COLUMNS = [
@@ -33,6 +41,25 @@ _CURVE_COLUMNS = [
     ("insertion", "insertion AUC (%)", True),
 ]
 
+# Columns of the polytope groups (`repinterp.core.groups`): key, header.
+_GROUP_COLUMNS = [
+    ("distinct_polytopes", "distinct polytopes"),
+    ("effective_groups", "effective groups"),
+    ("largest_group_share", "largest group of a class (%)"),
+    ("singletons", "polytopes of one image"),
+    ("subconcept_purity", "sub-concept purity (%)"),
+    ("subconcept_purity_class", "sub-concept purity of one group per class (%)"),
+]
+POLYTOPE_SCORE_CAM = "polytope-averaged Score-CAM"
+
+
+def method_label(name: str) -> str:
+    """A method's name in the tables: RI's ``+score`` variants (RI's polytopes, Score-CAM's
+    weights averaged over images of each) are ``polytope-averaged Score-CAM (RI+score)``, apart
+    from the paper's RI; every other name as it is."""
+    head, *knobs = name.split("+")
+    return f"{POLYTOPE_SCORE_CAM} ({name})" if head == "RI" and "score" in knobs else name
+
 
 def cell(block: dict[str, Any], key: str, index: int | None = None, best: bool = False) -> str:
     """``mean ± std`` of ``block[key]`` (its ``index``-th value for a list), the mean alone when
@@ -47,13 +74,19 @@ def cell(block: dict[str, Any], key: str, index: int | None = None, best: bool =
 
 
 def _best(blocks: dict[str, Any], key: str, higher: bool, index: int | None = None) -> str | None:
+    """The block whose ``key`` is best, or None when none has a value or the best is a tie at
+    the precision `cell` shows (e.g. four methods at 12.30: no bold for any of them)."""
+
     def value(name: str) -> float:
         v = blocks[name].get(key)
         v = v[index] if index is not None and v is not None else v
         return v if v is not None and math.isfinite(v) else -math.inf if higher else math.inf
 
     best = (max if higher else min)(blocks, key=value)
-    return best if math.isfinite(value(best)) else None
+    if not math.isfinite(value(best)):
+        return None
+    shown = [f"{value(name):.2f}" for name in blocks]
+    return best if shown.count(f"{value(best):.2f}") == 1 else None
 
 
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:
@@ -74,12 +107,45 @@ def _columns_table(
     columns = [c for c in columns if any(c[0] in b for b in blocks.values())]
     best = {key: _best(blocks, key, higher) for key, _, higher in columns}
     rows = [
-        [name, *[cell(b, key, best=best[key] == name) for key, _, _ in columns]]
+        [method_label(name), *[cell(b, key, best=best[key] == name) for key, _, _ in columns]]
         + ([f"{b['time_s']:.1f}"] if times else [])
         for name, b in blocks.items()
     ]
     header = [first, *[header for _, header, _ in columns]] + (["time (s)"] if times else [])
     return _table(header, rows)
+
+
+def _groups_table(blocks: dict[str, Any], first: str, images: str) -> list[str]:
+    """The polytope groups of the blocks that have them (none: no lines), under a sentence
+    saying which ``images`` were grouped."""
+    found = {name: b for name, b in blocks.items() if "distinct_polytopes" in b}
+    if not found:
+        return []
+    columns = [c for c in _GROUP_COLUMNS if any(c[0] in b for b in found.values())]
+    rows = [
+        [method_label(name), *[cell(b, key) for key, _ in columns]] for name, b in found.items()
+    ]
+    return [
+        "",
+        f"What RI finds: {images} grouped by the polytope P explaining them (its class, "
+        "boundaries and sides); effective groups = exp of the entropy of the group sizes:",
+        "",
+        *_table([first, *[header for _, header in columns]], rows),
+    ]
+
+
+def _legend(results: dict[str, Any]) -> list[str]:
+    """What polytope-averaged Score-CAM is, when a table shows it."""
+    if not any(method_label(name) != name for name in results["methods"]):
+        return []
+    n = results["options"].get("score_images", 16)
+    return [
+        "",
+        f"{POLYTOPE_SCORE_CAM} (`RI+score`, ours): RI's polytopes P(x), their heat maps with "
+        f"Score-CAM's channel weights averaged over {n} images P(x) covers (the input among "
+        "them), not the paper's weights (§5.1); `+class` and `+cluster` are its controls without "
+        "polytopes (weights averaged over images of the predicted class or of a k-means cluster).",
+    ]
 
 
 def _md_methods(results: dict[str, Any]) -> list[str]:
@@ -96,7 +162,7 @@ def _md_methods(results: dict[str, Any]) -> list[str]:
             "",
             *_columns_table(methods, _CURVE_COLUMNS, "Method"),
         ]
-    return lines
+    return lines + _groups_table(methods, "Method", "the unseen images") + _legend(results)
 
 
 # The paper's targets on unseen images (Table 1, Table 2; App. D), beside the overview.
@@ -129,7 +195,7 @@ def overview_markdown(unseen: dict[str, dict[str, Any]]) -> str:
         accuracy = cell({**results["model_acc"], "_runs": results["runs"]}, "unseen")
         for name, block in methods.items():
             cells = [cell(block, key, best=best[key] == name) for key, _, _ in _OVERVIEW]
-            rows.append([f"`{dataset}`", name, *cells, accuracy])
+            rows.append([f"`{dataset}`", method_label(name), *cells, accuracy])
         targets = [PAPER_TARGETS.get(key, "") for key, _, _ in _OVERVIEW]
         rows.append([f"`{dataset}`", "*paper's target for RI*", *targets, ""])
     return "\n".join(_table(header, rows)) + "\n"
@@ -151,7 +217,10 @@ def _md_coverage(results: dict[str, Any]) -> list[str]:
         ]
         for part, label in (("reference", "Ref."), ("unseen", "Unseen"))
     ]
-    return _table([*header, "CVR of F"], rows)
+    labels = {"Ref.": blocks["reference"], "Unseen": blocks["unseen"]}
+    return _table([*header, "CVR of F"], rows) + _groups_table(
+        labels, "Set", "each set's images, by the region interpreting them,"
+    )
 
 
 def _md_reference(results: dict[str, Any]) -> list[str]:
@@ -166,17 +235,18 @@ def _md_reference(results: dict[str, Any]) -> list[str]:
         shown = [i for i, k in enumerate(ks) if key in ("mAD", "mAI") or k <= options["curve_k"]]
         best = {i: _best(methods, key, higher, i) for i in shown}
         rows = [
-            [name, *[cell(m, key, i, best[i] == name) for i in shown]]
+            [method_label(name), *[cell(m, key, i, best[i] == name) for i in shown]]
             for name, m in methods.items()
         ]
         where = "" if key in ("mAD", "mAI") else (f" (the first {options['curve_inputs']} inputs)")
         lines += [f"{label} over the top-K similar reference images{where}:", ""]
         lines += [*_table(["Method", *[f"K = {ks[i]}" for i in shown]], rows), ""]
     rows = [
-        [name, f"{m['time_s']:.1f}", ", ".join(f"{s:.1f}" for s in m["similar"])]
+        [method_label(name), f"{m['time_s']:.1f}", ", ".join(f"{s:.1f}" for s in m["similar"])]
         for name, m in methods.items()
     ]
-    return lines + _table(["Method", "time (s)", "mean size of S per K"], rows)
+    lines += _table(["Method", "time (s)", "mean size of S per K"], rows)
+    return lines + _groups_table(methods, "Method", "the inputs") + _legend(results)
 
 
 def _md_q_sweep(results: dict[str, Any]) -> list[str]:
@@ -221,7 +291,7 @@ def _md_similar(results: dict[str, Any]) -> list[str]:
         methods = _with_runs(results, results["methods"])
         best = _best(methods, "energy", True)
         energy = [
-            [name, cell(m, "energy", best=name == best), f"{m['time_s']:.1f}"]
+            [method_label(name), cell(m, "energy", best=name == best), f"{m['time_s']:.1f}"]
             for name, m in methods.items()
         ]
         lines += [

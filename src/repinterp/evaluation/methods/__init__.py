@@ -1,6 +1,7 @@
 """The interpretation methods the protocols compare, one module each: `RIMethod` (``ri``) and
-its variants, `CAMMethod` for Grad-CAM, Grad-CAM++ and Score-CAM (``cam``), `ACEMethod`
-(``ace``), on the interface `Method` (``base``).
+its variants, `CAMMethod` (``cam``) for Grad-CAM, Grad-CAM++ and Score-CAM and their controls
+``+cluster`` and ``+class`` (weights averaged over many images), `ACEMethod` (``ace``), on the
+interface `Method` (``base``).
 
 :data:`METHODS` maps the built-in methods' names to them; it is read-only. `method` also
 resolves any RI variant by name (``RI+exact``, ``RI+pairs+score``, ...). A method of one's own
@@ -13,7 +14,7 @@ from types import MappingProxyType
 from ..baselines import CAM_METHODS
 from .ace import ACEMethod
 from .base import Method
-from .cam import CAMMethod
+from .cam import AVERAGES, CAMMethod
 from .ri import KNOBS, RIMethod
 
 __all__ = ["METHODS", "PAPER", "ACEMethod", "CAMMethod", "Method", "RIMethod", "method"]
@@ -29,7 +30,11 @@ METHODS: Mapping[str, Method] = MappingProxyType(
         "RI": RIMethod(),
         **{variant.name: variant for variant in _RI},
         **{name: CAMMethod(name) for name in CAM_METHODS},
-        **{f"{name}+cluster": CAMMethod(name, cluster=True) for name in CAM_METHODS},
+        **{
+            f"{name}+{average}": CAMMethod(name, average)
+            for average in AVERAGES
+            for name in CAM_METHODS
+        },
         "ACE": ACEMethod(),
     }
 )

@@ -11,7 +11,7 @@ from ..run import Run
 from .base import Method
 
 if TYPE_CHECKING:
-    from ..ace.discovery import ACE
+    from ..ace import ACE
 
 __all__ = ["ACEMethod"]
 
@@ -23,7 +23,7 @@ class ACEMethod(Method):
     name = "ACE"
 
     def _fit(self, run: Run, discovery: Tensor, target_class: int) -> ACE:
-        from ..ace.discovery import ACE
+        from ..ace import ACE
 
         ace = ACE(run.setup.model, run.setup.target_layer, run.setup.normalize, seed=run.seed)
         return ace.fit(run.setup.pixels("reference", discovery), target_class=target_class)

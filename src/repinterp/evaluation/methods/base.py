@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from torch import Tensor
 
 if TYPE_CHECKING:
+    from ...core.interpretation import Interpretation
     from ...core.regions import RegionSet
     from ..run import Run
 
@@ -46,7 +47,15 @@ class Method(ABC):
         return run.unseen_centre
 
     def regions(self, run: Run) -> RegionSet | None:
-        """The regions whose coverage of the unseen images is reported, if any."""
+        """The regions whose coverage of the unseen images is reported, if any; ``groups``
+        then gives each unseen image's region, whose polytopes are counted
+        (`RegionSet.group_stats`)."""
+        return None
+
+    def reference_polytopes(self, run: Run, indices: list[int]) -> list[Interpretation] | None:
+        """The polytopes ``P(x)`` the method finds for the reference images ``indices`` in
+        ``reference``, which are counted (:func:`repinterp.core.groups.polytope_groups`);
+        None (the default): the method finds none."""
         return None
 
     def samplings(self) -> tuple[str, ...]:

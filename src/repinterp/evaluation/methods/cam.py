@@ -6,11 +6,15 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ...core.polytope_weights import draw_indices
 from ..baselines import ReusableCAM
 from ..run import Run
 from .base import Method
 
-__all__ = ["CAMMethod"]
+__all__ = ["AVERAGES", "CAMMethod"]
+
+# The controls of ours: over which images a CAM's reused weights are averaged.
+AVERAGES = ("cluster", "class")
 
 
 class CAMMethod(Method):
@@ -18,17 +22,26 @@ class CAMMethod(Method):
 
     Args:
         name: a key of ``baselines.CAM_METHODS``.
-        cluster: a control of ours (named ``NAME+cluster``): the weights reused for a k-means
-            cluster are the mean of the weights of ``options.score_images`` of its reference
-            images (drawn with the run's seed), not of the one nearest its centre; in
-            ``reference``, the mean over the input's nearest neighbours. It has what RI's
-            polytope Score-CAM has (weights averaged over many images) but no polytope.
+        average: None (the paper's: the weights of one input image), or a control of ours,
+            named ``NAME+AVERAGE``, whose weights are the mean of the weights of
+            ``options.score_images`` reference images drawn with the run's seed. It has what
+            RI's polytope-averaged Score-CAM (``RI+score``) has, weights averaged over many
+            images, but no polytope:
+
+            - ``"cluster"``: in ``unseen``, images of the k-means cluster (reused on the
+              images of its centre); in ``reference``, the input's nearest neighbours.
+            - ``"class"``: images the model predicts the class of. In ``unseen``, one draw per
+              class, reused on every image predicted that class; in ``reference``, the input
+              and images of its predicted class drawn outside the images scored, as
+              ``RI+score`` draws its own (the input and covered images outside them).
     """
 
-    def __init__(self, name: str, cluster: bool = False) -> None:
+    def __init__(self, name: str, average: str | None = None) -> None:
+        if average is not None and average not in AVERAGES:
+            raise ValueError(f"unknown average {average!r}; choose one of {', '.join(AVERAGES)}")
         self.base = name
-        self.cluster = cluster
-        self.name = f"{name}+cluster" if cluster else name
+        self.average = average
+        self.name = f"{name}+{average}" if average else name
 
     def _cam(self, run: Run) -> ReusableCAM:
         return ReusableCAM(self.base, run.setup.model, run.setup.target_layer)
@@ -42,27 +55,51 @@ class CAMMethod(Method):
         )
         return cam
 
+    def _of_class(self, run: Run, c: int) -> Tensor:
+        """The reference images the model predicts class ``c`` (CPU long).
+
+        Raises:
+            ValueError: there is none.
+        """
+        members = (run.setup.predictions["reference"] == c).nonzero().flatten()
+        if not len(members):
+            raise ValueError(f"{self.name}: no reference image is predicted class {c}")
+        return members
+
+    def groups(self, run: Run) -> Tensor:
+        if self.average == "class":
+            return run.setup.predictions["unseen"]
+        return super().groups(run)
+
     def unseen(self, run: Run, images01: Tensor) -> Tensor:
         inputs = run.setup.normalize(images01).to(run.setup.device)
-        if not self.cluster:
+        rng, n = np.random.default_rng(run.seed), run.options.score_images
+        if self.average is None:
             cam = self._cam(run)
             cam.fit(run.setup.inputs("reference", run.regions.inputs.cpu()))
             return cam.heatmaps(inputs, run.unseen_centre)
-        centre, rng = run.reference_centre[0], np.random.default_rng(run.seed)
-        groups = []
+        if self.average == "class":
+            classes, row = run.setup.predictions["unseen"].unique(return_inverse=True)
+            groups = [draw_indices(self._of_class(run, c), n, rng) for c in classes.tolist()]
+            return self._mean_weights(run, groups).heatmaps(inputs, row)
+        centre, groups = run.reference_centre[0], []
         for v in range(len(run.regions)):
             members = (centre == v).nonzero().flatten()
             if not len(members):  # a centre no reference image is nearest: its own input
                 members = run.regions.inputs[v : v + 1].cpu()
-            chosen = rng.permutation(len(members))[: run.options.score_images]
-            groups.append(members[torch.from_numpy(np.sort(chosen))])
+            groups.append(draw_indices(members, n, rng))
         return self._mean_weights(run, groups).heatmaps(inputs, run.unseen_centre)
 
     def reference(self, run: Run, index: int, k: int) -> tuple[Tensor, Tensor]:
-        similar = run.neighbours(k)[run.inputs.tolist().index(index)]
-        if self.cluster:
-            group = run.neighbours(run.options.score_images)[run.inputs.tolist().index(index)]
-            cam = self._mean_weights(run, [group])
+        row = run.inputs.tolist().index(index)
+        similar = run.neighbours(k)[row]
+        if self.average == "cluster":
+            cam = self._mean_weights(run, [run.neighbours(run.options.score_images)[row]])
+        elif self.average == "class":
+            members = self._of_class(run, int(run.setup.predictions["reference"][index]))
+            rng = np.random.default_rng(run.seed)
+            drawn = draw_indices(members, run.options.score_images, rng, index, similar)
+            cam = self._mean_weights(run, [drawn])
         else:
             cam = self._cam(run)
             cam.fit(run.setup.inputs("reference", [index]))

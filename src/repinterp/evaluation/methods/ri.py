@@ -34,8 +34,9 @@ class RIMethod(Method):
         sampling: how ``Q`` is drawn: ``"uniform"``, ``"balanced"`` or ``"pairs"``
             (:func:`repinterp.core.boundaries.sample_sources`).
         weights: the heat maps' channel weights: ``"gradient"`` (§5.1) or ``"score"``
-            (polytope Score-CAM, :mod:`repinterp.core.polytope_weights`, on ``options.score_images``
-            covered images).
+            (polytope-averaged Score-CAM, :mod:`repinterp.core.polytope_weights`: Score-CAM's
+            weights averaged over the input and ``options.score_images - 1`` covered images,
+            drawn outside the images the heat maps are scored on).
         similar: the ranking of similar images in ``reference``: ``"semantic"`` (§5.2),
             ``"euclidean"`` or ``"cosine"`` (``Interpretation.similar``).
 
@@ -64,10 +65,17 @@ class RIMethod(Method):
     def samplings(self) -> tuple[str, ...]:
         return (self.knobs["sampling"],)
 
-    def _weighted(self, run: Run, interpretation: Interpretation) -> Interpretation:
+    def _weighted(
+        self, run: Run, interpretation: Interpretation, x: int, scored: Tensor | None = None
+    ) -> Interpretation:
+        """The interpretation of reference image ``x`` drawn with this variant's weights:
+        ``+score`` averages over ``x`` and ``options.score_images - 1`` covered images drawn
+        with the run's seed outside ``scored`` (the images its heat maps are scored on)."""
         if self.knobs["weights"] == "gradient" or not interpretation.has_heatmap:
             return interpretation
-        sample = covered_sample(interpretation, run.options.score_images, run.seed)
+        sample = covered_sample(
+            interpretation, run.options.score_images, run.seed, include=x, exclude=scored
+        )
         return with_score_weights(interpretation, run.setup.inputs("reference", sample))
 
     def regions(self, run: Run) -> RegionSet:
@@ -85,7 +93,8 @@ class RIMethod(Method):
         regions = base.regions
         if (self.knobs["sampling"], self.knobs["solver"]) != ("uniform", "greedy"):
             regions = ri.explain_reference(base.inputs, solver=self.knobs["solver"])
-        regions = [self._weighted(run, region) for region in regions]
+        inputs = base.inputs.tolist()
+        regions = [self._weighted(run, r, x) for r, x in zip(regions, inputs, strict=True)]
         return RegionSet(ri, base.inputs, regions, base.centres)
 
     def unseen(self, run: Run, images01: Tensor) -> Tensor:
@@ -96,10 +105,22 @@ class RIMethod(Method):
         parts = [regions.assign(x).region.cpu() for x in run.setup.chunks("unseen")]
         return torch.cat(parts)
 
+    def _explanation(self, run: Run, index: int) -> Interpretation:
+        """``P(x)`` of reference image ``index`` on this variant's ``Q`` by its solver (solved
+        once per run)."""
+        sampling, solver = self.knobs["sampling"], self.knobs["solver"]
+        ri = run.interpreter_for(sampling)
+        return run.cached(
+            ("reference", sampling, solver, index),
+            lambda: ri.explain_reference([index], solver=solver)[0],
+        )
+
     def reference(self, run: Run, index: int, k: int) -> tuple[Tensor, Tensor]:
-        ri = run.interpreter_for(self.knobs["sampling"])
-        explanation = ri.explain_reference([index], solver=self.knobs["solver"])[0]
-        explanation = self._weighted(run, explanation)
+        explanation = self._explanation(run, index)
         ranking = explanation.similar(metric=self.knobs["similar"]).cpu()
         similar = self_first(ranking, index, k)
+        explanation = self._weighted(run, explanation, index, similar)
         return similar, explanation.heatmap(run.setup.inputs("reference", similar))
+
+    def reference_polytopes(self, run: Run, indices: list[int]) -> list[Interpretation]:
+        return [self._explanation(run, index) for index in indices]

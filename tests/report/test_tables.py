@@ -1,0 +1,60 @@
+"""The evaluation tables bold a column's best only where it is one: a tie is bold nowhere."""
+
+from repinterp.report.tables import overview_markdown, results_markdown
+
+
+def _unseen(methods: dict[str, dict]) -> dict:
+    """``unseen`` results of one run, as `evaluate` gives them (what the header needs)."""
+    return {
+        "protocol": "unseen",
+        "dataset": "imagefolder:imgs",
+        "runs": 1,
+        "seeds": [0],
+        "setup": {
+            "model": "resnet18",
+            "target_layer": "layer4",
+            "n_reference": 8,
+            "n_unseen": 2,
+            "device": "cpu",
+        },
+        "options": {"n_boundaries": 50, "split": "fixed"},
+        "n_regions": 20,
+        "time_s": 3.0,
+        "ri_fit_s": 1.0,
+        "kmeans_s": 0.0,
+        "machine": {"cpus": 2, "torch_threads": 2, "torch": "2", "platform": "Linux"},
+        "methods": methods,
+    }
+
+
+def _rows(markdown: str) -> dict[str, str]:
+    return {line.split(" | ")[0].lstrip("| "): line for line in markdown.splitlines()[6:]}
+
+
+def test_equal_values_at_the_shown_precision_are_a_tie_bold_nowhere() -> None:
+    # A layer of 1 x 1: every heat map is constant, so every method scores the same.
+    same = {"mAD": 41.2501, "mAI": 3.0, "CVR": 100.0, "time_s": 1.0}
+    methods = {name: dict(same) for name in ("RI", "Grad-CAM", "Grad-CAM++", "Score-CAM")}
+    methods["Score-CAM"]["mAD"] = 41.2512  # 41.25 too, as shown
+    markdown = results_markdown(_unseen(methods))
+    assert "**" not in markdown  # RI was bold in every column, "the best"
+    rows = _rows(markdown)
+    assert set(rows) == set(methods) and len({row.split(" | ", 1)[1] for row in rows.values()}) == 1
+
+
+def test_a_best_value_of_its_own_is_bold_and_a_tie_for_best_is_not() -> None:
+    methods = {
+        "RI": {"mAD": 20.0, "mAI": 9.0, "time_s": 1.0},
+        "Grad-CAM": {"mAD": 30.0, "mAI": 9.001, "time_s": 1.0},
+        "Score-CAM": {"mAD": 20.004, "mAI": 2.0, "time_s": 1.0},
+    }
+    rows = _rows(results_markdown(_unseen(methods)))
+    assert "**" not in rows["RI"] + rows["Score-CAM"]  # mAD 20.00 twice: a tie for best
+    assert "**" not in rows["Grad-CAM"]  # mAI 9.00 twice: a tie too
+    methods["Score-CAM"]["mAD"] = 20.006  # 20.01 as shown: RI is best alone
+    rows = _rows(results_markdown(_unseen(methods)))
+    assert "| **20.00** |" in rows["RI"] and "**" not in rows["Score-CAM"]
+    overview = overview_markdown(
+        {"imgs": {**_unseen(methods), "model_acc": {"unseen": 50.0, "unseen_std": 0.0}}}
+    )
+    assert overview.count("**") == 2 and "| **20.00** |" in overview

@@ -9,8 +9,10 @@ both, and refuses an index whose reference images changed since.
 
 from __future__ import annotations
 
+import math
 import os
 import re
+import reprlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,13 +22,14 @@ import torch
 from PIL import Image
 from torch import Tensor
 
+from .core.config import FitConfig
 from .data.datasets import Images, Normalization, Split, load_dataset
-from .data.image_files import image_tensor, read_image
+from .data.image_files import MAX_SIDE, image_tensor, read_image
 from .data.provenance import describe_split, fingerprint, fingerprint_change
 from .interpreter import RepresentativeInterpreter
-from .models.zoo import build_model, default_target_layer
+from .models.zoo import DataShape, check_model, model_for, target_layer_for
 from .runtime.checksums import file_sha256
-from .store.index_folder import IndexLoadError, read_manifest
+from .store.index_folder import MAX_CHANNELS, MAX_CLASSES, IndexLoadError, read_manifest
 from .store.shards import Shards
 
 __all__ = [
@@ -93,15 +96,6 @@ class Workspace:
             meta["recipe"] = self.recipe
 
 
-def _model(recipe: dict[str, Any], weights: Path | None) -> torch.nn.Module:
-    return build_model(
-        recipe["arch"],
-        num_classes=recipe["num_classes"],
-        in_channels=recipe["in_channels"],
-        weights=weights,
-    )
-
-
 def _recorded_weights(weights: Path | None) -> str | None:
     if weights is None:
         return None
@@ -116,14 +110,10 @@ def fit_workspace(
     weights: str | Path | None,
     dataset: str,
     layer: str | None = None,
-    n_boundaries: int = 50,
-    seed: int = 0,
+    config: FitConfig | None = None,
     data_seed: int = 0,
     device: str | None = None,
-    batch_size: int = 64,
-    progress: bool = True,
     keep_features: bool = True,
-    num_workers: int = 0,
     shards: Shards | None = None,
     image_size: int | None = None,
     mean: list[float] | None = None,
@@ -136,15 +126,14 @@ def fit_workspace(
         arch: a name from :data:`repinterp.models.zoo.ARCHS`.
         weights: a local weights file; None: the weights bundled for ``arch``.
         dataset: ``mnist5k``, ``digits``, ``shapes`` or ``imagefolder:PATH``.
-        layer: target layer; None for the arch's default.
-        n_boundaries: ``|Q|``.
-        seed: seed of ``Q``.
+        layer: target layer; None for the arch's default, or the last layer with more than one
+            pixel where that one's maps are 1 x 1 at the data's size (a given layer of 1 x 1
+            is refused: see :func:`repinterp.models.zoo.target_layer_for`).
+        config: the fit's settings (:class:`repinterp.core.config.FitConfig`); None: the
+            defaults.
         data_seed: seed of the data set's reference/unseen split.
         device: torch device; None for CPU.
-        batch_size: images per forward pass.
-        progress: show progress bars.
         keep_features: keep the reference feature maps (for regions and protocols).
-        num_workers: DataLoader worker processes reading the reference images.
         shards: write the index in shards as it goes, to resume a killed fit (see
             :class:`repinterp.store.shards.Shards`).
         image_size: an image folder's image side in pixels (224).
@@ -154,9 +143,11 @@ def fit_workspace(
             to the reference and unseen parts, and why) once the data is loaded.
 
     Raises:
-        ValueError: no weights given and none bundled for ``arch``, and the errors of the
-            model, the data set and the fit.
+        ValueError: no weights given and none bundled for ``arch``, an unknown ``arch`` (before
+            the data set is read), and the errors of the model, the data set and the fit.
+        FileNotFoundError: the weights file is missing (before the data set is read).
     """
+    check_model(arch, weights)  # before the data set is read: an image folder takes long
     if weights is None:
         weights = bundled_weights(arch)
         if weights is None:
@@ -168,32 +159,24 @@ def fit_workspace(
     data = load_dataset(dataset, seed=data_seed, image_size=image_size, mean=mean, std=std)
     if say is not None:
         say(describe_split(data, given, data_seed))
-    sample = data.reference[0][0]
+    shape = DataShape.of(data.reference)
     recipe: dict[str, Any] = {
         "arch": arch,
         "weights": _recorded_weights(weights),
         "weights_sha256": file_sha256(weights) if weights.is_file() else None,
-        "num_classes": len(data.reference.class_names),
-        "in_channels": int(sample.shape[0]),
+        "num_classes": shape.num_classes,
+        "in_channels": shape.in_channels,
         "dataset": dataset,
         "data_seed": data_seed,
     }
     if dataset.startswith("imagefolder:"):
         normalization = data.reference.normalization
-        recipe["image_size"] = int(sample.shape[-1])
+        recipe["image_size"] = int(data.reference[0][0].shape[-1])
         recipe["mean"], recipe["std"] = list(normalization.mean), list(normalization.std)
     recipe["data"] = fingerprint(data, dataset, data_seed)
-    model = _model(recipe, weights)
-    ri = RepresentativeInterpreter(
-        model,
-        layer or default_target_layer(arch),
-        n_boundaries=n_boundaries,
-        seed=seed,
-        device=device or "cpu",
-        batch_size=batch_size,
-        progress=progress,
-        num_workers=num_workers,
-    )
+    model = model_for(arch, shape, weights)
+    layer = target_layer_for(arch, data.reference[0][0].shape, layer)
+    ri = RepresentativeInterpreter(model, layer, device=device or "cpu", config=config)
     ri.fit(
         data.reference,
         class_names=list(data.reference.class_names),
@@ -210,28 +193,50 @@ _RECIPE_TYPES: dict[str, tuple[type, ...]] = {
     "in_channels": (int,),
     "dataset": (str,),
     "data_seed": (int,),
+    "data": (dict,),
 }
 _OPTIONAL_TYPES: dict[str, tuple[type, ...]] = {
     "weights": (str, type(None)),
     "image_size": (int,),
     "mean": (list,),
     "std": (list,),
-    "data": (dict,),
 }
+_RECIPE_LIMITS = {"num_classes": MAX_CLASSES, "in_channels": MAX_CHANNELS, "image_size": MAX_SIDE}
 
 
 def _check_recipe(path: Path, recipe: Any) -> dict[str, Any]:
+    """``recipe`` (a manifest's), its fields' types and the sizes the model and data are
+    built with checked.
+
+    Raises:
+        IndexLoadError: no recipe, a field missing or of the wrong type, a size out of range
+            (``num_classes``, ``in_channels``, ``image_size``), or a ``mean`` / ``std`` that is
+            not one finite number per channel.
+    """
     if not recipe:
         raise IndexLoadError(f"{path} does not say which model made it (no recipe in manifest)")
+    damaged = f"{path / 'manifest.json'} is damaged: its recipe's"
     for key, types in {**_RECIPE_TYPES, **_OPTIONAL_TYPES}.items():
         value = recipe.get(key)
         if (key in _RECIPE_TYPES or key in recipe) and (
             not isinstance(value, types) or isinstance(value, bool)
         ):
+            raise IndexLoadError(f"{damaged} {key} is {reprlib.repr(value)}")
+    for key, high in _RECIPE_LIMITS.items():
+        if key in recipe and not 1 <= recipe[key] <= high:
+            raise IndexLoadError(f"{damaged} {key} is {recipe[key]}, not from 1 to {high}")
+    channels = recipe["in_channels"]
+    for key in ("mean", "std"):
+        values = recipe.get(key)
+        if values is not None and (len(values) != channels or not all(_finite(v) for v in values)):
             raise IndexLoadError(
-                f"{path / 'manifest.json'} is damaged: its recipe's {key} is {value!r}"
+                f"{damaged} {key} is {reprlib.repr(values)}, not {channels} finite numbers"
             )
     return recipe
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _weights_file(path: Path, recipe: dict[str, Any], weights: str | Path | None) -> Path | None:
@@ -277,7 +282,7 @@ def open_index(
     recipe = _check_recipe(path, read_manifest(path).get("recipe"))
     file = _weights_file(path, recipe, weights)
     recipe = {**recipe, "weights": _recorded_weights(file)}
-    model = _model(recipe, file)
+    model = model_for(recipe["arch"], DataShape(recipe["num_classes"], recipe["in_channels"]), file)
     ri = RepresentativeInterpreter.load(path, model, device=device or "cpu", progress=progress)
     data = load_dataset(
         recipe["dataset"],
@@ -286,12 +291,8 @@ def open_index(
         mean=recipe.get("mean"),
         std=recipe.get("std"),
     )
-    recorded = recipe.get("data")
-    change = (
-        fingerprint_change(recorded, fingerprint(data, recipe["dataset"], recipe["data_seed"]))
-        if recorded
-        else None
-    )
+    current = fingerprint(data, recipe["dataset"], recipe["data_seed"])
+    change = fingerprint_change(recipe["data"], current)
     if change or len(data.reference) != len(ri.fitted_index):
         raise IndexLoadError(
             f"the reference data of {path} changed since it was fitted "

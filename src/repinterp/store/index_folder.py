@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import re
+import reprlib
 import secrets
 from collections.abc import Iterator
 from contextlib import suppress
@@ -26,18 +28,40 @@ from safetensors.torch import save as save_bytes
 from torch import Tensor
 
 from ..core.boundaries import Boundaries
-from ..core.reference_index import FEATURE_FILE, ReferenceIndex
+from ..core.reference_index import ReferenceIndex
+from ..data.image_files import MAX_SIDE
 from ..runtime.checksums import file_sha256
-from .outputs import claim, sync_dir, write_file
+from .files import replace_file, write_file
+from .outputs import claim, record, remove_listed
 
-__all__ = ["FORMAT_VERSION", "IndexLoadError", "load_index", "read_manifest", "save_index"]
+__all__ = [
+    "FORMAT_VERSION",
+    "MAX_CHANNELS",
+    "MAX_CLASSES",
+    "MAX_INPUT_VALUES",
+    "IndexLoadError",
+    "load_index",
+    "manifest_sha256",
+    "read_manifest",
+    "save_index",
+]
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+"""2: the manifest holds the SHA-256 of its own content (``manifest_sha256``). Version 1
+manifests lack it and are refused: accepting them would let any edit pass as version 1."""
+MAX_CLASSES = 100_000
+"""Most classes an index (and the model a recipe builds) may have."""
+MAX_CHANNELS = 1024
+"""Most channels of an index's input images."""
+MAX_INPUT_VALUES = 1 << 28
+"""Most values (C x H x W) in one input image: 1 GiB in float32."""
+_MAX_COUNT = (1 << 31) - 1
 _TENSOR_FILE = "index.safetensors"
 _MANIFEST = "manifest.json"
+_SELF_SHA = "manifest_sha256"
 _BLOCK = 1 << 20
 _RESERVED = {"input_shape", "feature_shape", "n_reference", "n_boundaries", "n_classes"}
-_RESERVED |= {"has_labels", "sha256", "files", "format_version"}
+_RESERVED |= {"has_labels", "sha256", "files", "format_version", _SELF_SHA}
 _TENSORS = ("boundary_weight", "boundary_bias", "boundary_classes", "sources", "projections")
 _TENSORS += ("predictions", "logits")
 
@@ -54,7 +78,8 @@ def save_index(
 
     The data files are written under names the current manifest does not use, then the
     manifest is replaced in one atomic rename (the commit); only then are the files of the
-    old index removed. Checksums are those of the bytes as they were written.
+    old index removed. Checksums are those of the bytes as they were written; the manifest
+    holds its own too (``manifest_sha256``, see :func:`manifest_sha256`).
 
     Args:
         path: the folder: new, empty, or a repinterp index (which is replaced); its
@@ -66,6 +91,8 @@ def save_index(
     Raises:
         OutputError: ``path`` holds other files, or another process is writing to it.
         IndexLoadError: an extra file changed while it was being copied.
+        ValueError: a manifest that loading would refuse (more than ``MAX_CLASSES``
+            classes, an input larger than ``MAX_INPUT_VALUES``, ...); nothing is saved.
     """
     path = Path(path)
     with claim(path, "index"):
@@ -73,11 +100,13 @@ def save_index(
 
 
 def read_manifest(path: str | Path) -> dict[str, Any]:
-    """The manifest of an index folder, with the types of its fields checked.
+    """The manifest of an index folder, its own checksum and the types and ranges of its
+    fields checked.
 
     Raises:
-        IndexLoadError: no manifest, a damaged one, an unknown format version, or fields
-            of the wrong type (a file without its checksum, for one).
+        IndexLoadError: no manifest, a damaged or edited one (its ``manifest_sha256`` missing
+            or not that of its content), an unknown format version, or fields of the wrong
+            type or out of range (a file without its checksum, 10**12 classes).
     """
     path = Path(path)
     manifest_path = path / _MANIFEST
@@ -85,17 +114,32 @@ def read_manifest(path: str | Path) -> dict[str, Any]:
         raise IndexLoadError(f"{path} is not a repinterp index: {_MANIFEST} is missing")
     try:
         manifest = json.loads(manifest_path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
         raise IndexLoadError(f"{manifest_path} is damaged: {exc}") from exc
     if not isinstance(manifest, dict) or manifest.get("format_version") != FORMAT_VERSION:
         version = manifest.get("format_version") if isinstance(manifest, dict) else None
         raise IndexLoadError(
             f"{path} has index format {version!r}, this repinterp reads {FORMAT_VERSION}"
+            + (": fit it again" if version in range(1, FORMAT_VERSION) else "")
+        )
+    if manifest.get(_SELF_SHA) != manifest_sha256(manifest):
+        why = "differs from its content" if _SELF_SHA in manifest else "is missing"
+        raise IndexLoadError(
+            f"{manifest_path} is damaged or was edited: its checksum ({_SELF_SHA}) {why}"
         )
     problem = _manifest_problem(manifest)
     if problem:
         raise IndexLoadError(f"{manifest_path} is damaged: {problem}")
     return manifest
+
+
+def manifest_sha256(manifest: dict[str, Any]) -> str:
+    """The SHA-256 (64 hex digits) of a manifest's content without its ``manifest_sha256``:
+    of its canonical JSON (sorted keys, no spaces, ASCII), so the file's layout does not
+    count, only what it says."""
+    content = {k: v for k, v in manifest.items() if k != _SELF_SHA}
+    text = json.dumps(content, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def load_index(path: str | Path, device: torch.device | str = "cpu") -> ReferenceIndex:
@@ -159,19 +203,29 @@ def _manifest_problem(m: dict[str, Any]) -> str | None:
     if not isinstance(files, dict) or not all(k in sha and _plain(v) for k, v in files.items()):
         return "its 'files' are not names of its checksummed files"
     shape = m.get("input_shape")
-    if not (isinstance(shape, list) and len(shape) == 3 and all(_count(v) for v in shape)):
-        return f"input_shape {shape!r} is not C x H x W"
+    if not (
+        isinstance(shape, list)
+        and len(shape) == 3
+        and _count(shape[0], MAX_CHANNELS)
+        and all(_count(v, MAX_SIDE) for v in shape[1:])
+        and math.prod(shape) <= MAX_INPUT_VALUES
+    ):
+        return (
+            f"input_shape {reprlib.repr(shape)} is not C x H x W with C <= {MAX_CHANNELS}, "
+            f"H and W <= {MAX_SIDE}, C x H x W <= {MAX_INPUT_VALUES}"
+        )
     features = m.get("feature_shape")
-    if not (isinstance(features, list) and all(_count(v) for v in features)):
-        return f"feature_shape {features!r} is not a list of sizes"
+    if not (isinstance(features, list) and all(_count(v, _MAX_COUNT) for v in features)):
+        return f"feature_shape {reprlib.repr(features)} is not a list of sizes <= {_MAX_COUNT}"
     names = m.get("class_names")
     if names is not None and not (
         isinstance(names, list) and all(isinstance(n, str) for n in names)
     ):
         return "class_names is not a list of names"
-    for key in ("n_reference", "n_boundaries", "n_classes"):
-        if not _count(m.get(key)):
-            return f"{key} is {m.get(key)!r}, not a positive count"
+    limits = {"n_reference": _MAX_COUNT, "n_boundaries": _MAX_COUNT, "n_classes": MAX_CLASSES}
+    for key, high in limits.items():
+        if not _count(m.get(key), high):
+            return f"{key} is {reprlib.repr(m.get(key))}, not a count from 1 to {high}"
     if "recipe" in m and not isinstance(m["recipe"], dict):
         return f"its recipe is a {type(m['recipe']).__name__}, not a mapping"
     if not isinstance(m.get("target_layer", ""), str):
@@ -179,8 +233,9 @@ def _manifest_problem(m: dict[str, Any]) -> str | None:
     return None
 
 
-def _count(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+def _count(value: Any, high: int) -> bool:
+    """``value`` is a whole number from 1 to ``high``."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 < value <= high
 
 
 def _tensor_problem(t: dict[str, Tensor], m: dict[str, Any]) -> str | None:
@@ -227,20 +282,15 @@ def _resolve(path: Path, manifest: dict[str, Any]) -> dict[str, Path]:
 
 
 def _sweep(path: Path) -> None:
-    """Remove what saves leave when they fail or are killed: files of the project's names
-    (data files, their variants, temporary manifests) that the committed manifest does not use."""
+    """Remove what saves leave when they fail or are killed: the files that the project wrote
+    in the folder (its marker lists them, see :func:`repinterp.store.outputs.record`: earlier
+    indexes, data files under their variant names, temporary manifests) and that the committed
+    manifest does not use. No other file is ever removed, whatever its name."""
     try:
         manifest = read_manifest(path)
     except IndexLoadError:
         return
-    live = set(_resolve(path, manifest).values())
-    names = {_TENSOR_FILE, FEATURE_FILE, *manifest["sha256"]}
-    patterns = [re.escape(_variant(n, "TOKEN")).replace("TOKEN", "[0-9a-f]{8}") for n in names]
-    ours = re.compile("|".join([*map(re.escape, names), *patterns, r"\.manifest\.json\.tmp-.*"]))
-    for entry in path.iterdir():
-        if entry not in live and ours.fullmatch(entry.name) and entry.is_file():
-            with suppress(OSError):
-                entry.unlink()
+    remove_listed(path, keep={_MANIFEST, *(f.name for f in _resolve(path, manifest).values())})
 
 
 class _Save:
@@ -274,21 +324,27 @@ class _Save:
         }
         if names:
             manifest["files"] = names
+        problem = _manifest_problem(manifest)
+        if problem:  # what loading would refuse is not saved
+            raise ValueError(f"cannot save the index to {self.path}: {problem}")
+        manifest[_SELF_SHA] = manifest_sha256(json.loads(json.dumps(manifest)))  # as read back
         return (json.dumps(manifest, indent=2) + "\n").encode()
 
-    def _commit(self, manifest: bytes, step: str) -> None:
-        temporary = self.path / f".{_MANIFEST}.tmp-{self.token}{step}"
-        write_file(temporary, [manifest])
-        os.replace(temporary, self.path / _MANIFEST)
+    def _commit(self, manifest: bytes) -> None:
+        replace_file(self.path / _MANIFEST, manifest)
         self.committed = True
-        sync_dir(self.path)
 
     def run(self) -> None:
         path, written = self.path, []
         checksums, moved = {}, {}
+        targets = {  # each data file under its own name, or beside the live one
+            name: path / (_variant(name, self.token) if (path / name).exists() else name)
+            for name in (_TENSOR_FILE, *self.extra)
+        }
+        record(path, [_MANIFEST, *(t.name for t in targets.values() if _plain(t.name))])
         try:
             for name, blocks, expected in self._contents():
-                target = path / (_variant(name, self.token) if (path / name).exists() else name)
+                target = targets[name]
                 written.append(target)
                 checksums[name] = write_file(target, blocks)
                 if expected is not None and checksums[name] != expected:
@@ -299,8 +355,7 @@ class _Save:
                     )
                 if target.name != name:
                     moved[name] = target.name
-            written.append(path / f".{_MANIFEST}.tmp-{self.token}a")
-            self._commit(self._manifest(checksums, moved), "a")
+            self._commit(self._manifest(checksums, moved))
         except BaseException:
             if not self.committed:
                 for file in written:
@@ -311,7 +366,7 @@ class _Save:
             if moved:  # settle: the data files take their own names, then the manifest says so
                 for name, variant in moved.items():
                     os.replace(path / variant, path / name)
-                self._commit(self._manifest(checksums, {}), "b")
+                self._commit(self._manifest(checksums, {}))
         finally:
             _sweep(path)
         self.index.files = {name: path / name for name in self.extra}

@@ -69,13 +69,14 @@ def synthetic(n_ref: int, n_inputs: int, seed: int = 0) -> tuple[Tensor, Tensor,
 def real_index(n_inputs: int) -> tuple[Tensor, Tensor, Tensor] | None:
     """The sides of the fitted ``mnist_cnn`` / ``mnist5k`` index, and ``n_inputs`` of its
     reference images as inputs (None if the data set is not available)."""
+    from repinterp import FitConfig
     from repinterp.workspace import fit_workspace
 
     try:
         weights = (
             Path(__file__).resolve().parent.parent / "src/repinterp/weights/mnist_cnn.safetensors"
         )
-        ws = fit_workspace("mnist_cnn", weights, "mnist5k", progress=False)
+        ws = fit_workspace("mnist_cnn", weights, "mnist5k", config=FitConfig(progress=False))
     except (ImportError, OSError, RuntimeError, ValueError) as exc:
         print(f"real index skipped: {exc}")
         return None

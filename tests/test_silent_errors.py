@@ -44,8 +44,8 @@ def test_reference_images_that_overflow_are_counted() -> None:
     images[bad] = -3e38  # finite, but the model's logits are not
     ri = RepresentativeInterpreter(model, "relu2", n_boundaries=6, progress=False)
     message = (
-        rf"3 of the 40 reference images give non-finite logits or projections \(NaN or Inf\), "
-        rf"e.g. images \[{bad[0]}, {bad[1]}, {bad[2]}\]"
+        rf"images at batch positions \[{bad[0]}, {bad[1]}, {bad[2]}\] give non-finite logits or "
+        r"projections of the reference set \(NaN or Inf, 3 of 40 images\)"
     )
     with pytest.raises(ValueError, match=message):
         ri.fit(images)

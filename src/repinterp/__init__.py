@@ -9,10 +9,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from .core.config import FitConfig
     from .core.regions import RegionSet
     from .interpreter import Interpretation, RepresentativeInterpreter
 
-__all__ = ["Interpretation", "RegionSet", "RepresentativeInterpreter"]
+__all__ = ["FitConfig", "Interpretation", "RegionSet", "RepresentativeInterpreter"]
 __version__ = "0.2.0"
 
 
@@ -25,4 +26,8 @@ def __getattr__(name: str) -> Any:
         from .core.regions import RegionSet
 
         return RegionSet
+    if name == "FitConfig":
+        from .core.config import FitConfig
+
+        return FitConfig
     raise AttributeError(f"module 'repinterp' has no attribute {name!r}")

@@ -13,7 +13,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from .core.boundaries import SAMPLINGS, project
+from .core.boundaries import project
+from .core.config import FitConfig
 from .core.interpretation import Interpretation, check_solver, interpret
 from .core.reference_index import FEATURE_FILE, ReferenceIndex
 from .core.regions import RegionSet
@@ -65,14 +66,11 @@ class RepresentativeInterpreter:
             piecewise-linear head (see :func:`repinterp.models.split.locate_split`), found with one
             zero image of ``input_shape``, or of the first reference image's shape at ``fit``;
             :attr:`target_layer` then names it.
-        n_boundaries: ``|Q|``, the number of sampled boundaries.
-        seed: seeds the sample of ``Q`` (drawn on the CPU: the same ``Q`` on every device).
+        n_boundaries, seed, batch_size, progress, num_workers, sampling: the settings of the
+            fit (see :class:`repinterp.core.config.FitConfig`), read back as attributes.
         device: where to compute; None means the model's device. Another device **moves the
             user's model** there (``model.to(device)``, in place).
-        batch_size: images per forward pass.
         allow_nonlinear_head: accept a head that is not piecewise linear.
-        progress: show progress bars.
-        num_workers: DataLoader workers when the reference set is a Dataset.
         solver: ``"greedy"`` (Algorithm 1) or ``"exact"`` (a MILP, see
             :func:`repinterp.core.cover.exact_cover`, made canonical by
             :func:`repinterp.core.cover.fewest_boundaries`); ``explain`` can override it.
@@ -82,13 +80,13 @@ class RepresentativeInterpreter:
             only select, not compute (it is traced into ``G``).
         input_shape: C x H x W of the images, to check the target layer (or find it, when
             ``target_layer`` is None) here rather than at ``fit``.
-        sampling: how the sources of ``Q`` are drawn: ``"uniform"`` (the paper), ``"balanced"``
-            or ``"pairs"`` (see :func:`repinterp.core.boundaries.sample_sources`).
+        config: the fit's settings as one :class:`FitConfig`, instead of the keywords above
+            (which must then be left at their defaults).
 
     Raises:
         ValueError: a model in training mode or in half precision, a bad target layer or
             head (see :func:`repinterp.models.split.split_model`), a device that is not available,
-            bad numbers.
+            bad numbers, or fit settings given both as keywords and as ``config``.
     """
 
     def __init__(
@@ -107,19 +105,24 @@ class RepresentativeInterpreter:
         output: OutputFn | None = None,
         input_shape: tuple[int, int, int] | None = None,
         sampling: str = "uniform",
+        config: FitConfig | None = None,
     ) -> None:
         if model.training:
             raise ValueError("the model is in training mode: call model.eval() first")
-        if n_boundaries < 1:
-            raise ValueError(f"n_boundaries must be >= 1, got {n_boundaries}")
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        keywords = FitConfig(
+            n_boundaries=n_boundaries,
+            seed=seed,
+            sampling=sampling,
+            batch_size=batch_size,
+            num_workers=num_workers,
+            progress=progress,
+        )
+        if config is not None and keywords != FitConfig():
+            raise ValueError("give the fit settings either as keywords or as config=, not both")
+        self.config = config if config is not None else keywords
         if time_limit <= 0:
             raise ValueError(f"time_limit must be > 0, got {time_limit}")
         self.solver = check_solver(solver)
-        if sampling not in SAMPLINGS:
-            raise ValueError(f"unknown sampling {sampling!r}; choose one of {', '.join(SAMPLINGS)}")
-        self.sampling = sampling
         self.time_limit = time_limit
         self.dtype = engine_dtype(model)
         self.device = resolve_device(device) if device is not None else model_device(model)
@@ -133,13 +136,11 @@ class RepresentativeInterpreter:
         elif input_shape is not None:
             self._split = locate_split(model, input_shape, allow_nonlinear_head, output)
         self.target_layer: str | None = self._split.layer if self._split is not None else None
-        self.n_boundaries = n_boundaries
-        self.seed = seed
-        self.batch_size = batch_size
         self.allow_nonlinear_head = allow_nonlinear_head
-        self.progress = progress
-        self.num_workers = num_workers
         self.index: ReferenceIndex | None = None
+        # the reference set of the last fit (as as_reference gives it), to draw its images;
+        # None after load: set it to the set the index was fitted on to draw them again
+        self.reference: Reference | None = None
         self._feature_dir: tempfile.TemporaryDirectory | None = None
 
     def __repr__(self) -> str:
@@ -153,6 +154,30 @@ class RepresentativeInterpreter:
             f"RepresentativeInterpreter({type(self.model).__name__} at {layer}, {fitted}, "
             f"seed {self.seed}, device {self.device}, solver {self.solver!r})"
         )
+
+    @property
+    def n_boundaries(self) -> int:
+        return self.config.n_boundaries
+
+    @property
+    def seed(self) -> int:
+        return self.config.seed
+
+    @property
+    def sampling(self) -> str:
+        return self.config.sampling
+
+    @property
+    def batch_size(self) -> int:
+        return self.config.batch_size
+
+    @property
+    def num_workers(self) -> int:
+        return self.config.num_workers
+
+    @property
+    def progress(self) -> bool:
+        return self.config.progress
 
     @property
     def split(self) -> SplitModel:
@@ -222,16 +247,11 @@ class RepresentativeInterpreter:
         index = build_index(
             self.split,
             reference,
-            n_boundaries=self.n_boundaries,
-            seed=self.seed,
-            batch_size=self.batch_size,
-            device=self.device,
-            progress=self.progress,
-            num_workers=self.num_workers,
+            self.config,
+            self.device,
             feature_file=feature_file,
             shards=shards,
             dtype=self.dtype,
-            sampling=self.sampling,
         )
         self._feature_dir = feature_dir
         if len(index.boundaries) < self.n_boundaries:
@@ -256,6 +276,7 @@ class RepresentativeInterpreter:
         if self.sampling != "uniform":  # the paper's sampling is the default, left unsaid
             index.meta["sampling"] = self.sampling
         self.index = index
+        self.reference = reference
         return self
 
     def _locate(self, reference: Reference) -> None:
@@ -294,6 +315,34 @@ class RepresentativeInterpreter:
             ValueError: the interpreter was fitted without ``keep_features=True``.
         """
         return self.fitted_index.features
+
+    def reference_images(
+        self, indices: Tensor | list[int], reference: Reference | None = None
+    ) -> Tensor | None:
+        """Reference images by index, to draw them (``Interpretation.show``).
+
+        Args:
+            indices: N reference indices.
+            reference: the reference set the index was fitted on (anything `fit` takes);
+                None: the one of the last `fit` (:attr:`reference`), if any.
+
+        Returns:
+            N x C x H x W, as the model takes them (the set's device), or None when no
+            reference set is known (the interpreter was loaded).
+
+        Raises:
+            ValueError: ``reference`` holds another number of images than the index.
+        """
+        source = self.reference if reference is None else as_reference(reference)
+        if source is None:
+            return None
+        n = reference_size(source)
+        if n != len(self.fitted_index):
+            raise ValueError(
+                f"the reference set holds {n} images; the index was fitted on "
+                f"{len(self.fitted_index)}"
+            )
+        return gather_images(source, torch.as_tensor(indices, dtype=torch.long))
 
     # ------------------------------------------------------------------ features
     def _batches(self, images: Tensor) -> list[Tensor]:
@@ -385,7 +434,10 @@ class RepresentativeInterpreter:
         features = [] if FEATURE_FILE in self.fitted_index.files else None
         logits, proj = self._forward(images, features)
         features = torch.cat(features) if features else None
-        return interpret(self, logits, proj, self._solver(solver), self.time_limit, features)
+        out = interpret(self, logits, proj, self._solver(solver), self.time_limit, features)
+        for e, image in zip(out, images, strict=True):
+            e.image = image
+        return out
 
     @exact_float32()
     def explain_reference(

@@ -180,3 +180,60 @@ def test_unknown_arch_lists_the_choices():
     for call in (lambda: zoo.build_model("lenet", 10), lambda: zoo.default_target_layer("x")):
         with pytest.raises(ValueError, match="mnist_cnn, shapes_cnn, digits_cnn, alexnet"):
             call()
+
+
+def test_the_target_layer_has_more_than_one_pixel_at_the_input_size():
+    # At 32 px a ResNet's layer4 is 1 x 1: every heat map of it would be a constant.
+    assert zoo.target_layer_for("resnet18", (3, 32, 32)) == "layer3"
+    assert zoo.target_layer_for("resnet50", (3, 16, 16)) == "layer2"
+    model = zoo.build_model("resnet18", 3)
+    assert _features_at(model, "layer4", torch.zeros(1, 3, 32, 32)).shape[2:] == (1, 1)
+    assert _features_at(model, "layer3", torch.zeros(1, 3, 32, 32)).shape[2:] == (2, 2)
+    # Where the arch's own layer has more than one pixel, it stays.
+    for arch, shape in (
+        ("resnet18", (3, 64, 64)),
+        ("vgg11", (3, 32, 32)),
+        ("mnist_cnn", (1, 28, 28)),
+    ):
+        assert zoo.target_layer_for(arch, shape) == zoo.default_target_layer(arch)
+    assert zoo.target_layer_for("resnet18", (3, 64, 64), "layer4") == "layer4"  # 2 x 2
+    assert zoo.target_layer_for("resnet18", (1, 32, 32), "layer2.0") == "layer2.0"
+
+
+def test_a_target_layer_of_one_pixel_is_refused_naming_a_better_one():
+    with pytest.raises(
+        ValueError,
+        match=r"^layer 'layer4' of resnet18 gives 1 x 1 feature maps for 32 x 32 px images, so "
+        r"every heat map would be constant: use 'layer3', the last layer with more than one "
+        r"pixel there \(or larger images\)$",
+    ):
+        zoo.target_layer_for("resnet18", (3, 32, 32), "layer4")
+    with pytest.raises(ValueError, match="constant: no layer has more than one pixel there"):
+        zoo.target_layer_for("resnet18", (3, 2, 2), "layer4")
+    with pytest.raises(ValueError, match="'layer5' is not a module of the model; similar names"):
+        zoo.target_layer_for("resnet18", (3, 32, 32), "layer5")
+
+
+def test_check_model_refuses_a_bad_name_or_a_missing_weights_file(tmp_path):
+    zoo.check_model("resnet18")
+    with pytest.raises(ValueError, match="unknown arch 'resnet19'"):
+        zoo.check_model("resnet19", tmp_path / "w.safetensors")
+    with pytest.raises(FileNotFoundError, match=r"weights file not found: .*w\.safetensors"):
+        zoo.check_model("resnet18", tmp_path / "w.safetensors")
+
+
+def test_a_data_sets_model_has_its_classes_and_channels(tmp_path):
+    from torch.utils.data import TensorDataset
+
+    class Grey(TensorDataset):
+        class_names = ("a", "b", "c")
+
+    shape = zoo.DataShape.of(Grey(torch.zeros(4, 1, 32, 32), torch.zeros(4)))
+    assert shape == zoo.DataShape(num_classes=3, in_channels=1)
+    model = zoo.model_for("resnet18", shape)
+    assert model.conv1.in_channels == 1 and model.fc.out_features == 3 and not model.training
+    assert model(torch.zeros(2, 1, 32, 32)).shape == (2, 3)
+    path = tmp_path / "w.safetensors"
+    zoo.save_weights(zoo.build_model("digits_cnn", 10, seed=1), path)
+    tuned = zoo.model_for("digits_cnn", shape, path, reset_head=True, seed=2)
+    assert tuned.classifier[5].out_features == 3

@@ -33,6 +33,7 @@ from PIL import Image
 from starlette.applications import Starlette
 
 from repinterp.cli.parser import build_parser
+from repinterp.core.config import FitConfig
 from repinterp.core.heatmap import colorize, normalize_maps, overlay
 from repinterp.core.regions import RegionSet
 from repinterp.evaluation.baselines import ReusableCAM
@@ -41,7 +42,7 @@ from repinterp.web import create_app, server_config
 from repinterp.web.app import host_name
 from repinterp.web.compare import METHODS
 from repinterp.web.gallery import distinct_polytopes, polytope_key
-from repinterp.web.images import MAX_UPLOAD_BYTES, MAX_UPLOAD_PIXELS, MIN_SIDE
+from repinterp.web.image_codec import MAX_UPLOAD_BYTES, MAX_UPLOAD_PIXELS, MIN_SIDE
 from repinterp.web.viewer import Viewer
 from repinterp.workspace import BUNDLED_WEIGHTS, fit_workspace
 
@@ -56,8 +57,7 @@ def small_app() -> Starlette:
         "mnist_cnn",
         BUNDLED_WEIGHTS / "mnist_cnn.safetensors",
         "mnist5k",
-        n_boundaries=20,
-        progress=False,
+        config=FitConfig(n_boundaries=20, progress=False),
     )
     return create_app(workspace, n_regions=N_REGIONS)
 
@@ -582,9 +582,8 @@ def test_viewer_on_cuda_answers_like_on_cpu(viewer):
         "mnist_cnn",
         BUNDLED_WEIGHTS / "mnist_cnn.safetensors",
         "mnist5k",
-        n_boundaries=20,
+        config=FitConfig(n_boundaries=20, progress=False),
         device="cuda",
-        progress=False,
     )
     gpu = Viewer(workspace, n_regions=2)
     for method in METHODS:

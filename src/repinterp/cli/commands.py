@@ -7,7 +7,6 @@ and imports torch and the engine when it runs, not when the parser is built.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from contextlib import ExitStack
@@ -29,12 +28,24 @@ def _say(args: argparse.Namespace, message: str) -> None:
         print(message, flush=True)
 
 
+def _inputs(*files: str | None, data: str | None = None) -> list[Path]:
+    """What a command reads, which its output must keep clear of (see
+    :func:`repinterp.store.outputs.refuse_inputs`): the ``files`` given (weights, images) and
+    the folder of an ``imagefolder:PATH`` data set (the other data sets are bundled)."""
+    found = [Path(file) for file in files if file]
+    if data and data.startswith("imagefolder:"):
+        found.append(Path(data.split(":", 1)[1]))
+    return found
+
+
 # ----------------------------------------------------------------------------- train
 def _train(args: argparse.Namespace) -> None:
     from ..data.datasets import load_dataset
     from ..data.provenance import describe_split
     from ..models.train import train
-    from ..models.zoo import build_model, save_weights
+    from ..models.zoo import DataShape, check_model, model_for, weights_bytes
+    from ..store.files import replace_file
+    from ..store.outputs import check_file
 
     arch = args.model or args.arch
     if arch is None:
@@ -43,15 +54,16 @@ def _train(args: argparse.Namespace) -> None:
     if out.is_dir() or (out.exists() and not args.overwrite):
         what = "a folder" if out.is_dir() else "a file that exists (pass --overwrite to replace it)"
         raise ValueError(f"--out {out} is {what}: give a new weights file")
+    check_file(out, _inputs(args.weights, data=args.dataset))  # before training, not after
+    check_model(arch, args.weights)  # before the data set is read: an image folder takes long
     data = load_dataset(
         args.dataset, seed=args.data_seed, image_size=args.image_size, mean=args.mean, std=args.std
     )
     _say(args, describe_split(data, args.dataset, args.data_seed))
-    model = build_model(
+    model = model_for(
         arch,
-        num_classes=len(data.reference.class_names),
-        in_channels=int(data.reference[0][0].shape[0]),
-        weights=args.weights,
+        DataShape.of(data.reference),
+        args.weights,
         reset_head=args.weights is not None,
         seed=args.seed,
     )
@@ -74,12 +86,8 @@ def _train(args: argparse.Namespace) -> None:
         hflip=args.hflip,
         dropout=args.dropout,
     )
-    partial = out.with_name(f".{out.name}.tmp-{os.getpid()}")
-    try:
-        save_weights(model, partial)
-        os.replace(partial, out)
-    finally:
-        partial.unlink(missing_ok=True)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    replace_file(out, weights_bytes(model))
     losses = ", ".join(f"{loss:.4f}" for loss in result.losses)
     print(f"epoch losses: {losses}")
     print(f"held-out accuracy: {100 * result.held_out_accuracy:.2f}% on {len(data.unseen)} images")
@@ -88,6 +96,7 @@ def _train(args: argparse.Namespace) -> None:
 
 # ----------------------------------------------------------------------------- fit
 def _fit(args: argparse.Namespace) -> None:
+    from ..core.config import FitConfig
     from ..runtime.distributed import broadcast, init_from_env, rank_and_world, shutdown
     from ..store.outputs import claim, discard
     from ..store.shards import Shards
@@ -102,15 +111,23 @@ def _fit(args: argparse.Namespace) -> None:
             "(by default OUT/.partial)"
         )
     shards = Shards(directory, args.shard_size, args.resume)
+    config = FitConfig(
+        n_boundaries=args.boundaries,
+        seed=args.seed,
+        batch_size=args.batch_size,
+        num_workers=args.workers,
+        progress=not args.quiet,
+    )
     with ExitStack() as claims:
         try:
             device = init_from_env(args.device)  # torchrun: join its process group
             rank, world = rank_and_world()
             refusal = None
             if rank == 0:  # the one process that writes
+                inputs = _inputs(args.weights, data=args.reference)
                 try:
-                    claims.enter_context(claim(out, "index", args.overwrite))
-                    claims.enter_context(claim(directory, "partial"))
+                    claims.enter_context(claim(out, "index", args.overwrite, inputs))
+                    claims.enter_context(claim(directory, "partial", inputs=inputs))
                 except ValueError as exc:
                     refusal = str(exc)
             refusal = broadcast(refusal)
@@ -121,14 +138,10 @@ def _fit(args: argparse.Namespace) -> None:
                 args.weights,
                 args.reference,
                 layer=args.layer,
-                n_boundaries=args.boundaries,
-                seed=args.seed,
+                config=config,
                 data_seed=args.data_seed,
                 device=device,
-                batch_size=args.batch_size,
-                progress=not args.quiet,
                 keep_features=not args.no_features,
-                num_workers=args.workers,
                 shards=shards,
                 image_size=args.image_size,
                 mean=args.mean,
@@ -166,6 +179,7 @@ def explain_to_files(
     top_k: int,
     progress: bool = False,
     own: list[int | None] | None = None,
+    metric: str = "semantic",
 ) -> list[dict[str, Any]]:
     """Explain images (N x C x H x W in [0, 1]); write a case-study PNG and a JSON each.
 
@@ -178,6 +192,8 @@ def explain_to_files(
         progress: show a bar over the figures.
         own: per image, its reference index when it is a reference image (left out of its own
             similar images, as the viewer does), else None.
+        metric: the distance that ranks the similar images (see ``Interpretation.similar``),
+            shown in the figure and named in the JSON.
 
     Returns:
         One report entry per image (see :func:`repinterp.report.write_report`).
@@ -196,16 +212,17 @@ def explain_to_files(
     explanations = ri.explain_batch(normalize(pixels).to(ri.device))
     done = zip(names, pixels, explanations, own or [None] * len(names), strict=True)
     for name, image, e, me in tqdm(done, total=len(names), desc="figures", disable=not progress):
-        similar = [i for i in e.similar(top_k + 1).tolist() if i != me][:top_k]
+        similar = [i for i in e.similar(top_k + 1, metric).tolist() if i != me][:top_k]
         shown = torch.cat([image.unsqueeze(0), workspace.reference_pixels(similar)])
         class_name = (
             names_of_classes[e.predicted_class] if names_of_classes else str(e.predicted_class)
         )
+        titles = ["input"] + [f"ref {i}" for i in similar]
         study = case_study(
-            e, shown, ["input"] + [f"ref {i}" for i in similar], normalize, class_name
+            e, shown, titles, normalize, class_name, references=similar, metric=metric
         )
         save_case_study_figure(study, out / f"{name}.png", name)
-        summary = e.to_dict(top_k=top_k + 1)
+        summary = e.to_dict(top_k=top_k + 1, metric=metric)
         summary["similar"] = [s for s in summary["similar"] if s["reference"] != me][:top_k]
         summary["input"] = name
         if study.masked_scores is not None:
@@ -224,14 +241,17 @@ def _open(args: argparse.Namespace) -> Workspace:
 
 
 def _explain(args: argparse.Namespace) -> None:
-    from ..store.outputs import claim
+    from ..store.outputs import claim, refuse_inputs
     from ..workspace import resolve_images
 
     out = Path(args.out)
-    with claim(out, "explain", args.overwrite):
+    parts = [spec.partition(":") for spec in args.images]
+    numbered = [p in ("reference", "unseen") and n.isdigit() for p, _, n in parts]  # no files
+    files = [spec for spec, no in zip(args.images, numbered, strict=True) if not no]
+    with claim(out, "explain", args.overwrite, _inputs(args.weights, *files)):
         ws = _open(args)
+        refuse_inputs(out, _inputs(data=ws.recipe.get("dataset")))
         pixels, names = resolve_images(ws, args.images)
-        parts = [spec.partition(":") for spec in args.images]
         own = [int(n) if p == "reference" and n.isdigit() else None for p, _, n in parts]
         entries = explain_to_files(ws, pixels, names, out, args.top_k, not args.quiet, own)
     for entry in entries:
@@ -247,6 +267,7 @@ def _explain(args: argparse.Namespace) -> None:
 def _demo(args: argparse.Namespace) -> None:
     import torch
 
+    from ..core.config import FitConfig
     from ..report import write_report
     from ..store.outputs import claim
     from ..workspace import fit_workspace
@@ -254,9 +275,8 @@ def _demo(args: argparse.Namespace) -> None:
     start = time.perf_counter()
     out = Path(args.out)
     with claim(out, "demo", args.overwrite), claim(out / "index", "index", args.overwrite):
-        ws = fit_workspace(
-            DEMO_MODEL, None, "mnist5k", seed=args.seed, device=args.device, progress=not args.quiet
-        )
+        config = FitConfig(seed=args.seed, progress=not args.quiet)
+        ws = fit_workspace(DEMO_MODEL, None, "mnist5k", config=config, device=args.device)
         ws.save(out / "index")
         unseen = ws.data.unseen
         firsts = [int((unseen.labels == c).nonzero()[0]) for c in range(len(unseen.class_names))]
@@ -288,11 +308,12 @@ def _report(args: argparse.Namespace) -> None:
     from tqdm.auto import tqdm
 
     from ..report import write_report
-    from ..store.outputs import claim
+    from ..store.outputs import claim, refuse_inputs
 
     out = Path(args.out)
-    with claim(out, "report", args.overwrite):
+    with claim(out, "report", args.overwrite, _inputs(args.weights)):
         ws = _open(args)
+        refuse_inputs(out, _inputs(data=ws.recipe.get("dataset")))
         ri = ws.interpreter
         with tqdm(total=1, desc="k-means regions", disable=args.quiet) as bar:
             regions = ri.regions(n_regions=args.regions, seed=args.seed)
@@ -336,7 +357,7 @@ def _evaluate(args: argparse.Namespace) -> None:
 
     name = args.dataset.replace(":", "-").replace("/", "_")
     out = Path(args.out or f"evaluation/{name}-{args.protocol}")
-    with claim(out, "evaluation", args.overwrite):
+    with claim(out, "evaluation", args.overwrite, _inputs(args.weights, data=args.dataset)):
         setup, options, command = prepare(args)
         results = evaluate(setup, args.protocol, options)
         results["command"] = command

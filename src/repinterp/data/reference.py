@@ -197,15 +197,16 @@ def reference_size(reference: Reference) -> int:
 
 
 def check_finite_rows(what: str, *tensors: Tensor) -> None:
-    """Raise ``ValueError`` naming the batch positions (rows) where any of ``tensors`` (each
-    N x ...) is not finite: what the model computed from finite images overflowed."""
+    """Raise ``ValueError`` naming the batch positions (rows; the first five) where any of
+    ``tensors`` (each N x ...) is not finite, and how many there are: what the model computed
+    from finite images overflowed."""
     if all(all_finite(t) for t in tensors):
         return
     finite = torch.stack([torch.isfinite(t.flatten(1)).all(1) for t in tensors]).all(0)
-    bad = (~finite).nonzero().flatten()[:5].tolist()
+    bad = (~finite).nonzero().flatten()
     raise ValueError(
-        f"images at batch positions {bad} give non-finite {what} (NaN or Inf): their values "
-        "are too large for the model"
+        f"images at batch positions {bad[:5].tolist()} give non-finite {what} (NaN or Inf, "
+        f"{len(bad)} of {len(finite)} images): their values are too large for the model"
     )
 
 

@@ -8,17 +8,21 @@ repinterp[timm]``); its models are named ``timm:NAME`` (``timm:resnet50``,
 ``timm:efficientnet_b0``, any name ``timm.list_models()`` gives).
 """
 
+from __future__ import annotations
+
 from collections import OrderedDict
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
+from typing import Protocol
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file, save
 from torch import Tensor, nn
 from torchvision import models
 
-from .split import locate_split
+from .split import locate_split, resolve_module
 
 
 class SmallCNN(nn.Sequential):
@@ -153,6 +157,74 @@ def default_target_layer(arch: str) -> str:
     return model.target_layer
 
 
+def target_layer_for(arch: str, input_shape: Sequence[int], layer: str | None = None) -> str:
+    """The layer to interpret for images of ``input_shape``, such that heat maps can show
+    something: its feature maps have more than one pixel (found without computing: the model is
+    built on the meta device).
+
+    Args:
+        arch: a name from `ARCHS` or ``timm:NAME``.
+        input_shape: C x H x W of the model's inputs.
+        layer: the layer asked for; None: :func:`default_target_layer` where its maps have more
+            than one pixel at this size, else the last layer whose maps do, as
+            ``target_layer=None`` finds it (:func:`repinterp.models.split.locate_split`), e.g.
+            ``layer3`` of a ResNet at 32 px, where ``layer4`` is 1 x 1.
+
+    Returns:
+        The layer's name.
+
+    Raises:
+        ValueError: unknown arch or layer; a ``layer`` given whose maps are 1 x 1 at this size
+            (every heat map would be constant: the message names the layer to use instead).
+    """
+    default = default_target_layer(arch)
+    with torch.device("meta"):
+        model = _construct(arch, 2, int(input_shape[0])).eval()
+    name, module = resolve_module(model, layer or default)
+    shapes: list[tuple[int, ...]] = []
+    handle = module.register_forward_hook(
+        lambda _, __, out: shapes.append(tuple(out.shape) if isinstance(out, Tensor) else ())
+    )
+    try:
+        with torch.inference_mode():
+            model(torch.zeros(1, *input_shape, device="meta"))
+    finally:
+        handle.remove()
+    if not shapes or len(shapes[-1]) != 4 or shapes[-1][2] * shapes[-1][3] > 1:
+        return name  # spatial, or not a feature map at all (refused where the model is split)
+    if layer is None:
+        return locate_split(model, input_shape).layer
+    size = f"{input_shape[-2]} x {input_shape[-1]}"
+    try:
+        instead = f"use {locate_split(model, input_shape).layer!r}, the last layer with more"
+    except ValueError:
+        instead = "no layer has more"
+    raise ValueError(
+        f"layer {name!r} of {arch} gives 1 x 1 feature maps for {size} px images, so every heat "
+        f"map would be constant: {instead} than one pixel there (or larger images)"
+    )
+
+
+def check_model(arch: str, weights: str | Path | None = None) -> None:
+    """Check a model's name and its weights file before anything else is read (a command
+    checks its arguments before it scans an image folder).
+
+    Raises:
+        ValueError: unknown arch, or timm missing for a timm model.
+        FileNotFoundError: ``weights`` is given and is not a file.
+    """
+    _check_arch(arch)
+    if weights is not None:
+        _weights_file(weights)
+
+
+def _weights_file(path: str | Path) -> Path:
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"weights file not found: {path}")
+    return path
+
+
 def _replace(model: nn.Module, name: str, module: nn.Module) -> None:
     parent, _, child = name.rpartition(".")
     setattr(model.get_submodule(parent) if parent else model, child, module)
@@ -236,6 +308,53 @@ def build_model(
     return model.eval()
 
 
+class LabelledImages(Protocol):
+    """A data set as a model sees it: ``(image, label)`` pairs (C x H x W images) and the
+    classes' names."""
+
+    @property
+    def class_names(self) -> Sequence[str]: ...
+
+    def __getitem__(self, index: int) -> tuple[Tensor, int]: ...
+
+
+@dataclass(frozen=True)
+class DataShape:
+    """What a data set fixes of its model (and an index's manifest records).
+
+    Attributes:
+        num_classes: the data set's classes: the model's outputs.
+        in_channels: its images' channels: the model's input channels.
+    """
+
+    num_classes: int
+    in_channels: int
+
+    @classmethod
+    def of(cls, data: LabelledImages) -> DataShape:
+        """The shape of ``data``, read from its class names and its first image."""
+        return cls(len(data.class_names), int(data[0][0].shape[0]))
+
+
+def model_for(
+    arch: str,
+    shape: DataShape,
+    weights: str | Path | None = None,
+    *,
+    reset_head: bool = False,
+    seed: int | None = 0,
+) -> nn.Module:
+    """The model ``arch`` for a data set of ``shape`` (``DataShape.of(data)``, or as an index
+    recorded it), in eval mode: :func:`build_model` with its classes and channels.
+
+    Raises:
+        ValueError, FileNotFoundError: see :func:`build_model`.
+    """
+    return build_model(
+        arch, shape.num_classes, shape.in_channels, weights, reset_head=reset_head, seed=seed
+    )
+
+
 def _read_state_dict(path: Path) -> dict[str, Tensor]:
     try:
         if path.suffix == ".safetensors":
@@ -282,9 +401,7 @@ def load_weights(model: nn.Module, path: str | Path, skip: Sequence[str] = ()) -
         ValueError: the file's tensors do not fit `model`; the one-line message lists what is
             missing, unexpected or mis-shaped.
     """
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"weights file not found: {path}")
+    path = _weights_file(path)
 
     def skipped(key: str) -> bool:
         return any(key.startswith(f"{name}.") for name in skip)
@@ -313,7 +430,12 @@ def load_weights(model: nn.Module, path: str | Path, skip: Sequence[str] = ()) -
     return model
 
 
-def save_weights(model: nn.Module, path: str | Path) -> None:
-    """Save `model`'s state dict to `path` as safetensors (contiguous CPU tensors)."""
+def weights_bytes(model: nn.Module) -> bytes:
+    """`model`'s state dict as the bytes of a safetensors file (contiguous CPU tensors)."""
     state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
-    save_file(state, str(path))
+    return save(state)
+
+
+def save_weights(model: nn.Module, path: str | Path) -> None:
+    """Save `model`'s state dict to `path` as safetensors (see :func:`weights_bytes`)."""
+    Path(path).write_bytes(weights_bytes(model))

@@ -20,11 +20,13 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from ..core.boundaries import Boundaries, compute_boundaries, project, sample_sources
+from ..core.config import FitConfig
 from ..core.reference_index import ReferenceIndex
 from ..data.reference import (
     Reference,
     as_batch,
     as_reference,
+    check_finite_rows,
     gather_images,
     iter_batches,
     reference_size,
@@ -72,28 +74,30 @@ class _Assembly:
             self.tensors[name][start : start + len(value)] = value
 
 
-def _config(
+def _build_settings(
     split: SplitModel,
     plan: ShardPlan,
-    n_boundaries: int,
-    seed: int,
+    config: FitConfig,
     source_images: Tensor,
     device: torch.device,
     features: bool,
 ) -> dict[str, Any]:
     """What a sharded build depends on (the images behind ``Q`` stand in for the data)."""
-    return {
+    settings = {
         "format_version": FORMAT_VERSION,
         "model_fingerprint": model_fingerprint(torch.nn.ModuleList([split.psi, split.head])),
         "n_reference": plan.n,
-        "n_boundaries": n_boundaries,
-        "seed": seed,
+        "n_boundaries": config.n_boundaries,
+        "seed": config.seed,
         "batch_size": plan.batch,
         "shard_size": plan.shard,
         "boundary_images_sha256": tensor_sha256(source_images),
         "device": device.type,
         "features": features,
     }
+    if config.sampling != "uniform":  # the paper's sampling is the default, left unsaid
+        settings["sampling"] = config.sampling
+    return settings
 
 
 def _source_features(split: SplitModel, images: Tensor, batch_size: int) -> Tensor:
@@ -174,29 +178,25 @@ def _prepare(
     split: SplitModel,
     reference: Reference,
     plan: ShardPlan,
-    n_boundaries: int,
-    seed: int,
+    config: FitConfig,
     device: torch.device,
     dtype: torch.dtype,
     shards: Shards | None,
     features: bool,
-    sampling: str = "uniform",
-    num_workers: int = 0,
 ) -> tuple[_Sources, Boundaries, tuple[int, ...], PartialBuild | None]:
     """Rank 0's part before the pass: the sources of ``Q`` and their rows, ``Q`` (reloaded when
     resuming), the input shape and the partial folder."""
     logits = None
-    if sampling != "uniform":
-        logits = _reference_logits(split, reference, plan.batch, device, dtype, num_workers)
-    sources = sample_sources(plan.n, n_boundaries, seed, sampling, logits)
+    if config.sampling != "uniform":
+        logits = _reference_logits(split, reference, plan.batch, device, dtype, config.num_workers)
+    sources = sample_sources(plan.n, config.n_boundaries, config.seed, config.sampling, logits)
     source_images = as_batch(
         gather_images(reference, sources), dtype, device, what="reference images"
     )
     partial = q = None
     if shards is not None:
-        config = _config(split, plan, n_boundaries, seed, source_images, device, features)
-        config |= {"sampling": sampling} if sampling != "uniform" else {}
-        partial = PartialBuild(shards, config)
+        settings = _build_settings(split, plan, config, source_images, device, features)
+        partial = PartialBuild(shards, settings)
         q = partial.boundaries()
     t = _source_features(split, source_images, plan.batch)
     if q is None:
@@ -302,33 +302,15 @@ def _keep(
         bar.update(stop - start)
 
 
-def _check_finite(tensors: dict[str, Tensor]) -> None:
-    finite = torch.isfinite(tensors["logits"]).all(1) & torch.isfinite(tensors["projections"]).all(
-        1
-    )
-    if not bool(finite.all()):
-        bad = (~finite).nonzero().flatten()
-        raise ValueError(
-            f"{len(bad)} of the {len(finite)} reference images give non-finite logits or "
-            f"projections (NaN or Inf), e.g. images {bad[:5].tolist()}: check the model's weights "
-            "and the images' values"
-        )
-
-
 @exact_float32()
 def build_index(
     split: SplitModel,
     reference: Reference,
-    n_boundaries: int,
-    seed: int,
-    batch_size: int,
+    config: FitConfig,
     device: torch.device,
-    progress: bool = True,
-    num_workers: int = 0,
     feature_file: Path | None = None,
     shards: Shards | None = None,
     dtype: torch.dtype = torch.float32,
-    sampling: str = "uniform",
 ) -> ReferenceIndex:
     """Sample ``Q`` from ``reference`` and stream it once to build the index, in full float32
     (or wider) precision (:func:`repinterp.runtime.precision.exact_float32`).
@@ -347,20 +329,15 @@ def build_index(
         split: the model split at the target layer, on ``device``.
         reference: a reference set (see :func:`repinterp.data.reference.as_reference`): a tensor, a
             NumPy array, a Dataset, a DataLoader or a list of images.
-        n_boundaries: ``|Q|``; at most |R| are sampled.
-        seed: seeds the sample of ``Q``.
-        batch_size: images per forward pass.
+        config: how ``Q`` is sampled and the reference set read (see :class:`FitConfig`); the
+            progress bar shows on rank 0 only.
         device: where the model and the index live.
-        progress: show a progress bar (rank 0).
-        num_workers: DataLoader workers for a Dataset.
         feature_file: if given, the flattened reference feature maps are also written there
             (by rank 0) as a |R| x (K h w) float32 ``.npy``, never all in RAM, for the
             protocols that need them (k-means regions, Euclidean neighbours).
         shards: write the index in shards as it goes, to resume a killed build (see
             :class:`Shards`); keep ``feature_file`` in the same folder so that it survives too.
         dtype: the model's floating dtype; images of any floating dtype are converted to it.
-        sampling: how the sources of ``Q`` are drawn (see :func:`sample_sources`); other than
-            ``"uniform"``, it takes one more forward pass over the reference set first.
 
     Raises:
         ValueError: an empty reference set, bad images, a target layer without N x K x h x w
@@ -371,25 +348,13 @@ def build_index(
     n_ref = reference_size(reference)
     if n_ref == 0:
         raise ValueError("the reference set is empty")
-    if n_boundaries < 1:
-        raise ValueError(f"n_boundaries must be >= 1, got {n_boundaries}")
     rank, world = rank_and_world()
-    plan = ShardPlan.make(n_ref, batch_size, shards.size if shards else DEFAULT_SHARD_SIZE)
+    plan = ShardPlan.make(n_ref, config.batch_size, shards.size if shards else DEFAULT_SHARD_SIZE)
     wants_features = feature_file is not None
     header, partial, store, done = None, None, None, {}
     if rank == 0:
         sources, q, input_shape, partial = _prepare(
-            split,
-            reference,
-            plan,
-            n_boundaries,
-            seed,
-            device,
-            dtype,
-            shards,
-            wants_features,
-            sampling,
-            num_workers,
+            split, reference, plan, config, device, dtype, shards, wants_features
         )
         if feature_file is not None:
             dim = q.weight[0].numel()
@@ -411,7 +376,7 @@ def build_index(
         q,
         sources,
         input_shape,
-        num_workers,
+        config.num_workers,
         device,
         dtype,
     )
@@ -421,13 +386,13 @@ def build_index(
         initial=finished,
         desc="indexing reference",
         unit="img",
-        disable=not progress or rank != 0,
+        disable=not config.progress or rank != 0,
     )
     with bar:
         for _ in range(-(-len(pending) // world)):
             _keep(gather(next(results, None)), plan, assembly, store, partial, bar)
     t = broadcast(assembly.tensors if rank == 0 else None)
-    _check_finite(t)
+    check_finite_rows("logits or projections of the reference set", t["logits"], t["projections"])
     return ReferenceIndex(
         boundaries=q,
         sources=sources.positions.to(device),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -28,27 +29,34 @@ def _exists(name: str) -> bool:
     return base.with_suffix(".py").is_file() or (base / "__init__.py").is_file()
 
 
-def imports(path: Path) -> set[str]:
-    """The repinterp modules a file imports: at the top, inside functions and under
-    ``TYPE_CHECKING`` alike (a cycle through any of them is a cycle)."""
+def _from_imports(path: Path) -> Iterator[tuple[ast.ImportFrom, str]]:
+    """Every ``from ... import`` of a repinterp module in a file (at the top, inside functions and
+    under ``TYPE_CHECKING`` alike), with the full name of the module it imports from."""
     module = module_name(path)
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-    found = set()
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")[: len(package.split(".")) - node.level + 1]
-                target = ".".join(base + ([node.module] if node.module else []))
-            else:
-                target = node.module or ""
-            if target.split(".")[0] != "repinterp":
-                continue
-            for alias in node.names:
-                child = f"{target}.{alias.name}"
-                found.add(child if _exists(child) else target)
-        elif isinstance(node, ast.Import):
+        if not isinstance(node, ast.ImportFrom):
+            continue
+        if node.level:
+            base = package.split(".")[: len(package.split(".")) - node.level + 1]
+            target = ".".join(base + ([node.module] if node.module else []))
+        else:
+            target = node.module or ""
+        if target.split(".")[0] == "repinterp":
+            yield node, target
+
+
+def imports(path: Path) -> set[str]:
+    """The repinterp modules a file imports (a cycle through any import is a cycle)."""
+    found = set()
+    for node, target in _from_imports(path):
+        for alias in node.names:
+            child = f"{target}.{alias.name}"
+            found.add(child if _exists(child) else target)
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
             found |= {a.name for a in node.names if a.name.split(".")[0] == "repinterp"}
-    return found - {module}
+    return found - {module_name(path)}
 
 
 def module_graph() -> dict[str, set[str]]:
@@ -86,26 +94,13 @@ def tier_graph() -> dict[tuple[str, str], int]:
 def private_imports() -> list[str]:
     """``module imports _name from other`` for every private name a module of the package imports
     from another one (a module's underscored names are its own)."""
-    found = []
-    for path in sorted(PACKAGE.rglob("*.py")):
-        module = module_name(path)
-        package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            if not isinstance(node, ast.ImportFrom) or node.module == "__future__":
-                continue
-            if node.level:
-                base = package.split(".")[: len(package.split(".")) - node.level + 1]
-                target = ".".join(base + ([node.module] if node.module else []))
-            else:
-                target = node.module or ""
-            if target.split(".")[0] != "repinterp":
-                continue
-            found += [
-                f"{module} imports {a.name} from {target}"
-                for a in node.names
-                if a.name.startswith("_")
-            ]
-    return found
+    return [
+        f"{module_name(path)} imports {alias.name} from {target}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        for node, target in _from_imports(path)
+        for alias in node.names
+        if alias.name.startswith("_")
+    ]
 
 
 def draw(out: Path = ROOT / "docs" / "architecture.png") -> None:

@@ -219,6 +219,74 @@ def test_imagefolder_errors(tmp_path):
         data.imagefolder(tmp_path / "empty")
 
 
+def test_imagefolder_warning_names_every_skipped_file_on_its_own_line(tmp_path):
+    root = _image_folder(tmp_path / "pets")
+    names = [f"cat/{i:02}.txt" for i in range(11)]
+    for name in names:
+        (root / name).write_text("not an image")
+    with pytest.warns(UserWarning) as caught:
+        folder = data.imagefolder(root, size=16)
+    lines = str(caught[0].message).splitlines()
+    assert lines[0] == f"skipped 13 unreadable or non-image file(s) in {root}:"
+    assert len(lines) == 14  # was one line naming 5 of them, "and 8 more"
+    skipped = [*names, "cat/broken.png", "dog/notes.txt"]
+    for name in skipped:
+        assert sum(f"cannot read {name} as an image" in line for line in lines[1:]) == 1, name
+    assert sorted(name for name, _ in folder.skipped) == sorted(skipped)
+    assert [f"  {why}" for _, why in folder.skipped] == lines[1:]
+
+
+def test_hidden_folders_are_not_classes_and_an_empty_class_is_refused(tmp_path):
+    root = _image_folder(tmp_path / "pets")
+    with pytest.warns(UserWarning):
+        before = data.imagefolder(root, size=16)
+    for hidden in (".ipynb_checkpoints", "cat/.ipynb_checkpoints"):
+        (root / hidden).mkdir()
+        Image.new("RGB", (20, 20)).save(root / hidden / "0-checkpoint.png")
+    (root / ".DS_Store").write_bytes(b"\0\0\0\1Bud1")
+    (root / "dog" / "._0.png").write_bytes(b"\0\5\26\7 AppleDouble")
+    with pytest.warns(UserWarning, match="skipped 2 ") as caught:  # as before: not the hidden
+        after = data.imagefolder(root, size=16)
+    assert ".ipynb" not in str(caught[0].message) and "._0" not in str(caught[0].message)
+    assert after.class_names == before.class_names == ["cat", "dog"]
+    assert after.names() == before.names() and after.labels.tolist() == [0, 0, 1, 1]
+    assert after.files == before.files
+
+    (root / "0empty").mkdir()  # sorted first: it would shift every label by one
+    with (
+        warnings.catch_warnings(),
+        pytest.raises(ValueError, match=r"^class folder\(s\) 0empty in .* hold no readable image"),
+    ):
+        warnings.simplefilter("ignore")
+        data.imagefolder(root, size=16)
+    (root / "0empty" / "notes.txt").write_text("not an image")  # unreadable only: still empty
+    with warnings.catch_warnings(), pytest.raises(ValueError, match="0empty in"):
+        warnings.simplefilter("ignore")
+        data.imagefolder(root, size=16)
+
+
+def test_the_fingerprint_records_the_classes(tmp_path):
+    from repinterp.data.provenance import fingerprint, fingerprint_change
+
+    root = _image_folder(tmp_path / "pets", n_per_class=3)
+    with pytest.warns(UserWarning):
+        parts = data.load_dataset(f"imagefolder:{root}")
+    recorded = fingerprint(parts, f"imagefolder:{root}", 0)
+    assert recorded["classes"] == ["cat", "dog"]
+    assert fingerprint_change(recorded, recorded) is None
+    renamed = {**recorded, "classes": ["cat", "dogs"]}
+    assert fingerprint_change(recorded, renamed) == (
+        "1 class(es) added (dogs); 1 class(es) removed (dog)"
+    )
+    assert fingerprint_change(recorded, {**recorded, "classes": ["dog", "cat"]}) == (
+        "the classes' order changed"
+    )
+    old = {k: v for k, v in recorded.items() if k != "classes"}  # fitted before 0.2
+    assert fingerprint_change(old, recorded) is None
+    digits = data.digits()
+    assert fingerprint(digits, "digits", 0)["classes"] == data.DIGIT_NAMES
+
+
 def test_load_dataset(tmp_path):
     parts = data.load_dataset("digits", seed=2)
     assert torch.equal(parts.reference.images, data.digits(seed=2).reference.images)

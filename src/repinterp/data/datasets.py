@@ -15,6 +15,7 @@ per class).
 import copy
 import gzip
 import importlib.resources
+import os
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -151,7 +152,8 @@ class ImageSet(Dataset):
 
 
 class ImageFolderSet(datasets.ImageFolder):
-    """A torchvision `ImageFolder` (one subfolder per class) that skips unreadable files.
+    """A torchvision `ImageFolder` (one subfolder per class) that skips unreadable files and
+    hidden ones.
 
     Each image is read at its bit depth (a 16-bit grey PNG too) as RGB, resized so its shorter
     side is `size`, centre-cropped to `size` x `size` and converted to a 3 x size x size
@@ -159,19 +161,24 @@ class ImageFolderSet(datasets.ImageFolder):
     (ImageNet mean/std by default, as torchvision models expect).
 
     Args:
-        root: folder whose subfolders are the classes (sorted names give class indices).
+        root: folder whose subfolders are the classes (sorted names give class indices); files
+            and folders whose names start with ``.`` (``.ipynb_checkpoints``, ``.DS_Store``)
+            are ignored: they are neither classes nor images.
         size: side of the square images, in pixels.
         normalization: pixel → model-input map.
 
     Raises:
         FileNotFoundError: `root` is not a folder, has no class subfolders, or holds no
             readable image.
+        ValueError: a class folder holds no readable image (it is refused, not skipped:
+            class indices follow the sorted folder names, so leaving a class out would shift
+            the labels of the classes after it).
 
     Every file is read once here: files that are not images, are broken or truncated, or are
     too large (:func:`repinterp.data.image_files.check_size`) are skipped, and one warning
-    names them and says why (they are also in `skipped`). `files` holds the size and SHA-256 of
-    each image
-    kept, by its path relative to `root`.
+    names each of them and why, one per line (they are also in `skipped`, as ``(path
+    relative to root, why)``). `files` holds the size and SHA-256 of each image kept, by its
+    path relative to `root`.
     """
 
     def __init__(
@@ -190,6 +197,8 @@ class ImageFolderSet(datasets.ImageFolder):
 
         def readable(path: str) -> bool:
             name = Path(path).relative_to(root).as_posix()
+            if any(part.startswith(".") for part in Path(name).parts):
+                return False
             try:
                 read_image(path, 3, fast=True, name=name)
                 self.files[name] = (Path(path).stat().st_size, file_sha256(path))
@@ -213,21 +222,42 @@ class ImageFolderSet(datasets.ImageFolder):
             allow_empty=True,
         )
         if self.skipped:
-            shown = "; ".join(why for _, why in self.skipped[:5])
-            more = f"; and {len(self.skipped) - 5} more" if len(self.skipped) > 5 else ""
             warnings.warn(
-                f"skipped {len(self.skipped)} unreadable or non-image file(s) in {root}: "
-                f"{shown}{more}",
+                f"skipped {len(self.skipped)} unreadable or non-image file(s) in {root}:"
+                + "".join(f"\n  {why}" for _, why in self.skipped),
                 stacklevel=2,
             )
         if not self.samples:
             raise FileNotFoundError(f"no readable image in {root}")
+        empty = sorted(set(self.classes) - {self.classes[label] for label in self.targets})
+        if empty:
+            raise ValueError(
+                f"class folder(s) {', '.join(empty)} in {root} hold no readable image: add "
+                "images or remove the folder(s) (a class left out would shift the labels of "
+                "those after it)"
+            )
         self.size = size
         self.normalization = normalization
 
+    def find_classes(self, directory: str | Path) -> tuple[list[str], dict[str, int]]:
+        """The classes: the names of `directory`'s subfolders that do not start with ``.``,
+        sorted, and each one's index.
+
+        Raises:
+            FileNotFoundError: there is no such subfolder.
+        """
+        classes = sorted(
+            entry.name
+            for entry in os.scandir(directory)
+            if entry.is_dir() and not entry.name.startswith(".")
+        )
+        if not classes:
+            raise FileNotFoundError(f"no class folder in {directory}: one subfolder per class")
+        return classes, {name: index for index, name in enumerate(classes)}
+
     @property
     def class_names(self) -> list[str]:
-        """Class names: the subfolder names, sorted."""
+        """Class names: the subfolder names, sorted (hidden ones left out)."""
         return self.classes
 
     @property

@@ -1,4 +1,5 @@
-"""Reading image files: sizes checked from the header before decoding, read at their bit depth.
+"""Reading image files: sizes checked from the header before decoding, turned upright (EXIF
+orientation), read at their bit depth.
 
 Every image file the project reads (image folders, files named on the command line, uploads to
 the viewer) goes through :func:`read_image`, so the limits below hold for all of them.
@@ -15,7 +16,7 @@ from typing import BinaryIO
 
 import numpy as np
 import torch
-from PIL import Image, UnidentifiedImageError
+from PIL import Image, ImageOps, UnidentifiedImageError
 from torch import Tensor
 
 __all__ = [
@@ -36,7 +37,10 @@ MAX_ASPECT = 32
 """Most accepted ratio of the longer side to the shorter one: an image is resized by its shorter
 side, so a 100,000 x 1 image would otherwise become 224 x 22,400,000 pixels."""
 
-_HIGH_DEPTH = ("I;16", "I;16B", "I;16L", "I;16N", "I")
+_ORIENTATION = 0x0112  # the EXIF tag of how the image is turned
+_FULL_SCALES = {"F": (1.0, 255.0, 65535.0), "I": (255.0, 65535.0)}
+"""The full scales a float (``F``) or 32-bit integer (``I``) image may be stored at: it is read
+as its values divided by the smallest one that holds them all."""
 
 
 class ImageSizeError(ValueError):
@@ -74,12 +78,16 @@ def read_image(
         name: what to call the file in messages (its path by default).
 
     Returns:
-        A PIL image in mode ``L`` or ``RGB`` (8 bits per channel), or ``F`` with values in
-        [0, 1] for a grey image of 16 bits per pixel (read at its depth, not clipped to 8).
+        A PIL image, upright (its EXIF orientation applied), in mode ``L`` or ``RGB`` (8 bits
+        per channel), or ``F`` with values in [0, 1] for a grey image of more bits per pixel,
+        read at its depth (not clipped to 8): 16-bit values divided by 65,535; float or
+        32-bit integer values divided by the smallest full scale that holds them all (see
+        :data:`_FULL_SCALES`: a float image in [0, 1] as it is, one of 0-255 by 255).
 
     Raises:
-        ValueError: the file is missing, is not an image, is broken or truncated, or is too
-            large (see :data:`MAX_SIDE`, :data:`MAX_PIXELS`, :data:`MAX_ASPECT`).
+        ValueError: the file is missing, is not an image, is broken or truncated, is too
+            large (see :data:`MAX_SIDE`, :data:`MAX_PIXELS`, :data:`MAX_ASPECT`), or is a
+            float or 32-bit image with values that are negative, not finite or above 65,535.
     """
     name = name or (str(source) if isinstance(source, (str, Path)) else "the file")
     if isinstance(source, bytes):
@@ -106,12 +114,32 @@ def read_image(
 
 
 def _convert(image: Image.Image, channels: int) -> Image.Image:
-    if image.mode in _HIGH_DEPTH:
-        values = np.asarray(image, dtype=np.float32) / 65535
-        return Image.fromarray(np.clip(values, 0, 1), mode="F")
-    if image.mode == "F":
-        return Image.fromarray(np.clip(np.asarray(image), 0, 1), mode="F")
+    # Pillow before 10 opens a 16-bit grey PNG as "I" (PNG has no 32-bit pixels).
+    sixteen = image.mode.startswith("I;16") or (image.mode == "I" and image.format == "PNG")
+    if image.getexif().get(_ORIENTATION, 1) != 1:
+        image = ImageOps.exif_transpose(image)
+    if sixteen:
+        return Image.fromarray(np.asarray(image, dtype=np.float32) / 65535)
+    if image.mode in _FULL_SCALES:
+        values = np.asarray(image, dtype=np.float64)
+        return Image.fromarray((values / _full_scale(values, image.mode)).astype(np.float32))
     return image.convert("L" if channels == 1 else "RGB")
+
+
+def _full_scale(values: np.ndarray, mode: str) -> float:
+    """The smallest of the full scales of ``mode`` (:data:`_FULL_SCALES`) that holds
+    ``values``."""
+    kind = "float" if mode == "F" else "32-bit integer"
+    if not np.isfinite(values).all():
+        raise ValueError(f"its {kind} pixels are not all finite")
+    low, high = float(values.min()), float(values.max())
+    scales = [scale for scale in _FULL_SCALES[mode] if high <= scale]
+    if low < 0 or not scales:
+        raise ValueError(
+            f"its {kind} pixels run from {low:g} to {high:g}, outside 0 to 65,535: convert it "
+            "to 8 or 16 bits"
+        )
+    return scales[0]
 
 
 def image_tensor(image: Image.Image, channels: int) -> Tensor:

@@ -4,6 +4,7 @@ images that tells, when the index is opened again, whether they changed since ``
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from .datasets import IMAGEFOLDER_SHARE, ImageFolderSet, Split
@@ -38,15 +39,17 @@ def fingerprint(data: Split, spec: str, seed: int) -> dict[str, Any]:
     """What identifies the images behind a data set's split, to tell a changed one later.
 
     Returns:
-        ``dataset``, ``seed``, the sizes of both parts, and ``files`` (path relative to the
-        folder: ``[size in bytes, SHA-256]``) for an image folder or ``sha256`` (of the pixels
-        and labels of both parts, in order) for a bundled set.
+        ``dataset``, ``seed``, the sizes of both parts, ``classes`` (the class names in label
+        order: an image folder's class folders), and ``files`` (path relative to the folder:
+        ``[size in bytes, SHA-256]``) for an image folder or ``sha256`` (of the pixels and
+        labels of both parts, in order) for a bundled set.
     """
     out: dict[str, Any] = {
         "dataset": spec,
         "seed": seed,
         "n_reference": len(data.reference),
         "n_unseen": len(data.unseen),
+        "classes": list(data.reference.class_names),
     }
     if isinstance(data.reference, ImageFolderSet):
         out["image_size"] = data.reference.size
@@ -61,21 +64,36 @@ def fingerprint(data: Split, spec: str, seed: int) -> dict[str, Any]:
 
 
 def fingerprint_change(recorded: dict[str, Any], current: dict[str, Any]) -> str | None:
-    """What differs between two :func:`fingerprint` s, in words; None if nothing."""
+    """What differs between two :func:`fingerprint` s, in words; None if nothing. The classes
+    are compared where ``recorded`` has them (fingerprints made before 0.2 do not)."""
     changes = [
         f"{key} {recorded.get(key)!r} then, {current.get(key)!r} now"
         for key in ("dataset", "seed", "image_size", "n_reference", "n_unseen")
         if recorded.get(key) != current.get(key)
     ]
+    if "classes" in recorded and recorded["classes"] != current.get("classes"):
+        before, after = recorded["classes"], current.get("classes") or []
+        changes += _differences("class(es)", before, after) or ["the classes' order changed"]
     before, after = recorded.get("files") or {}, current.get("files") or {}
-    for what, names in (
-        ("changed", [n for n in before if n in after and before[n] != after[n]]),
+    changed = [n for n in before if n in after and before[n] != after[n]]
+    changes += _differences("file(s)", before, after, changed)
+    if recorded.get("sha256") != current.get("sha256") and not changes:
+        changes.append("the images or labels differ")
+    return "; ".join(changes) or None
+
+
+def _differences(
+    what: str, before: Collection[str], after: Collection[str], changed: Sequence[str] = ()
+) -> list[str]:
+    """``what`` changed, added and removed between two collections of names, in words (the
+    first three names of each, then how many more)."""
+    out = []
+    for how, names in (
+        ("changed", changed),
         ("added", [n for n in after if n not in before]),
         ("removed", [n for n in before if n not in after]),
     ):
         if names:
             more = f" and {len(names) - 3} more" if len(names) > 3 else ""
-            changes.append(f"{len(names)} file(s) {what} ({', '.join(names[:3])}{more})")
-    if recorded.get("sha256") != current.get("sha256") and not changes:
-        changes.append("the images or labels differ")
-    return "; ".join(changes) or None
+            out.append(f"{len(names)} {what} {how} ({', '.join(names[:3])}{more})")
+    return out

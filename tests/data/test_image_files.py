@@ -1,0 +1,84 @@
+"""Image files decoded right: float and 32-bit integer TIFFs by their range, JPEGs upright."""
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from repinterp.data import datasets as data
+from repinterp.data.image_files import image_tensor, read_image
+
+RAMP = np.linspace(0, 255, 8 * 12, dtype=np.float32).reshape(8, 12)  # 8 rows, 12 columns
+
+
+def _read(path, channels: int = 1, fast: bool = False) -> torch.Tensor:
+    return image_tensor(read_image(path, channels, fast=fast), channels)
+
+
+@pytest.mark.parametrize(
+    ("values", "scale"),
+    [
+        (RAMP, 255),  # float, 0-255: was clipped to 1, nearly all white
+        (RAMP / 255, 1),  # float in [0, 1]: as it is
+        (RAMP.astype(np.int32), 255),  # 32-bit integer, 0-255: was divided by 65,535
+        (RAMP.astype(np.int32) * 200, 65535),  # 32-bit integer, 0-51,000
+    ],
+)
+def test_float_and_32_bit_tiffs_are_read_by_their_range(tmp_path, values, scale) -> None:
+    path = tmp_path / "deep.tif"
+    Image.fromarray(values).save(path)
+    with Image.open(path) as image:
+        assert image.mode == ("F" if values.dtype == np.float32 else "I")
+    expected = torch.from_numpy(values.astype(np.float32) / scale)
+    grey = _read(path)
+    assert grey.shape == (1, 8, 12) and torch.allclose(grey[0], expected, atol=1e-6)
+    assert torch.allclose(_read(path, 3), expected.expand(3, -1, -1), atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        (RAMP - 1, "float pixels run from -1 to 254, outside 0 to 65,535"),
+        (RAMP.astype(np.int32) * 300, "32-bit integer pixels run from 0 to 76500, outside"),
+        (np.full((8, 12), np.nan, np.float32), "float pixels are not all finite"),
+    ],
+)
+def test_deep_tiffs_out_of_any_range_are_refused_on_one_line(tmp_path, values, message) -> None:
+    path = tmp_path / "odd.tif"
+    Image.fromarray(values).save(path)
+    with pytest.raises(ValueError, match=f"^cannot read {path} as an image: its {message}"):
+        read_image(path, 1)
+
+
+def _turned_jpeg(path) -> None:
+    """A 40 x 20 JPEG, red above and blue below, whose EXIF says: turn 90° clockwise to view
+    (orientation 6), so that it shows 20 x 40, blue on the left and red on the right."""
+    pixels = np.zeros((20, 40, 3), np.uint8)
+    pixels[:10] = (255, 0, 0)
+    pixels[10:] = (0, 0, 255)
+    image = Image.fromarray(pixels)
+    exif = image.getexif()
+    exif[0x0112] = 6
+    image.save(path, exif=exif.tobytes(), quality=95)
+
+
+def test_a_jpeg_is_read_upright_by_its_exif_orientation(tmp_path) -> None:
+    _turned_jpeg(tmp_path / "turned.jpg")
+    pixels = _read(tmp_path / "turned.jpg", 3)
+    assert pixels.shape == (3, 40, 20)  # was 3 x 20 x 40, as stored
+    left, right = pixels[:, :, :8].mean((1, 2)), pixels[:, :, -8:].mean((1, 2))
+    assert left[2] > 0.9 and left[0] < 0.1  # blue
+    assert right[0] > 0.9 and right[2] < 0.1  # red
+    assert _read(tmp_path / "turned.jpg", 3, fast=True).shape[1:] == (5, 3)  # 1/8, upright
+
+
+def test_an_image_folder_reads_its_images_upright_and_by_their_range(tmp_path) -> None:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    _turned_jpeg(tmp_path / "a" / "turned.jpg")
+    Image.fromarray(RAMP).save(tmp_path / "b" / "float.tif")
+    folder = data.imagefolder(tmp_path, size=20)
+    turned = folder.pixels(0)  # 20 x 40 resized to 20 x 40, cropped to its middle 20 rows
+    assert turned[2, :, :8].mean() > 0.9 and turned[0, :, -8:].mean() > 0.9
+    ramp = folder.pixels(1)
+    assert 0.9 < ramp.max() <= 1 and ramp.mean() < 0.7  # not clipped to white

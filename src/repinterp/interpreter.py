@@ -66,8 +66,12 @@ class RepresentativeInterpreter:
             piecewise-linear head (see :func:`repinterp.models.split.locate_split`), found with one
             zero image of ``input_shape``, or of the first reference image's shape at ``fit``;
             :attr:`target_layer` then names it.
-        n_boundaries, seed, batch_size, progress, num_workers, sampling: the settings of the
-            fit (see :class:`repinterp.core.config.FitConfig`), read back as attributes.
+        n_boundaries: a setting of the fit (see :class:`repinterp.core.config.FitConfig`).
+        seed: a setting of the fit (see ``FitConfig``).
+        batch_size: a setting of the fit (see ``FitConfig``).
+        progress: a setting of the fit (see ``FitConfig``).
+        num_workers: a setting of the fit (see ``FitConfig``).
+        sampling: a setting of the fit (see ``FitConfig``).
         device: where to compute; None means the model's device. Another device **moves the
             user's model** there (``model.to(device)``, in place).
         allow_nonlinear_head: accept a head that is not piecewise linear.
@@ -80,8 +84,8 @@ class RepresentativeInterpreter:
             only select, not compute (it is traced into ``G``).
         input_shape: C x H x W of the images, to check the target layer (or find it, when
             ``target_layer`` is None) here rather than at ``fit``.
-        config: the fit's settings as one :class:`FitConfig`, instead of the keywords above
-            (which must then be left at their defaults).
+        config: the fit's settings as one :class:`FitConfig`, instead of the six keywords
+            above (which must then be left at their defaults); they are read back as attributes.
 
     Raises:
         ValueError: a model in training mode or in half precision, a bad target layer or

@@ -454,7 +454,7 @@ def test_other_models_load_from_their_weights(tmp_path) -> None:
     setup = load_setup("digits", "digits_cnn", weights, n_reference=50, n_unseen=10)
     assert setup.target_layer == default_target_layer("digits_cnn")
     assert (len(setup.reference), len(setup.unseen)) == (50, 10)
-    with pytest.raises(ValueError, match="'features.99' is not a module of the model"):
+    with pytest.raises(ValueError, match=r"'features\.99' is not a module of the model"):
         load_setup("digits", "digits_cnn", weights, layer="features.99")
     with pytest.raises(ValueError, match="needs --weights"):
         load_setup("digits", "mnist_cnn")  # digits_cnn has bundled weights, mnist_cnn not here

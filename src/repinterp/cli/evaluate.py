@@ -8,8 +8,8 @@ import argparse
 from typing import TYPE_CHECKING
 
 # The choices below are written out, not imported: this module (and so ``repinterp --help``)
-# imports no torch. tests/evaluation/test_protocols.py checks them against core.boundaries.SAMPLINGS and
-# scoring.METRICS.
+# imports no torch. tests/evaluation/test_protocols.py checks them against
+# core.boundaries.SAMPLINGS and scoring.METRICS.
 SAMPLINGS = ("uniform", "balanced", "pairs")
 METRICS = ("AD", "ROAD", "deletion", "insertion")
 DATASETS = "mnist5k, digits, shapes, shapes:SIZE or imagefolder:PATH"
@@ -44,7 +44,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--methods",
         help="comma-separated: RI, its variants RI+exact, RI+balanced, RI+pairs, RI+score, "
         "RI+euclidean, RI+cosine (and combinations such as RI+pairs+score), Grad-CAM, "
-        "Grad-CAM++, Score-CAM (each also +cluster: weights averaged over a cluster), ACE; or "
+        "Grad-CAM++, Score-CAM (each also +cluster or +class: weights averaged over a k-means "
+        "cluster's or the predicted class's images, controls for RI+score), ACE; or "
         "'all' for the paper's (RI,Grad-CAM,Grad-CAM++,"
         "Score-CAM,ACE); default: those but ACE",
     )

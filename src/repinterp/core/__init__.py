@@ -4,7 +4,8 @@ Owns ``Q``: Eq. 2's boundaries and how their sources are sampled (``boundaries``
 settings of a fit (``config``); Algorithm 1 and the exact MILP on sides alone (``cover``); the
 §5.1 heat maps (``heatmap``); the in-memory
 reference index (``reference_index``); one input's polytope ``P(x)`` (``interpretation``);
-k-means regions (``regions``); the exact nearest-row search they share (``nearest``); and
+k-means regions (``regions``); the images grouped by the polytope explaining them, what RI
+finds (``groups``); the exact nearest-row search they share (``nearest``); and
 polytope-averaged Score-CAM weights (``polytope_weights``). May import ``runtime`` only: the
 method needs no files, no data set and no model of its own.
 """

@@ -16,7 +16,8 @@ from torch import Tensor
 
 from ..runtime.precision import exact_float32
 from .cover import ExactCoverResult, exact_cover, fewest_boundaries, greedy_cover, sides
-from .heatmap import channel_weights, heatmaps
+from .display import MEANINGS, HtmlView, colour_bar, displayable, page, tile
+from .heatmap import DEFAULT_COLORMAP, channel_weights, heatmaps
 from .reference_index import ReferenceIndex
 
 __all__ = [
@@ -87,6 +88,12 @@ class Explainer(Protocol):
         """Interpretations of reference images, from the index alone."""
         ...
 
+    def reference_images(self, indices: Tensor, reference: Any = None) -> Tensor | None:
+        """The reference images at ``indices`` (N x C x H x W, as the model takes them) from
+        ``reference`` if given, else from the set the interpreter was fitted on if it holds it;
+        None when neither is known."""
+        ...
+
 
 @dataclass(eq=False)
 class Interpretation:
@@ -111,6 +118,8 @@ class Interpretation:
         greedy_representativeness: (exact) what Algorithm 1 covers for the same input.
         features: (K h w,) the input's flattened feature map, kept when the interpreter keeps
             the reference feature maps (for ``similar(metric="euclidean" | "cosine")``).
+        image: the input as ``explain`` was given it (C x H x W, the caller's tensor, not a
+            copy), to draw it (`show`); None for ``explain_reference``.
     """
 
     predicted_class: int
@@ -128,6 +137,7 @@ class Interpretation:
     gap: float | None = None
     greedy_representativeness: int | None = None
     features: Tensor | None = None
+    image: Tensor | None = None
 
     def __repr__(self) -> str:
         names = self.interpreter.class_names
@@ -276,6 +286,146 @@ class Interpretation:
             "metric": metric,
             "similar": [{"reference": i, "distance": dist[i]} for i in similar.tolist()],
         }
+
+    @exact_float32()
+    def feature_heatmap(self, features: Tensor) -> Tensor:
+        """`heatmap` from flattened feature maps, as ``fit(..., keep_features=True)`` keeps
+        them (:attr:`features`, the interpreter's ``reference_features``): no forward pass.
+
+        Args:
+            features: N x (K h w), any device.
+
+        Returns:
+            N x H x W in [0, 1] (the index's image size) on the interpreter's device.
+
+        Raises:
+            ValueError: ``P(x)`` is empty (see :attr:`message`).
+        """
+        if not self.has_heatmap:
+            raise ValueError(self.message)
+        index = self.interpreter.fitted_index
+        maps = features.to(self.channel_weights).view(-1, *index.feature_shape)
+        return heatmaps(maps, self.channel_weights, tuple(index.input_shape[-2:]))
+
+    def display_heatmaps(
+        self, image: Tensor | None, rows: Tensor, images: Tensor | None
+    ) -> tuple[Tensor | None, Tensor | None]:
+        """Heat maps of ``P(x)`` on the input and on reference images, from what is known: the
+        kept feature maps (no forward pass), else the images given.
+
+        Args:
+            image: the input, C x H x W, or None.
+            rows: M reference indices.
+            images: their images, M x C x H x W, or None.
+
+        Returns:
+            The input's H x W map and the images' M x H x W maps (CPU), each None where it
+            cannot be drawn; both None when ``P(x)`` is empty.
+        """
+        if not self.has_heatmap:
+            return None, None
+        if self.features is not None:
+            kept = self.interpreter.reference_features[rows.cpu()]
+            maps = self.feature_heatmap(torch.cat([self.features.cpu().float()[None], kept]))
+            return maps[0].cpu(), maps[1:].cpu()
+        on_input = None if image is None else self.heatmap(image[None])[0].cpu()
+        return on_input, None if images is None else self.heatmap(images).cpu()
+
+    def show(
+        self,
+        reference: Any = None,
+        image: Tensor | None = None,
+        k: int = 8,
+        metric: str = "semantic",
+        cmap: str = DEFAULT_COLORMAP,
+    ) -> HtmlView:
+        """The case-study strip as self-contained HTML, what a notebook shows for ``e``: the
+        input and its ``k`` most similar covered reference images with their distances, each
+        under ``P(x)``'s heat map (the input's channel weights reused), a colour bar and every
+        number named. Images are inline PNGs; what cannot be drawn is said in one line, with
+        how to draw it.
+
+        Args:
+            reference: the reference set the interpreter was fitted on (anything ``fit``
+                takes), for the similar images' pixels; None: the set it holds, if any.
+            image: the input (C x H x W, as the model takes it); None: :attr:`image`.
+            k: how many similar images (>= 0).
+            metric: their distance (see `similar`).
+            cmap: the heat maps' colormap (see :func:`repinterp.core.heatmap.colorize`).
+
+        Returns:
+            An :class:`repinterp.core.display.HtmlView`; ``.html`` is the string.
+
+        Raises:
+            ValueError: a negative ``k``, an unknown metric or colormap, or a ``reference`` of
+                another size than the index's.
+        """
+        rows = self.similar(k, metric)
+        by_row = dict(zip(self.covered.tolist(), self.distances(metric).tolist(), strict=True))
+        image = self.image if image is None else image
+        images = self.interpreter.reference_images(rows, reference) if rows.numel() else None
+        on_input, on_rows = self.display_heatmaps(image, rows, images)
+        input_pixels, input_scaled = displayable(None if image is None else image[None])
+        row_pixels, rows_scaled = displayable(images)
+        names = self.interpreter.class_names
+        predictions = self.interpreter.fitted_index.predictions[rows].tolist()
+
+        def name(c: int) -> str:
+            return f"{c} ({names[c]})" if names else str(c)
+
+        tiles = [
+            tile(
+                ["input", f"class {name(self.predicted_class)}"],
+                None if input_pixels is None else input_pixels[0],
+                on_input,
+                cmap,
+            )
+        ]
+        for rank, (row, c) in enumerate(zip(rows.tolist(), predictions, strict=True)):
+            caption = [
+                f"#{rank + 1}: reference {row}",
+                f"{metric} distance {by_row[row]:.4g}",
+                f"class {name(c)}",
+            ]
+            pixels = None if row_pixels is None else row_pixels[rank]
+            tiles.append(tile(caption, pixels, None if on_rows is None else on_rows[rank], cmap))
+        exact = "" if self.optimal is None else f" (optimal {self.optimal}, gap {self.gap:.3g})"
+        numbers = [
+            ("predicted class", name(self.predicted_class)),
+            ("score", f"{self.score:.3f}"),
+            ("delta", str(self.delta)),
+            ("representativeness", f"{self.representativeness} of {self.n_reference}"),
+            ("|P|", str(self.boundaries.numel())),
+            ("solver", self.solver + exact),
+        ]
+        legend = [f"{n}: {MEANINGS[n]}." for n in ("score", "delta", "representativeness", "|P|")]
+        legend.append(
+            f"{metric} distance: {METRIC_MEANINGS[metric]} (smaller: more similar; the images "
+            "are ranked by it)."
+        )
+        notes = [self.message] if self.message else []
+        heat = self.has_heatmap and self.features is None  # heat maps need the images too
+        if image is None:
+            notes.append(
+                "The input is not known here: e.show(image=x) draws it"
+                + (" and its heat map." if heat else ".")
+            )
+        if rows.numel() and images is None:
+            notes.append(
+                "The interpreter does not hold its reference set (it was loaded, not fitted): "
+                "e.show(reference) with the set it was fitted on draws the images"
+                + (" and their heat maps." if heat else ".")
+            )
+        if input_scaled or rows_scaled:
+            notes.append("Images outside [0, 1] (normalised inputs) are min-max scaled to draw.")
+        bar = colour_bar(cmap) if on_input is not None or on_rows is not None else ""
+        heading = f"Representative interpretation P(x): the input and its {rows.numel()} most "
+        heading += "similar covered reference images"
+        return HtmlView(page(heading, numbers, tiles, legend, notes, bar))
+
+    def _repr_html_(self) -> str:
+        """The notebook's view of ``e``: `show` with its defaults."""
+        return self.show().html
 
 
 def _exact_fields(result: ExactCoverResult, i: int) -> dict[str, Any]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -19,12 +20,13 @@ from torch import Tensor
 from ..runtime.precision import exact_float32
 from .boundaries import project
 from .cover import sides
-from .groups import GroupStats, polytope_groups
-from .heatmap import polytope_heatmaps
+from .display import MEANINGS, HtmlView, colour_bar, displayable, page, tile
+from .groups import GroupStats, PolytopeKey, polytope_groups, polytope_key
+from .heatmap import DEFAULT_COLORMAP, polytope_heatmaps
 from .interpretation import Explainer, Interpretation
 from .nearest import nearest_rows
 
-__all__ = ["Assignment", "RegionSet"]
+__all__ = ["Assignment", "Polytope", "RegionSet", "distinct_polytopes"]
 
 
 @dataclass
@@ -94,19 +96,7 @@ class RegionSet:
         return len(self.regions)
 
     def __repr__(self) -> str:
-        distinct = len(
-            {
-                (
-                    r.predicted_class,
-                    *zip(
-                        r.boundaries.tolist(),
-                        (r.projections[r.boundaries] > 0).tolist(),
-                        strict=True,
-                    ),
-                )
-                for r in self.regions
-            }
-        )
+        distinct = len({polytope_key(r) for r in self.regions})
         classes = len(set(self.classes.tolist()))
         return (
             f"RegionSet({len(self)} regions over {len(self.interpreter.fitted_index)} reference "
@@ -183,3 +173,122 @@ class RegionSet:
         alphas = [self.regions[v].channel_weights for v in used]
         which = torch.searchsorted(torch.tensor(used, device=region.device), region)
         return polytope_heatmaps(features, alphas, which, tuple(images.shape[-2:]))
+
+    def show(self, reference: Any = None, cmap: str = DEFAULT_COLORMAP) -> HtmlView:
+        """The regions as self-contained HTML, what a notebook shows for a region set: one card
+        per distinct polytope (`distinct_polytopes`), the most representative first, with its
+        class, how many regions share it, how many reference images it interprets and covers,
+        and its input under its heat map (a colour bar and every number named).
+
+        Args:
+            reference: the reference set the interpreter was fitted on (anything ``fit``
+                takes), for the inputs' pixels; None: the set it holds, if any.
+            cmap: the heat maps' colormap (see :func:`repinterp.core.heatmap.colorize`).
+
+        Returns:
+            An :class:`repinterp.core.display.HtmlView`; ``.html`` is the string.
+
+        Raises:
+            ValueError: an unknown colormap, or a ``reference`` of another size than the
+                index's.
+        """
+        polytopes = distinct_polytopes(self)
+        inputs = torch.tensor([p.inputs[0] for p in polytopes], dtype=torch.long)
+        images = self.interpreter.reference_images(inputs, reference)
+        pixels, scaled = displayable(images)
+        names = self.interpreter.class_names
+        tiles, drawn = [], False
+        for n, (p, row) in enumerate(zip(polytopes, inputs.tolist(), strict=True)):
+            e = p.explanation
+            image = None if images is None else images[n : n + 1]
+            heat = e.display_heatmaps(None, inputs[n : n + 1], image)[1]
+            drawn |= heat is not None
+            c = e.predicted_class
+            caption = [
+                f"class {c} ({names[c]})" if names else f"class {c}",
+                f"regions {len(p.regions)}: {', '.join(map(str, p.regions))}",
+                f"interprets {p.interpreted}",
+                f"representativeness {e.representativeness}",
+                f"|P| {e.boundaries.numel()}, delta {e.delta}",
+                f"input: reference {row}",
+            ]
+            tiles.append(
+                tile(
+                    caption,
+                    None if pixels is None else pixels[n],
+                    None if heat is None else heat[0],
+                    cmap,
+                )
+            )
+        n_reference = len(self.interpreter.fitted_index)
+        numbers = [
+            ("regions", str(len(self))),
+            ("distinct polytopes", str(len(polytopes))),
+            ("predicted classes", str(len(set(self.classes.tolist())))),
+            ("reference images", str(n_reference)),
+        ]
+        legend = [f"{n}: {MEANINGS[n]}." for n in ("regions", "interprets")]
+        legend += [f"{n}: {MEANINGS[n]}." for n in ("representativeness", "|P|", "delta")]
+        legend.append("Each card's heat map is its polytope's, on its input.")
+        notes = []
+        if images is None:
+            notes.append(
+                "The interpreter does not hold its reference set (it was loaded, not fitted): "
+                "regions.show(reference) with the set it was fitted on draws the inputs."
+            )
+        if scaled:
+            notes.append("Images outside [0, 1] (normalised inputs) are min-max scaled to draw.")
+        heading = f"Regions: {len(polytopes)} distinct polytopes of {len(self)} k-means regions"
+        return HtmlView(
+            page(heading, numbers, tiles, legend, notes, colour_bar(cmap) if drawn else "")
+        )
+
+    def _repr_html_(self) -> str:
+        """The notebook's view of a region set: `show` with its defaults."""
+        return self.show().html
+
+
+@dataclass
+class Polytope:
+    """One distinct polytope of a region set: regions whose inputs share the predicted class,
+    the boundaries ``P`` and the sides of them (:func:`repinterp.core.groups.polytope_key`),
+    hence the covered images.
+
+    Attributes:
+        regions: the regions (indices into the region set) that share it.
+        inputs: their input reference images, in the same order.
+        explanation: the interpretation of ``inputs[0]``.
+        interpreted: reference images its regions interpret
+            (:meth:`RegionSet.reference_assignment`).
+    """
+
+    regions: list[int]
+    inputs: list[int]
+    explanation: Interpretation
+    interpreted: int
+
+
+def distinct_polytopes(regions: RegionSet) -> list[Polytope]:
+    """A region set's distinct polytopes, the most representative first (then by class and
+    first region); their ``interpreted`` counts add up to ``|R|``.
+
+    Raises:
+        ValueError: some reference image needs its nearest centre and the interpreter was
+            fitted without ``keep_features=True``.
+    """
+    region = regions.reference_assignment().region.cpu()
+    counts = torch.bincount(region, minlength=len(regions))
+    cards: dict[PolytopeKey, Polytope] = {}
+    inputs = regions.inputs.tolist()
+    for v, (ref, e) in enumerate(zip(inputs, regions.regions, strict=True)):
+        key = polytope_key(e)
+        if key in cards:
+            cards[key].regions.append(v)
+            cards[key].inputs.append(ref)
+            cards[key].interpreted += int(counts[v])
+        else:
+            cards[key] = Polytope([v], [ref], e, int(counts[v]))
+    return sorted(
+        cards.values(),
+        key=lambda c: (-c.explanation.representativeness, c.explanation.predicted_class),
+    )

@@ -1,0 +1,211 @@
+"""Self-contained HTML for notebooks: images inline as base64 PNGs, no server and no files.
+
+:meth:`repinterp.core.interpretation.Interpretation.show` (the case-study strip) and
+:meth:`repinterp.core.regions.RegionSet.show` (one card per distinct polytope) are built from
+these pieces; a notebook displays either object through its ``_repr_html_``.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from PIL import Image
+from torch import Tensor
+
+from .heatmap import SCALE, colorize, overlay
+
+__all__ = [
+    "MEANINGS",
+    "SHOWN_SIDE",
+    "THUMBNAIL_SIDE",
+    "HtmlView",
+    "colour_bar",
+    "displayable",
+    "figure",
+    "page",
+    "png_uri",
+    "tile",
+]
+
+THUMBNAIL_SIDE = 128
+"""The longest side, in pixels, of an image encoded into the HTML (larger ones are shrunk)."""
+SHOWN_SIDE = 112
+"""The width, in CSS pixels, at which every image is shown (small ones are enlarged, sharp)."""
+
+# What each number shown means, one phrase each.
+MEANINGS = {
+    "score": "the model's softmax probability of the predicted class",
+    "delta": "tau(x): reference images of other classes that no polytope of Q separates from "
+    "the input, so P(x) must cover them",
+    "representativeness": "|P(x) ∩ R|: the reference images P(x) covers, of |R|",
+    "|P|": "the boundaries of Q that make P(x)",
+    "regions": "the k-means regions whose inputs share this polytope",
+    "interprets": "the reference images these regions interpret (each image is interpreted by "
+    "one region: the covering region of largest representativeness, else the region of its "
+    "nearest k-means centre)",
+}
+
+
+@dataclass(frozen=True)
+class HtmlView:
+    """HTML that a notebook displays as it is.
+
+    Attributes:
+        html: the self-contained HTML (images inline).
+    """
+
+    html: str
+
+    def _repr_html_(self) -> str:
+        return self.html
+
+
+def png_uri(image: np.ndarray, max_side: int = THUMBNAIL_SIDE) -> str:
+    """An image as a ``data:image/png;base64,`` URI.
+
+    Args:
+        image: H x W (grey) or H x W x 3 array in [0, 1].
+        max_side: larger images are shrunk (box filter) so that their longer side is this.
+
+    Returns:
+        The URI, ASCII.
+    """
+    array = np.clip(np.rint(image * 255), 0, 255).astype(np.uint8)
+    picture = Image.fromarray(array)
+    scale = max_side / max(picture.size)
+    if scale < 1:
+        size = (max(1, round(picture.width * scale)), max(1, round(picture.height * scale)))
+        picture = picture.resize(size, Image.BOX)
+    buffer = io.BytesIO()
+    picture.save(buffer, format="PNG")
+    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+def displayable(images: Tensor | None) -> tuple[Tensor | None, bool]:
+    """Images as pixels to draw: one whose values all lie in [0, 1] as it is, any other (a
+    normalised model input) min-max scaled over all its values.
+
+    Args:
+        images: N x C x H x W, any device and floating dtype, or None.
+
+    Returns:
+        N x C x H x W float32 in [0, 1] on the CPU (None for None), and whether any image was
+        scaled.
+    """
+    if images is None:
+        return None, False
+    flat = images.detach().cpu().float().flatten(1)
+    low, high = flat.min(1, keepdim=True).values, flat.max(1, keepdim=True).values
+    inside = (low >= 0) & (high <= 1)
+    scaled = (flat - low) / (high - low).clamp(min=1e-12)
+    out = torch.where(inside, flat, scaled).view(images.shape)
+    return out, not bool(inside.all())
+
+
+def _picture(image: np.ndarray, alt: str) -> str:
+    height = round(SHOWN_SIDE * image.shape[0] / image.shape[1])
+    return (
+        f'<img src="{png_uri(image)}" alt="{html.escape(alt)}" width="{SHOWN_SIDE}" '
+        f'height="{height}" style="image-rendering:pixelated;display:block;margin:2px 0">'
+    )
+
+
+def figure(caption: Sequence[str], pictures: Sequence[tuple[np.ndarray, str]]) -> str:
+    """One tile: pictures stacked, then a caption.
+
+    Args:
+        caption: lines of the caption (plain text, escaped here).
+        pictures: ``(H x W or H x W x 3 array in [0, 1], alt text)`` each, top to bottom.
+    """
+    images = "".join(_picture(image, alt) for image, alt in pictures)
+    lines = "<br>".join(html.escape(line) for line in caption)
+    return (
+        f'<figure class="ri-tile" style="margin:0 6px 6px 0;width:{SHOWN_SIDE + 8}px">'
+        f'{images}<figcaption style="font-size:11px;line-height:1.3">{lines}</figcaption>'
+        "</figure>"
+    )
+
+
+def tile(
+    caption: Sequence[str],
+    pixels: Tensor | None,
+    heat: Tensor | None,
+    cmap: str,
+    alpha: float = 0.5,
+) -> str:
+    """One image's tile: the image, its heat map overlaid on it (or alone, without the image),
+    and a caption.
+
+    Args:
+        caption: lines of the caption (plain text).
+        pixels: C x H x W in [0, 1] (:func:`displayable`), or None; drawn when C is 1 or 3.
+        heat: H x W in [0, 1], or None.
+        cmap: the heat map's colormap.
+        alpha: the heat map's opacity over the image.
+    """
+    if pixels is not None and pixels.shape[0] not in (1, 3):
+        pixels = None
+    pictures = []
+    if pixels is not None:
+        pictures.append((pixels[0] if pixels.shape[0] == 1 else pixels.permute(1, 2, 0), "image"))
+    if heat is not None:
+        heat = heat.detach().cpu()
+        drawn = overlay(pixels, heat, alpha, cmap) if pixels is not None else colorize(heat, cmap)
+        pictures.append((drawn, "heat map"))
+    return figure(caption, [(np.asarray(image), alt) for image, alt in pictures])
+
+
+def colour_bar(cmap: str) -> str:
+    """The heat maps' colour bar: ``cmap`` from 0 to 1, both ends labelled, and its scale."""
+    ramp = colorize(torch.linspace(0, 1, 256).unsqueeze(0), cmap)
+    return (
+        '<div class="ri-colour-bar" style="font-size:11px;margin:4px 0">heat map 0 (coldest) '
+        f'<img src="{png_uri(ramp, max_side=256)}" alt="colour bar: {html.escape(cmap)}" '
+        'width="192" height="10" style="vertical-align:middle;image-rendering:auto"> '
+        f"1 (hottest); {html.escape(SCALE)}, colormap {html.escape(cmap)}</div>"
+    )
+
+
+def _numbers(numbers: Sequence[tuple[str, str]]) -> str:
+    return " · ".join(
+        f'<span class="ri-number"><b>{html.escape(name)}</b> {html.escape(value)}</span>'
+        for name, value in numbers
+    )
+
+
+def page(
+    heading: str,
+    numbers: Sequence[tuple[str, str]],
+    tiles: Sequence[str],
+    legend: Sequence[str],
+    notes: Sequence[str] = (),
+    bar: str = "",
+) -> str:
+    """The whole view: a heading, the named numbers, the tiles in a wrapping row, the colour
+    bar, the legend and notes.
+
+    Args:
+        heading: the title (plain text).
+        numbers: ``(name, value)`` pairs, each shown as "name value".
+        tiles: :func:`figure` outputs.
+        legend: what the numbers mean, one line each (plain text).
+        notes: what is missing and how to get it, one line each (plain text).
+        bar: the :func:`colour_bar`, if there are heat maps.
+    """
+    paragraphs = "".join(
+        f'<p class="ri-note" style="margin:2px 0"><i>{html.escape(line)}</i></p>' for line in notes
+    )
+    items = "".join(f"<li>{html.escape(line)}</li>" for line in legend)
+    return (
+        '<div class="repinterp" style="font-family:sans-serif;font-size:12px">'
+        f'<div style="font-weight:bold">{html.escape(heading)}</div>'
+        f'<div style="margin:2px 0 6px">{_numbers(numbers)}</div>{paragraphs}'
+        f'<div style="display:flex;flex-wrap:wrap;align-items:flex-start">{"".join(tiles)}</div>'
+        f'{bar}<ul style="font-size:11px;margin:2px 0;padding-left:16px">{items}</ul></div>'
+    )

@@ -10,7 +10,7 @@ from PIL import Image
 from repinterp.cli.parser import build_parser, main
 from repinterp.workspace import open_index
 
-from ..commandline import assert_one_line_error, run
+from ..commandline import assert_one_line_error, edit_manifest, run
 
 
 def train_digits(out: Path, seed: int) -> Path:
@@ -98,7 +98,7 @@ def test_train_fit_explain(digits_index, tmp_path, capsys) -> None:
     assert stdout.count("representativeness") == 3
     for name in ("reference-0", "unseen-3", "eight"):
         summary = json.loads((out / f"{name}.json").read_text())
-        assert len(summary["similar"]) <= 4
+        assert len(summary["similar"]) <= 4 and summary["metric"] == "semantic"
         assert summary["representativeness"] >= len(summary["similar"])
         distances = [s["distance"] for s in summary["similar"]]
         assert distances == sorted(distances)
@@ -163,14 +163,56 @@ def test_index_for_other_weights_is_refused(digits_index, tmp_path, capsys) -> N
     copy = tmp_path / "index"
     shutil.copytree(index, copy)
     other = train_digits(tmp_path / "other.safetensors", seed=1)
-    manifest = json.loads((copy / "manifest.json").read_text())
-    manifest["recipe"]["weights"] = str(other)
-    (copy / "manifest.json").write_text(json.dumps(manifest))
+    edit_manifest(copy, lambda m: m["recipe"].update(weights=str(other)))
     code, _, err = run(
         ["explain", "reference:0", "--index", str(copy), "--out", str(tmp_path / "out")], capsys
     )
     assert_one_line_error(code, err, "other weights")
     assert open_index(index, progress=False).interpreter.fitted_index is not None
+
+
+def test_model_and_weights_are_checked_before_the_image_folder(tmp_path, capsys) -> None:
+    folder = f"imagefolder:{tmp_path / 'not-there'}"  # scanned first, it would be "not found"
+    missing = str(tmp_path / "none.safetensors")
+    fit = ["fit", "--reference", folder, "--out", str(tmp_path / "index"), "--quiet"]
+    evaluate = ["evaluate", "--dataset", folder, "--protocol", "unseen", "--quiet", "--out"]
+    evaluate += [str(tmp_path / "evaluation")]
+    train = ["train", "--dataset", folder, "--out", str(tmp_path / "w.safetensors"), "--quiet"]
+    for command in (fit, evaluate, train):
+        for model, weights, message in (
+            ("resnet19", missing, "unknown arch 'resnet19'"),
+            ("resnet18", missing, f"weights file not found: {missing}"),
+        ):
+            code, _, err = run([*command, "--model", model, "--weights", weights], capsys)
+            assert_one_line_error(code, err, message)
+
+
+@pytest.mark.slow  # ~8 s: a ResNet-18 saved, built and fitted
+def test_a_layer_of_one_pixel_is_not_the_default_and_is_refused(tmp_path, capsys) -> None:
+    from repinterp.models.zoo import build_model, save_weights
+
+    for c, name in enumerate(("dark", "light")):
+        (tmp_path / "imgs" / name).mkdir(parents=True)
+        for i in range(4):
+            Image.new("RGB", (32, 32), (60 + 120 * c + 5 * i,) * 3).save(
+                tmp_path / "imgs" / name / f"{i}.png"
+            )
+    weights = tmp_path / "resnet18.safetensors"
+    save_weights(build_model("resnet18", 2), weights)
+    fit = ["fit", "--model", "resnet18", "--weights", str(weights), "--image-size", "32"]
+    fit += ["--reference", f"imagefolder:{tmp_path / 'imgs'}", "--boundaries", "3", "--quiet"]
+    code, out, err = run([*fit, "--out", str(tmp_path / "index")], capsys)
+    assert code == 0, err
+    assert "at layer 'layer3'" in out  # layer4, the ResNets' default, is 1 x 1 at 32 px
+    refused = "layer 'layer4' of resnet18 gives 1 x 1 feature maps for 32 x 32 px images, so "
+    refused += "every heat map would be constant: use 'layer3'"
+    code, _, err = run([*fit, "--layer", "layer4", "--out", str(tmp_path / "other")], capsys)
+    assert_one_line_error(code, err, refused)
+    evaluate = ["evaluate", "--dataset", f"imagefolder:{tmp_path / 'imgs'}", "--model"]
+    evaluate += ["resnet18", "--weights", str(weights), "--image-size", "32", "--layer"]
+    evaluate += ["layer4", "--protocol", "unseen", "--quiet", "--out", str(tmp_path / "eval")]
+    code, _, err = run(evaluate, capsys)
+    assert_one_line_error(code, err, refused)
 
 
 @pytest.mark.slow

@@ -3,7 +3,9 @@ folder, an index, a file), two inputs of one name give two results, the referenc
 index are fingerprinted, broken and oversized images are named and skipped, bad ports are one
 line."""
 
+import errno
 import json
+import os
 import shutil
 import struct
 import zlib
@@ -14,9 +16,13 @@ import pytest
 from PIL import Image
 
 from repinterp.cli.parser import main
+from repinterp.models import train as training
+from repinterp.models.zoo import build_model, save_weights
+from repinterp.store import outputs
 from repinterp.store.index_folder import load_index
+from repinterp.store.outputs import LOCK_FILE, MARKER_FILE
 
-from ..commandline import FIT, assert_one_line_error, listing, run, user_folder
+from ..commandline import FIT, assert_one_line_error, edit_manifest, listing, run, user_folder
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -173,8 +179,9 @@ def test_image_folder_fit_names_what_it_skips_and_refuses_changed_images(tmp_pat
     assert code == 0, err
     warning = [str(w.message) for w in caught]
     assert len(warning) == 1 and warning[0].startswith(
-        f"skipped 5 unreadable or non-image file(s) in {root}: "
+        f"skipped 5 unreadable or non-image file(s) in {root}:\n  "
     )
+    assert len(warning[0].splitlines()) == 6  # a line per file
     for name, why in (
         ("star/cut.jpg", "image file is truncated"),
         ("circle/line.png", "100000 x 1 pixels; at most 16384 per side"),
@@ -208,9 +215,7 @@ def test_image_folder_fit_names_what_it_skips_and_refuses_changed_images(tmp_pat
         "(square/2.png)): fit the index again",
     )
     changed.write_bytes(original)
-    manifest = json.loads((index / "manifest.json").read_text())
-    manifest["recipe"]["data_seed"] = 1
-    (index / "manifest.json").write_text(json.dumps(manifest))
+    edit_manifest(index, lambda m: m["recipe"].update(data_seed=1))
     with pytest.warns(UserWarning, match="skipped 5"):
         code, _, err = run([*explain, "--out", str(tmp_path / "stale")], capsys)
     assert_one_line_error(code, err, "changed since it was fitted (seed 0 then, 1 now)")
@@ -220,9 +225,7 @@ def test_image_folder_fit_names_what_it_skips_and_refuses_changed_images(tmp_pat
 def test_a_bundled_set_with_another_split_is_refused(index, tmp_path, capsys) -> None:
     edited = tmp_path / "index"
     shutil.copytree(index, edited)
-    manifest = json.loads((edited / "manifest.json").read_text())
-    manifest["recipe"]["data_seed"] = 3
-    (edited / "manifest.json").write_text(json.dumps(manifest))
+    edit_manifest(edited, lambda m: m["recipe"].update(data_seed=3))
     code, _, err = run(
         ["explain", "unseen:0", "--index", str(edited), "--out", str(tmp_path / "o")], capsys
     )
@@ -246,3 +249,165 @@ def test_an_image_folder_given_relative_is_found_from_any_directory(
     explain = ["explain", "unseen:0", "--index", str(index), "--quiet"]
     code, _, err = run([*explain, "--out", str(tmp_path / "out")], capsys)
     assert code == 0, err
+
+
+# ----------------------------------------------------------------------------- issue 22
+def test_explain_never_writes_over_its_inputs_nor_makes_a_folder_its_own(
+    index, tmp_path, capsys
+) -> None:
+    """Item 1: the image to explain is in the --out folder: refused, --overwrite or not; an
+    explanation written into a user's folder with --overwrite leaves it a user's folder."""
+    photos = tmp_path / "photos"
+    photos.mkdir()
+    for i in (0, 1):
+        Image.new("L", (8, 8), 60 + 100 * i).save(photos / f"pic{i}.png")
+    before = listing(photos)
+    explain = ["explain", str(photos / "pic0.png"), "--index", str(index), "--out", str(photos)]
+    for argv in (explain, [*explain, "--overwrite"]):
+        code, _, err = run(argv, capsys)
+        assert_one_line_error(code, err, f"{photos} holds {photos / 'pic0.png'}, an input")
+    assert listing(photos) == before
+    other = tmp_path / "other.png"
+    Image.new("L", (8, 8), 30).save(other)
+    explain = ["explain", str(other), "--index", str(index), "--out", str(photos), "--quiet"]
+    code, _, err = run([*explain, "--overwrite"], capsys)
+    assert code == 0, err
+    assert {k: v for k, v in listing(photos).items() if k in before} == before
+    assert {"other.png", "other.json"} <= {p.name for p in photos.iterdir()}
+    assert not (photos / MARKER_FILE).exists()
+    code, _, err = run(explain, capsys)  # without --overwrite: still a user's folder
+    assert_one_line_error(code, err, f"{photos} holds files that repinterp did not write")
+
+
+@pytest.mark.slow
+def test_an_index_save_removes_only_the_files_the_project_wrote(index, tmp_path, capsys) -> None:
+    """Item 2: fit --overwrite --no-features into a user's folder keeps the user's
+    features.npy; over an index of its own (here one saved without a marker, as 0.2 did) it
+    removes the old index's feature file, which that index's checksums vouch for."""
+    myproj = tmp_path / "myproj"
+    user_folder(myproj)
+    (myproj / "features.npy").write_bytes(b"my features")
+    before = listing(myproj)
+    code, _, err = run([*FIT, "--out", str(myproj), "--overwrite", "--no-features"], capsys)
+    assert code == 0, err
+    assert {k: v for k, v in listing(myproj).items() if k in before} == before
+    assert len(load_index(myproj)) == 1400 and not (myproj / MARKER_FILE).exists()
+    old = tmp_path / "old"
+    shutil.copytree(index, old)
+    (old / MARKER_FILE).unlink()
+    code, _, err = run([*FIT, "--out", str(old), "--no-features"], capsys)
+    assert code == 0, err
+    assert not (old / "features.npy").exists()
+    marker = json.loads((old / MARKER_FILE).read_text())
+    assert marker == {"kind": "index", "files": ["index.safetensors", "manifest.json"]}
+
+
+def test_folders_named_like_outputs_are_not_taken_for_the_projects(tmp_path, capsys) -> None:
+    """Item 3: evaluation results of the user's (a results.json with a "protocol"), and the
+    manifest of another tool (format_version, sha256), are refused without --overwrite."""
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / "results.json").write_text(json.dumps({"protocol": "mine"}))
+    (results / "results.md").write_text("# mine")
+    (results / "fig1.png").write_bytes(b"png")
+    tool = tmp_path / "tool"
+    tool.mkdir()
+    (tool / "manifest.json").write_text(json.dumps({"format_version": 3, "sha256": "ab12"}))
+    (tool / "data.bin").write_bytes(b"data")
+    before = listing(tmp_path)
+    evaluate = ["evaluate", "--dataset", "digits", "--protocol", "unseen", "--quick"]
+    code, _, err = run([*evaluate, "--out", str(results)], capsys)
+    assert_one_line_error(code, err, f"{results} holds files that repinterp did not write")
+    code, _, err = run([*FIT, "--out", str(tool)], capsys)
+    assert_one_line_error(code, err, f"{tool} holds files that repinterp did not write")
+    assert listing(tmp_path) == before
+
+
+def test_a_failed_fit_leaves_a_users_folder_as_it_found_it(tmp_path, capsys) -> None:
+    """Item 4: a fit into a user's folder with --overwrite that fails (weights that do not
+    fit) leaves no marker, and a later fit without --overwrite is still refused."""
+    imgs2 = tmp_path / "imgs2"
+    before = user_folder(imgs2)
+    wrong = tmp_path / "wrong.safetensors"
+    save_weights(build_model("digits_cnn", num_classes=3, in_channels=1), wrong)
+    code, _, err = run([*FIT, "--weights", str(wrong), "--out", str(imgs2), "--overwrite"], capsys)
+    assert_one_line_error(code, err, "do not fit the model")
+    assert {k: v for k, v in listing(imgs2).items() if k != LOCK_FILE} == before
+    code, _, err = run([*FIT, "--out", str(imgs2)], capsys)
+    assert_one_line_error(code, err, f"{imgs2} holds files that repinterp did not write")
+
+
+def test_train_checks_its_out_before_it_trains(index, tmp_path, capsys, monkeypatch) -> None:
+    """Item 5: an index's only copy is never train's output, --overwrite or not; a path
+    through a file, or the weights train starts from, are refused before training."""
+
+    def never(*args, **kwargs):
+        raise AssertionError("trained although --out is refused")
+
+    monkeypatch.setattr(training, "train", never)
+    copy = tmp_path / "TR"
+    shutil.copytree(index, copy)
+    (tmp_path / "afile.txt").write_text("my text")
+    start = tmp_path / "start.safetensors"
+    save_weights(build_model("digits_cnn", num_classes=10, in_channels=1), start)
+    before = listing(tmp_path)
+    train = ["train", "--dataset", "digits", "--model", "digits_cnn", "--quiet", "--out"]
+    for out, extra, message in (
+        (copy / "index.safetensors", ["--overwrite"], f"{copy} is a repinterp index"),
+        (copy / "w.safetensors", [], f"{copy} is a repinterp index"),
+        (tmp_path / "afile.txt" / "w.safetensors", [], "afile.txt is a file, not a folder"),
+        (start, ["--weights", str(start), "--overwrite"], f"{start} is an input"),
+    ):
+        code, _, err = run([*train, str(out), *extra], capsys)
+        assert_one_line_error(code, err, message)
+    assert listing(tmp_path) == before
+
+
+def test_unusable_output_paths_end_with_one_line(index, tmp_path, capsys, monkeypatch) -> None:
+    """Item 15: a link to nothing, a path through a file, a folder that cannot be written,
+    a folder or a link where the marker or the lock goes: one line, exit 2, no stray file."""
+    explain = ["explain", "reference:0", "--index", str(index), "--quiet", "--out"]
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    (tmp_path / "afile.txt").write_text("x")
+    marker_dir = tmp_path / "m"
+    (marker_dir / MARKER_FILE).mkdir(parents=True)
+    lock_dir = tmp_path / "l"
+    (lock_dir / LOCK_FILE).mkdir(parents=True)
+    linked = tmp_path / "s"
+    linked.mkdir()
+    (linked / LOCK_FILE).symlink_to(tmp_path / "afile.txt")
+    before = {p.relative_to(tmp_path) for p in tmp_path.rglob("*")}
+    for out, message in (
+        (tmp_path / "dangling", "dangling is a symbolic link to"),
+        (tmp_path / "afile.txt" / "sub", "afile.txt is a file, not a folder"),
+        (marker_dir, f"{MARKER_FILE} is not a plain file"),
+        (lock_dir, f"{LOCK_FILE} is not a plain file"),
+        (linked, f"{LOCK_FILE} is a symbolic link"),
+    ):
+        code, _, err = run([*explain, str(out)], capsys)
+        assert_one_line_error(code, err, message)
+    assert {p.relative_to(tmp_path) for p in tmp_path.rglob("*")} == before
+
+    def refused(self, *args, **kwargs):
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(self.lock_file))
+
+    monkeypatch.setattr(outputs.filelock.FileLock, "acquire", refused)
+    code, _, err = run([*explain, str(tmp_path / "ro" / "sub")], capsys)
+    assert_one_line_error(code, err, "cannot write to")
+    assert not (tmp_path / "ro").exists()
+
+
+def test_a_failing_command_removes_the_folders_it_made(index, tmp_path, capsys) -> None:
+    """Item 16: a failing explain --out n1/n2/n3 leaves no empty folders; a fit whose --out is
+    inside the image folder it reads is refused."""
+    missing = tmp_path / "nope.png"
+    out = tmp_path / "n1" / "n2" / "n3"
+    code, _, err = run(["explain", str(missing), "--index", str(index), "--out", str(out)], capsys)
+    assert code == 2 and "nope.png" in err
+    assert list(tmp_path.iterdir()) == []
+    imgs = image_folder(tmp_path / "imgs")
+    before = listing(imgs)
+    fit = ["fit", "--model", "shapes_cnn", "--reference", f"imagefolder:{imgs}", "--quiet"]
+    code, _, err = run([*fit, "--out", str(imgs / "idx")], capsys)
+    assert_one_line_error(code, err, f"{imgs / 'idx'} is inside {imgs}, which this command reads")
+    assert listing(imgs) == before and not (imgs / "idx").exists()

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from hashlib import sha256
 from pathlib import Path
 
 import pytest
@@ -18,11 +19,11 @@ import torch
 from safetensors.torch import load_file
 
 from repinterp.cli.parser import main
-from repinterp.store import outputs
+from repinterp.store import files
 from repinterp.store.index_folder import IndexLoadError, load_index, save_index
 from repinterp.store.outputs import LOCK_FILE, MARKER_FILE, OutputError, claim, folder_kind
 
-from ..commandline import FIT, assert_one_line_error, listing, run, user_folder
+from ..commandline import FIT, assert_one_line_error, edit_manifest, listing, run, user_folder
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -30,6 +31,8 @@ INDEX_FILES = {"manifest.json", "index.safetensors", "features.npy", MARKER_FILE
 
 
 def test_folder_kinds(tmp_path) -> None:
+    """Only the project's marker (or, for an index saved without one, its checksums) makes a
+    folder the project's: the names of its outputs are not enough (issue 22, item 3)."""
     assert folder_kind(tmp_path / "missing") is None
     assert folder_kind(tmp_path) is None
     (tmp_path / LOCK_FILE).touch()
@@ -39,26 +42,35 @@ def test_folder_kinds(tmp_path) -> None:
     with pytest.raises(OutputError, match=r"afile\.txt is a file, not a folder"):
         folder_kind(afile)
     assert folder_kind(tmp_path) == "foreign"
-    old_report = tmp_path / "report"  # what an earlier version wrote, without the marker
-    old_report.mkdir()
-    for name in ("index.html", "region-0-ref-3.png", "region-0-ref-3.json"):
-        (old_report / name).write_text(json.dumps({"representativeness": 3}))
-    assert folder_kind(old_report) == "report"
     explained = tmp_path / "explained"
     explained.mkdir()
     (explained / "x.png").write_bytes(b"png")
     (explained / "x.json").write_text(json.dumps({"representativeness": 3}))
+    assert folder_kind(explained) == "foreign"  # named and shaped like explanations
+    marker = explained / MARKER_FILE
+    marker.write_text(json.dumps({"kind": "explain", "files": ["x.json", "x.png"]}))
     assert folder_kind(explained) == "explain"
-    (explained / "x.json").write_text(json.dumps({"mine": 3}))  # a user's pair of files
+    marker.write_text(json.dumps({"kind": "explain"}))  # an earlier marker: no files listed
     assert folder_kind(explained) == "foreign"
-    old_demo = tmp_path / "repinterp-demo"
-    (old_demo / "index").mkdir(parents=True)
-    (old_demo / "index" / "manifest.json").write_text('{"format_version": 1, "sha256": {}}')
-    (old_demo / "index.html").write_text("<html>")
-    (old_demo / "unseen-3.json").write_text(json.dumps({"representativeness": 3}))
-    assert folder_kind(old_demo) == "demo"
-    (old_demo / "index" / "manifest.json").unlink()  # a user's folder named index
-    assert folder_kind(old_demo) == "foreign"
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / "results.json").write_text(json.dumps({"protocol": "mine"}))
+    (results / "fig1.png").write_bytes(b"png")
+    assert folder_kind(results) == "foreign"
+    index = tmp_path / "index"  # as repinterp 0.2 saved one, without a marker
+    index.mkdir()
+    (index / "index.safetensors").write_bytes(b"tensors")
+    (index / "manifest.json").write_text(
+        json.dumps(
+            {"format_version": 1, "sha256": {"index.safetensors": sha256(b"tensors").hexdigest()}}
+        )
+    )
+    assert folder_kind(index) == "index"  # its checksums hold
+    (index / "notes.txt").write_text("mine")
+    assert folder_kind(index) == "foreign"  # and a user's file beside it
+    (index / "notes.txt").unlink()
+    (index / "index.safetensors").write_bytes(b"another tool's")
+    assert folder_kind(index) == "foreign"  # a manifest whose checksums do not hold
     site = tmp_path / "site"
     site.mkdir()
     (site / "manifest.json").write_text('{"name": "my web app"}')  # not an index manifest
@@ -75,6 +87,7 @@ def test_claim_refuses_foreign_folders_and_indexes_and_writes_nothing_there(tmp_
     with claim(mine, "explain", overwrite=True):
         (mine / "x.json").write_text("{}")
     assert {k: v for k, v in listing(mine).items() if k in before} == before
+    assert not (mine / MARKER_FILE).exists() and folder_kind(mine) == "foreign"  # still a user's
 
     index = tmp_path / "index"
     (index).mkdir()
@@ -87,23 +100,36 @@ def test_claim_refuses_foreign_folders_and_indexes_and_writes_nothing_there(tmp_
                 with claim(index, kind, overwrite):
                     pass
     assert sorted(p.name for p in index.iterdir()) == ["manifest.json"]
-    with claim(index, "index"):
-        pass
+    with pytest.raises(OutputError, match="index holds files that repinterp did not write"):
+        with claim(index, "index"):  # its manifest vouches for no index file
+            pass
 
 
-def test_claim_removes_the_folder_it_made_if_the_command_fails(tmp_path) -> None:
-    out = tmp_path / "new"
+def test_a_failing_command_leaves_the_folder_as_it_found_it(tmp_path) -> None:
+    """Issue 22, items 4 and 16: a command that fails before it wrote anything leaves no
+    marker, and removes every folder it made (n1/n2/n3: all three); the marker lists what a
+    command wrote, and one of another kind that fails leaves it as it was."""
+    out = tmp_path / "n1" / "n2" / "n3"
     with pytest.raises(RuntimeError), claim(out, "report"):
-        assert json.loads((out / MARKER_FILE).read_text()) == {"kind": "report"}
+        assert json.loads((out / MARKER_FILE).read_text()) == {"kind": "report", "files": []}
         raise RuntimeError("the command failed")
-    assert not out.exists()
+    assert list(tmp_path.iterdir()) == []
     with claim(out, "report"):
         (out / "index.html").write_text("<html>")
+    assert json.loads((out / MARKER_FILE).read_text()) == {
+        "kind": "report",
+        "files": ["index.html"],
+    }
     with claim(out, "report"):  # its own kind: accepted again
         pass
     with pytest.raises(OutputError, match="holds a report: give a new or empty folder"):
         with claim(out, "explain"):
             pass
+    before = listing(out)
+    with pytest.raises(RuntimeError), claim(out, "explain", overwrite=True):
+        assert folder_kind(out) == "explain"
+        raise RuntimeError("the command failed")
+    assert listing(out) == before and folder_kind(out) == "report"
 
 
 def test_a_second_fit_fails_at_once(tmp_path, capsys) -> None:
@@ -223,7 +249,7 @@ def test_a_fit_failing_at_any_write_leaves_the_old_index_or_the_new(
 
             return call
 
-        monkeypatch.setattr(outputs, "_write", at_the_kth(outputs._write))
+        monkeypatch.setattr(files, "_write", at_the_kth(files._write))
         monkeypatch.setattr(os, "replace", at_the_kth(os.replace))
         try:
             main([*FIT, "--seed", "1", "--out", str(out)])
@@ -273,9 +299,7 @@ def test_damaged_manifests_do_not_load(old_and_new, tmp_path, capsys) -> None:
     for name, (edit, message) in cases.items():
         index = tmp_path / name.replace(" ", "-")
         shutil.copytree(old, index)
-        manifest = json.loads((index / "manifest.json").read_text())
-        edit(manifest)
-        (index / "manifest.json").write_text(json.dumps(manifest))
+        edit_manifest(index, edit)
         if name == "no checksums":  # and flipped bytes that no checksum stands for
             data = bytearray((index / "index.safetensors").read_bytes())
             data[-3] ^= 1

@@ -13,6 +13,7 @@ import hashlib
 import operator
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -109,7 +110,9 @@ def resolve_layer(model: nn.Module, target_layer: LayerSpec) -> str:
 
 
 class _LeafTracer(fx.Tracer):
-    """Traces through every module except the target layer and leaf modules."""
+    """Traces through every module except the target layer and leaf modules; a
+    ``SimpleNamespace`` (an output such as ``SimpleNamespace(logits=...)``) is recorded as its
+    construction from its fields, as torch.fx records a dataclass."""
 
     def __init__(self, leaf: str) -> None:
         super().__init__()
@@ -119,6 +122,19 @@ class _LeafTracer(fx.Tracer):
         return module_qualified_name == self.leaf or super().is_leaf_module(
             m, module_qualified_name
         )
+
+    def create_arg(self, a: Any) -> Any:
+        if isinstance(a, SimpleNamespace):
+            fields = {name: self.create_arg(value) for name, value in vars(a).items()}
+            return self.create_node("call_function", SimpleNamespace, (), fields)
+        try:
+            return super().create_arg(a)
+        except NotImplementedError:
+            raise TypeError(
+                f"its forward passes or returns an object of class {type(a).__name__}, which "
+                "torch.fx cannot record: return the logits as a tensor, or in a dict, a tuple, "
+                "a dataclass or a SimpleNamespace (with output= to select them)"
+            ) from None
 
 
 _IN_PLACE_OPERATORS = {
@@ -293,7 +309,8 @@ def split_model(
 
     Args:
         model: a classifier mapping N x C x H x W images to N x classes logits, or to a dict
-            with ``"logits"``, or to an object with a ``.logits`` field (Hugging Face style).
+            with ``"logits"``, or to a dataclass (Hugging Face style) or ``SimpleNamespace``
+            with a ``.logits`` field.
         target_layer: dotted module name (as in ``named_modules()``), the module itself, or a
             list of one module.
         allow_nonlinear_head: accept heads that are not piecewise linear.

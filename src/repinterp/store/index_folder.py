@@ -17,7 +17,7 @@ import re
 import reprlib
 import secrets
 from collections.abc import Iterator
-from contextlib import suppress
+from contextlib import ExitStack, suppress
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +32,7 @@ from ..core.reference_index import ReferenceIndex
 from ..data.image_files import MAX_SIDE
 from ..runtime.checksums import file_sha256
 from .files import replace_file, write_file
-from .outputs import claim, record, remove_listed
+from .outputs import OutputError, claim, record, remove_listed
 
 __all__ = [
     "FORMAT_VERSION",
@@ -71,7 +71,10 @@ class IndexLoadError(ValueError):
 
 
 def save_index(
-    index: ReferenceIndex, path: str | Path, extra_files: dict[str, Path] | None = None
+    index: ReferenceIndex,
+    path: str | Path,
+    extra_files: dict[str, Path] | None = None,
+    overwrite: bool = False,
 ) -> None:
     """Write the index folder so that a crash at any point leaves the old index or the new
     one at ``path``, never neither, and no stray files once a save has succeeded.
@@ -87,15 +90,23 @@ def save_index(
         extra_files: files copied into the folder under the given names, with checksums
             (default: ``index.files``); a file with a known checksum (``index.checksums``)
             that differs is refused.
+        overwrite: accept a folder of other files too, as the command line's ``--overwrite``
+            (the index's files are written there, nothing else is touched).
 
     Raises:
-        OutputError: ``path`` holds other files, or another process is writing to it.
+        OutputError: ``path`` holds other files (without ``overwrite``; the message names
+            this Python argument, ``overwrite=True``), or the shards of a fit, or another
+            process is writing to it.
         IndexLoadError: an extra file changed while it was being copied.
         ValueError: a manifest that loading would refuse (more than ``MAX_CLASSES``
             classes, an input larger than ``MAX_INPUT_VALUES``, ...); nothing is saved.
     """
     path = Path(path)
-    with claim(path, "index"):
+    with ExitStack() as claimed:
+        try:
+            claimed.enter_context(claim(path, "index", overwrite))
+        except OutputError as exc:  # claim's messages name the command line's option
+            raise OutputError(str(exc).replace("--overwrite", "overwrite=True")) from None
         _Save(path, index, index.files if extra_files is None else extra_files).run()
 
 

@@ -1,150 +1,198 @@
-"""Where the project writes: output folders, their lock, and crash-safe file writes.
+"""Where the project writes: output folders, their marker and their lock.
 
 The rule: a command writes only into a folder that does not exist, is empty, or is the
 project's own output of the same kind (an index, a partial fit, an explain / report / demo /
 evaluation folder); any other folder is refused with :class:`OutputError`, which names it,
 unless the caller says ``overwrite`` (and even then nothing but the files the command writes
-is touched). An index folder is never the output folder of another kind, ``overwrite`` or not.
-A folder is claimed under a lock (:func:`lock`): a second writer to the same folder fails at
-once. Files are written through :func:`write_file`, which returns the SHA-256 of the bytes as
-they were written.
+is touched). An index folder is never the output folder of another kind, ``overwrite`` or not,
+and no output folder holds one of the command's inputs or lies inside a folder of them
+(:func:`refuse_inputs`).
 
-This module imports nothing from repinterp.
+The project's own folders are known by their marker file alone, ``.repinterp-output.json``:
+it records their kind and the files the project wrote there (:func:`listed`), and only those
+are ever removed (:func:`remove_listed`); :func:`record` lists a file before it is written, so
+that what a killed command leaves is known too. A folder that the project did not make never
+gets a marker, ``overwrite`` or not; an index saved before markers existed (repinterp 0.2) is
+recognised by its manifest, whose checksums of its files must hold. A command that fails
+before it wrote a new file leaves the marker as it found it, and removes the folders it made.
+A folder is claimed under a lock (:func:`lock`): a second writer fails at once.
+
+Imports from repinterp only :mod:`repinterp.store.files` and the runtime's checksums.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import re
+import threading
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import filelock
 
+from ..runtime.checksums import file_sha256
+from .files import replace_file, temporary_of
+
 __all__ = [
+    "KINDS",
     "LOCK_FILE",
     "MARKER_FILE",
     "OutputError",
+    "check_file",
     "claim",
     "discard",
     "folder_kind",
+    "listed",
     "lock",
-    "sync_dir",
-    "write_file",
+    "record",
+    "refuse_inputs",
+    "remove_listed",
 ]
 
 MARKER_FILE = ".repinterp-output.json"
 LOCK_FILE = ".repinterp.lock"
+KINDS = ("index", "partial", "explain", "report", "demo", "evaluation")
+_MANIFEST = "manifest.json"  # an index's (see repinterp.store.index_folder)
+_PARTIAL = ".partial"  # the partial folder of a fit, inside its index folder
+_HELD = threading.local()
 
 
 def _bookkeeping(name: str) -> bool:
     """This module's own files: the marker (and its temporary files) and the lock."""
-    return name in (MARKER_FILE, LOCK_FILE) or name.startswith(f"{MARKER_FILE}.tmp-")
-
-
-KINDS = ("index", "partial", "explain", "report", "demo", "evaluation")
+    return name in (MARKER_FILE, LOCK_FILE) or temporary_of(name) == MARKER_FILE
 
 
 class OutputError(ValueError):
     """An output folder that a command must not write into (or that another one is using)."""
 
 
-def _write(f: IO[bytes], data: bytes | memoryview) -> None:
-    """Every byte the project writes goes through here (the crash tests fail it at will)."""
-    f.write(data)
-
-
-def write_file(
-    path: str | Path,
-    chunks: Iterable[bytes | memoryview],
-    mode: str = "xb",
-    offset: int | None = None,
-) -> str:
-    """Write ``chunks`` to ``path`` and flush them to the disk.
-
-    Args:
-        path: the file; with the default mode ``"xb"`` it must not exist yet.
-        chunks: the bytes, in order.
-        mode: ``"xb"`` (a new file), ``"wb"``, ``"ab"`` or ``"r+b"`` (with ``offset``).
-        offset: where in the file to write (for mode ``"r+b"``).
-
-    Returns:
-        The SHA-256 of the bytes written, computed from them as they were written (never re-read
-        from the disk, where another process could have changed them).
-    """
-    digest = hashlib.sha256()
-    with open(path, mode) as f:
-        if offset is not None:
-            f.seek(offset)
-        for chunk in chunks:
-            _write(f, chunk)
-            digest.update(chunk)
-        f.flush()
-        os.fsync(f.fileno())
-    return digest.hexdigest()
-
-
-def sync_dir(path: str | Path) -> None:
-    """Flush a folder's entries (new and renamed files) to the disk, where the system allows."""
-    if not hasattr(os, "O_DIRECTORY"):
-        return
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass  # some file systems cannot sync a folder; the data files are synced
-    finally:
-        os.close(fd)
-
-
 def _read_json(path: Path) -> Any:
     try:
         return json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
         return None
 
 
-def _is_index(folder: Path) -> bool:
-    manifest = _read_json(folder / "manifest.json")
+def _read_bytes(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        return None
+
+
+def _entries(folder: Path) -> set[str]:
+    """The names in ``folder`` but this module's bookkeeping."""
+    return {p.name for p in folder.iterdir() if not _bookkeeping(p.name)}
+
+
+def _marker(folder: Path) -> dict[str, Any] | None:
+    """The folder's marker, ``{"kind": KIND, "files": [NAME, ...]}``, or None (no marker, or
+    not one of this version: earlier ones did not list their files)."""
+    return _as_marker(_read_json(folder / MARKER_FILE))
+
+
+def _as_marker(marker: Any) -> dict[str, Any] | None:
+    if not (isinstance(marker, dict) and marker.get("kind") in KINDS):
+        return None
+    files = marker.get("files")
+    if not (isinstance(files, list) and all(isinstance(name, str) for name in files)):
+        return None
+    return marker
+
+
+def _marker_bytes(kind: str, files: Iterable[str]) -> bytes:
+    return json.dumps({"kind": kind, "files": sorted(files)}).encode()
+
+
+def listed(folder: str | Path) -> set[str]:
+    """The names of the files that the project wrote in ``folder``, as its marker lists them
+    (none for a folder without a marker)."""
+    marker = _marker(Path(folder))
+    return set(marker["files"]) if marker else set()
+
+
+def record(folder: str | Path, names: Iterable[str]) -> None:
+    """List ``names`` in the marker of ``folder`` before they are written there, so that they
+    are known as the project's even if the command is killed; a folder without a marker (a
+    user's, written into with ``overwrite``) gets none. Call it while holding the folder's
+    claim."""
+    folder, names = Path(folder), set(names)
+    marker = _marker(folder)
+    if marker is not None and not names <= set(marker["files"]):
+        data = _marker_bytes(marker["kind"], {*marker["files"], *names})
+        replace_file(folder / MARKER_FILE, data)
+
+
+def remove_listed(folder: str | Path, keep: Iterable[str]) -> None:
+    """Remove from ``folder`` the files that its marker lists but ``keep`` does not name, and
+    the temporary files of the files it lists (see :func:`repinterp.store.files.replace_file`):
+    what the project wrote there and no longer uses. Nothing else is ever removed."""
+    folder, keep = Path(folder), set(keep)
+    ours = listed(folder)
+    for entry in folder.iterdir():
+        of = temporary_of(entry.name)
+        unused = of in ours if of is not None else entry.name in ours - keep
+        if unused and entry.is_file() and not entry.is_symlink():
+            with suppress(OSError):
+                entry.unlink()
+
+
+def _holds_index(folder: Path) -> bool:
+    """Whether ``folder`` looks like an index (a manifest with a format and checksums), which
+    no other kind of output may write into, checksums verified or not."""
+    manifest = _read_json(folder / _MANIFEST)
     return isinstance(manifest, dict) and "format_version" in manifest and "sha256" in manifest
 
 
-def _summaries(folder: Path, names: list[str]) -> bool:
-    """Whether ``folder`` holds explanation summaries, and every JSON file in it is one."""
-    jsons = [_read_json(folder / n) for n in names if n.endswith(".json")]
-    return bool(jsons) and all(isinstance(j, dict) and "representativeness" in j for j in jsons)
+def _unmarked_index(folder: Path, names: set[str]) -> bool:
+    """Whether ``folder`` is an index saved without a marker (by repinterp 0.2) and nothing
+    else: its manifest gives the SHA-256 of ``index.safetensors`` and of every other file it
+    lists, each holds, and the folder holds nothing but those files, the manifest and the
+    partial folder of a fit."""
+    manifest = _read_json(folder / _MANIFEST)
+    checksums = manifest.get("sha256") if isinstance(manifest, dict) else None
+    moved = manifest.get("files", {}) if isinstance(manifest, dict) else None
+    if not (isinstance(checksums, dict) and "index.safetensors" in checksums):
+        return False
+    if not isinstance(moved, dict):
+        return False
+    own = {_MANIFEST, _PARTIAL}
+    for name, digest in checksums.items():
+        other = moved.get(name)  # the name a file has while a save settles
+        file = other if isinstance(other, str) and (folder / other).is_file() else name
+        if not (isinstance(file, str) and Path(file).name == file and (folder / file).is_file()):
+            return False
+        if file_sha256(folder / file) != digest:
+            return False
+        own.add(file)
+    return names <= own
 
 
-# What earlier versions wrote (before the marker existed): every entry matches the pattern,
-# and the folder passes the check.
-_LEGACY = {
-    "index": (r"\.partial", lambda f, n: True),  # a fit killed before it saved
-    "demo": (
-        r"index\.html|index|unseen-\d+\.(png|json)",
-        lambda f, n: _is_index(f / "index") and _summaries(f, n),
-    ),
-    "report": (r"index\.html|region-\d+-ref-\d+\.(png|json)", _summaries),
-    "explain": (r".+\.(png|json)", _summaries),
-    "evaluation": (
-        r"results\.(json|md)|[\w.-]+\.png",
-        lambda f, n: "protocol" in (_read_json(f / "results.json") or {}),
-    ),
-    "partial": (
-        r"partial\.json|shards\.jsonl|boundaries\.safetensors|features\.npy|shard-.*",
-        lambda f, n: isinstance(_read_json(f / "partial.json"), dict),
-    ),
-}
+def _check_path(folder: Path) -> None:
+    """Refuse a folder that cannot be made: a link to nothing, or a path through a file."""
+    for path in (folder, *folder.parents):
+        if path.is_symlink() and not path.exists():
+            raise OutputError(
+                f"{path} is a symbolic link to {os.readlink(path)}, which does not exist: give "
+                "a folder that exists, or a new path"
+            )
+        if path.exists():
+            if path != folder and not path.is_dir():
+                raise OutputError(f"{folder} cannot be made: {path} is a file, not a folder")
+            return
 
 
-def _legacy_kind(folder: Path, names: list[str]) -> str | None:
-    for kind, (pattern, check) in _LEGACY.items():
-        if all(re.fullmatch(pattern, n) for n in names) and check(folder, names):
-            return kind
-    return None
+def _check_bookkeeping(folder: Path) -> None:
+    """Refuse a folder whose marker or lock is not a plain file (a folder, a link)."""
+    for name, what in ((MARKER_FILE, "marker"), (LOCK_FILE, "lock")):
+        path = folder / name
+        if path.is_symlink() or (path.exists() and not path.is_file()):
+            found = "a symbolic link" if path.is_symlink() else "not a plain file"
+            raise OutputError(
+                f"{path} is {found}, where repinterp keeps its {what} file: remove or rename it"
+            )
 
 
 def folder_kind(path: str | Path) -> str | None:
@@ -152,26 +200,78 @@ def folder_kind(path: str | Path) -> str | None:
 
     Returns:
         None for a folder that does not exist or holds nothing but this module's bookkeeping;
-        ``"index"`` for a repinterp index; the kind in its marker file (or the kind whose files
-        alone it holds, for output of earlier versions); ``"foreign"`` for anything else.
+        the kind its marker records; ``"index"`` for an index saved without a marker whose
+        checksums hold and that holds nothing else; ``"foreign"`` for anything else.
 
     Raises:
-        OutputError: ``path`` exists and is not a folder.
+        OutputError: ``path`` exists and is not a folder, cannot be made (a link to nothing, a
+            path through a file), or holds a marker or lock that is not a plain file.
     """
     folder = Path(path)
+    _check_path(folder)
     if not folder.exists():
         return None
     if not folder.is_dir():
         raise OutputError(f"{folder} is a file, not a folder: give a folder to write into")
-    if _is_index(folder):
-        return "index"
-    names = sorted(p.name for p in folder.iterdir() if not _bookkeeping(p.name))
-    marker = _read_json(folder / MARKER_FILE)
-    if isinstance(marker, dict) and marker.get("kind") in KINDS:
+    _check_bookkeeping(folder)
+    marker = _marker(folder)
+    if marker is not None:
         return str(marker["kind"])
+    names = _entries(folder)
     if not names:
         return None
-    return _legacy_kind(folder, names) or "foreign"
+    return "index" if _unmarked_index(folder, names) else "foreign"
+
+
+def refuse_inputs(folder: str | Path, inputs: Iterable[str | Path]) -> None:
+    """Refuse ``folder`` as the output of a command that reads ``inputs`` (files, and folders
+    of files) if it holds one of them or lies inside one: a command never writes over, or
+    into, what it reads, ``overwrite`` or not.
+
+    Raises:
+        OutputError: naming the input.
+    """
+    out = Path(folder).resolve()
+    for given in inputs:
+        source = Path(given).resolve()
+        if out in source.parents:
+            raise OutputError(
+                f"{folder} holds {given}, an input of this command: give another folder (a "
+                "command never writes over its inputs, even with --overwrite)"
+            )
+        if source == out:
+            raise OutputError(
+                f"{folder} is an input of this command: give another path (a command never "
+                "writes over its inputs, even with --overwrite)"
+            )
+        if source in out.parents:
+            raise OutputError(
+                f"{folder} is inside {given}, which this command reads: give a path outside it"
+            )
+
+
+def check_file(path: str | Path, inputs: Iterable[str | Path] = ()) -> None:
+    """Refuse ``path`` as a file that a command is to write (``train --out``), before the
+    command does its work; whether it may replace an existing file is the caller's to say.
+
+    Raises:
+        OutputError: ``path`` is one of ``inputs`` or inside a folder of them; its folder is
+            an index or the partial folder of a fit (never another command's output), cannot
+            be made (a link to nothing, a path through a file) or cannot be written.
+    """
+    path = Path(path)
+    refuse_inputs(path, inputs)
+    folder = path.parent
+    found = folder_kind(folder)
+    if found in ("index", "partial") or (folder.is_dir() and _holds_index(folder)):
+        raise OutputError(
+            f"{folder} is a repinterp {'index' if found != 'partial' else 'partial folder'}: "
+            f"give {path.name} another folder (an index is never the output of another "
+            "command, even with --overwrite)"
+        )
+    existing = next(p for p in (folder, *folder.parents) if p.exists())
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise OutputError(f"cannot write to {folder}: permission denied")
 
 
 @contextmanager
@@ -183,18 +283,22 @@ def lock(folder: str | Path) -> Iterator[None]:
     can save an index into the same folder.
 
     Raises:
-        OutputError: another process (or thread) holds it; raised at once, without waiting.
+        OutputError: another process (or thread) holds it (raised at once, without waiting),
+            or the folder or its lock file cannot be made.
     """
     folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    held = filelock.FileLock(folder.resolve() / LOCK_FILE, timeout=0, is_singleton=True)
     try:
+        folder.mkdir(parents=True, exist_ok=True)
+        _check_bookkeeping(folder)
+        held = filelock.FileLock(folder.resolve() / LOCK_FILE, timeout=0, is_singleton=True)
         held.acquire()
     except filelock.Timeout:
         raise OutputError(
             f"another repinterp command is writing to {folder}: wait for it to finish "
             "(or choose another folder)"
         ) from None
+    except OSError as exc:
+        raise OutputError(f"cannot write to {folder}: {exc.strerror or exc}") from None
     try:
         yield
     finally:
@@ -226,52 +330,139 @@ def _refusal(folder: Path, kind: str, found: str) -> str:
     )
 
 
+def _check(folder: Path, kind: str, overwrite: bool) -> str | None:
+    """What ``folder`` holds (see :func:`folder_kind`), if a command of ``kind`` may write
+    there; raises :class:`OutputError` otherwise."""
+    found = folder_kind(folder)
+    if kind != "index" and found not in (None, "index") and _holds_index(folder):
+        found = "index"  # what looks like an index is one, to every other kind
+    if found is None or found == kind:
+        return found
+    if found == "index" or "partial" in (kind, found) or not overwrite:
+        raise OutputError(_refusal(folder, kind, found))
+    return found
+
+
+def _first_missing(folder: Path) -> Path | None:
+    """The outermost folder of the path to ``folder`` that does not exist yet, or None."""
+    missing = None
+    for path in (folder, *folder.parents):
+        if path.exists():
+            break
+        missing = path
+    return missing
+
+
 @contextmanager
-def claim(folder: str | Path, kind: str, overwrite: bool = False) -> Iterator[Path]:
+def claim(
+    folder: str | Path, kind: str, overwrite: bool = False, inputs: Iterable[str | Path] = ()
+) -> Iterator[Path]:
     """Make ``folder`` the output of a command of ``kind``, and hold its lock for the block.
 
     The folder is accepted if it does not exist, is empty or is already of ``kind``; one of
     another kind, or with other files in it, only with ``overwrite``; an index only by
-    ``kind="index"``. The marker file then records ``kind``. If the block fails and the
-    folder was made here and holds nothing else, it is removed again.
+    ``kind="index"``; never one that holds an input or lies inside a folder of inputs. Its
+    marker then records ``kind`` and, once the block ends, the files the block wrote (a folder
+    of other files gets no marker). If the block wrote nothing (it failed, say), the marker is
+    left as it was, and the folders made here are removed. A claim inside a claim of the same
+    folder and kind by this thread (``fit`` saving its index) is the outer one's.
 
     Args:
         folder: the output folder.
         kind: one of ``index``, ``partial``, ``explain``, ``report``, ``demo``, ``evaluation``.
         overwrite: accept a folder of another kind or with other files (not an index).
+        inputs: the files and folders the command reads (see :func:`refuse_inputs`).
 
     Yields:
         ``folder`` as a Path.
 
     Raises:
-        OutputError: the folder is refused, is a file, or another command holds its lock.
+        OutputError: the folder is refused, cannot be made or written, or another command
+            holds its lock.
     """
     if kind not in KINDS:
         raise ValueError(f"unknown output kind {kind!r}; one of {', '.join(KINDS)}")
     folder = Path(folder)
-
-    def check() -> None:
-        found = folder_kind(folder)
-        if found is None or found == kind:
-            return
-        if found == "index" or "partial" in (kind, found) or not overwrite:
-            raise OutputError(_refusal(folder, kind, found))
-
-    check()
-    created = not folder.exists()
+    key, held = folder.resolve(), _held()
+    outer = held.get(key)
+    if outer == kind:
+        yield folder
+        return
+    refuse_inputs(folder, inputs)
+    _check(folder, kind, overwrite)
+    made = _first_missing(folder)
     try:
         with lock(folder):
-            check()  # again under the lock: another command may have written meanwhile
-            for stale in folder.glob(f"{MARKER_FILE}.tmp-*"):  # left by a killed command
-                stale.unlink(missing_ok=True)
-            if _read_json(folder / MARKER_FILE) != {"kind": kind}:
-                marker = folder / f"{MARKER_FILE}.tmp-{os.getpid()}"
-                write_file(marker, [json.dumps({"kind": kind}).encode()], mode="wb")
-                os.replace(marker, folder / MARKER_FILE)
-            yield folder
+            found = _check(folder, kind, overwrite)  # again: another command may have written
+            marked = found != "foreign"  # a user's folder is never made the project's
+            before, earlier = _entries(folder), _marker(folder)
+            previous = _read_bytes(folder / MARKER_FILE)
+            if marked:
+                for stale in folder.glob(f".{MARKER_FILE}.tmp-*"):  # left by a killed command
+                    stale.unlink(missing_ok=True)
+                files = listed(folder) if earlier or found is None else before  # 0.2's index
+                if previous != (data := _marker_bytes(kind, files)):
+                    replace_file(folder / MARKER_FILE, data)
+            held[key], failed = kind, True
+            try:
+                yield folder
+                failed = False
+            finally:
+                if outer is None:
+                    del held[key]
+                else:
+                    held[key] = outer
+                if marked:
+                    _settle(folder, kind, before, (earlier, previous) if failed else None)
     finally:
-        if created and folder.is_dir() and all(_bookkeeping(p.name) for p in folder.iterdir()):
-            discard(folder)
+        if made is not None:
+            _remove_made(folder, made)
+
+
+def _held() -> dict[Path, str]:
+    """The folders this thread holds claims on, with their kinds."""
+    if not hasattr(_HELD, "claims"):
+        _HELD.claims = {}
+    return _HELD.claims
+
+
+def _settle(
+    folder: Path,
+    kind: str,
+    before: set[str],
+    failed: tuple[dict[str, Any] | None, bytes | None] | None,
+) -> None:
+    """Leave the marker of ``folder`` listing what the project wrote there once a command of
+    ``kind`` ends. One that ``failed`` having written no new file leaves it as it was before:
+    ``failed`` is then that marker and its bytes (None, None: there was none)."""
+    now = _entries(folder)
+    new = now - before
+    path = folder / MARKER_FILE
+    if failed is not None and not new:
+        earlier, previous = failed
+        if earlier is None:  # no marker of this version before: none is left
+            if previous is None:
+                path.unlink(missing_ok=True)
+            elif _read_bytes(path) != previous:
+                replace_file(path, previous)
+            return
+        kind = str(earlier["kind"])
+    data = _marker_bytes(kind, (listed(folder) | new) & now)
+    if _read_bytes(path) != data:
+        replace_file(path, data)
+
+
+def _remove_made(folder: Path, made: Path) -> None:
+    """Remove ``folder`` and its parents up to ``made``, the folders a claim made, if they
+    hold nothing but bookkeeping."""
+    if not folder.is_dir() or _entries(folder):
+        return
+    discard(folder)
+    path = folder
+    while path != made:
+        path = path.parent
+        with suppress(OSError):
+            path.rmdir()  # only if empty
 
 
 def discard(folder: str | Path) -> None:

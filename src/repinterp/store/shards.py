@@ -13,6 +13,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -27,7 +28,7 @@ from torch import Tensor
 from ..core.boundaries import Boundaries
 from ..core.reference_index import FEATURE_FILE
 from ..runtime.checksums import file_sha256
-from .outputs import write_file
+from .files import replace_file, temporary_of, write_file
 
 __all__ = ["DEFAULT_SHARD_SIZE", "Shards"]
 
@@ -78,20 +79,15 @@ class Shards:
 
 
 def _clear_partial(directory: Path) -> None:
+    """Remove the partial files of ``directory`` (with the temporary files of their
+    replacements); nothing else."""
     if not directory.is_dir():
         return
-    names = [_PARTIAL_MANIFEST, _SHARD_LOG, _BOUNDARY_FILE, FEATURE_FILE]
-    paths = [directory / name for name in names] + list(directory.glob("shard-*.safetensors*"))
-    for path in paths:
-        path.unlink(missing_ok=True)
-
-
-def _write_atomic(path: Path, data: bytes) -> str:
-    """Write ``data`` to ``path`` through a temporary file; returns their SHA-256."""
-    tmp = path.with_name(path.name + ".tmp")
-    digest = write_file(tmp, [data], mode="wb")
-    os.replace(tmp, path)
-    return digest
+    names = {_PARTIAL_MANIFEST, _SHARD_LOG, _BOUNDARY_FILE, FEATURE_FILE}
+    for path in directory.iterdir():
+        name = temporary_of(path.name) or path.name
+        if name in names or re.fullmatch(r"shard-\d+\.safetensors", name):
+            path.unlink(missing_ok=True)
 
 
 @dataclass(frozen=True)
@@ -276,9 +272,7 @@ class PartialBuild:
 
     def _write_manifest(self) -> None:
         manifest = {"config": self.config, "boundaries_sha256": self.boundary_sha}
-        _write_atomic(
-            self.dir / _PARTIAL_MANIFEST, (json.dumps(manifest, indent=2) + "\n").encode()
-        )
+        replace_file(self.dir / _PARTIAL_MANIFEST, (json.dumps(manifest, indent=2) + "\n").encode())
 
     def boundaries(self) -> Boundaries | None:
         """The stored ``Q`` if its checksum holds; if it is damaged, the build starts over."""
@@ -296,7 +290,7 @@ class PartialBuild:
         data = save_bytes(
             {"weight": q.weight, "bias": q.bias, "top_classes": q.top_classes},
         )
-        self.boundary_sha = _write_atomic(self.dir / _BOUNDARY_FILE, data)
+        self.boundary_sha = replace_file(self.dir / _BOUNDARY_FILE, data)
         self._write_manifest()
 
     def complete(
@@ -334,6 +328,6 @@ class PartialBuild:
 
     def save_shard(self, k: int, tensors: dict[str, Tensor], features_sha: str | None) -> None:
         """Write shard ``k`` and record its checksums (the shard file first, then the record)."""
-        digest = _write_atomic(self.dir / _shard_name(k), save_bytes(tensors))
+        digest = replace_file(self.dir / _shard_name(k), save_bytes(tensors))
         record = {"shard": k, "sha256": digest, "features": features_sha}
         write_file(self.dir / _SHARD_LOG, [(json.dumps(record) + "\n").encode()], mode="ab")

@@ -35,6 +35,7 @@ from starlette.applications import Starlette
 from repinterp.cli.parser import build_parser
 from repinterp.core.config import FitConfig
 from repinterp.core.heatmap import colorize, normalize_maps, overlay
+from repinterp.core.interpretation import METRIC_MEANINGS
 from repinterp.core.regions import RegionSet
 from repinterp.evaluation.baselines import ReusableCAM
 from repinterp.evaluation.metrics import keep_top_pixels
@@ -169,6 +170,8 @@ def test_info(client, viewer):
     assert info["input_shape"] == [1, 28, 28]
     assert info["n_regions"] == N_REGIONS
     assert info["max_upload_bytes"] == MAX_UPLOAD_BYTES
+    assert info["metric"] == "semantic"
+    assert info["metric_meaning"] == METRIC_MEANINGS["semantic"]
 
 
 def test_other_host_headers_are_refused(client):
@@ -199,6 +202,9 @@ def test_reference_explanation_matches_the_engine(client, viewer):
     assert [item["reference"] for item in items] == ranked[1:13]
     distances = [item["distance"] for item in items]
     assert distances == sorted(distances)
+    assert data["metric"] == "semantic", "the distance shown is the one its metric names"
+    semantic = dict(zip(e.covered.tolist(), e.distances("semantic").tolist(), strict=True))
+    assert distances == pytest.approx([semantic[item["reference"]] for item in items])
     assert [item["rank"] for item in items] == list(range(1, 13))
     logits = viewer.index.logits[items[1]["reference"]]
     assert items[1]["score"] == pytest.approx(float(logits.softmax(0)[e.predicted_class]))
@@ -399,13 +405,22 @@ def test_broken_uploads_are_400_and_the_server_keeps_serving(client, monkeypatch
 
 def test_uploads_are_kept_in_a_bounded_store(client, viewer, monkeypatch):
     monkeypatch.setattr(viewer, "max_uploads", 2)
-    keys = [
+    digit = png_bytes(viewer.workspace.data.unseen.pixels(1)[0])
+    first = client.post("/api/upload", content=digit).json()
+    key = first["key"]
+    drawn = [first["image"], first["heatmap"], first["similar"]["items"][0]["heatmap"]]
+    drawn += [f"/api/image/{key}.png?heat={key}&method=gradcam"]
+    assert all(client.get(url).status_code == 200 for url in drawn), "now in the image cache"
+    keys = [key] + [
         client.post("/api/upload", content=png_bytes(np.full((28, 28), v))).json()["key"]
-        for v in (0.0, 0.5, 1.0)
+        for v in (0.5, 1.0)
     ]
     assert len(set(keys)) == 3
     assert client.get(f"/api/explain/{keys[0]}").status_code == 404
     assert client.get(f"/api/explain/{keys[2]}").status_code == 200
+    for url in drawn:  # forgotten: not served from the cache either
+        response = client.get(url)
+        assert response.status_code == 404 and "forgotten" in response.json()["error"], url
 
 
 # ----------------------------------------------------------------------------- regions
@@ -455,7 +470,7 @@ def test_regions_with_the_same_polytope_are_one_card(viewer):
     inputs = torch.tensor([5, 7, 5, 11, 7])
     features = ri.reference_features
     regions = RegionSet(ri, inputs, ri.explain_reference(inputs), features[inputs].clone())
-    polytopes = distinct_polytopes(regions, features)
+    polytopes = distinct_polytopes(regions)
     assert sorted(p.regions for p in polytopes) == [[0, 2], [1, 4], [3]]
     assert {tuple(p.inputs) for p in polytopes} == {(5, 5), (7, 7), (11,)}
     assert sum(p.interpreted for p in polytopes) == len(features)

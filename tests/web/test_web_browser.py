@@ -22,6 +22,8 @@ from typing import Any
 
 import pytest
 
+from repinterp.core.interpretation import METRIC_MEANINGS
+
 from .test_web import N_REGIONS, as_uploaded, png_bytes, running, small_app
 
 pytestmark = [pytest.mark.usefixtures("one_thread"), pytest.mark.slow]  # headless Chromium
@@ -306,8 +308,10 @@ def test_every_number_has_a_label_and_no_image_is_blank(session):
     assert page.evaluate(UNLABELLED_NUMBERS) == []
     page.keyboard.press("Escape")
     glossary = page.inner_text("#glossary")
-    for name in ("score", "masked", "Dist", "τ(x)", "|P(x)|", "representativeness |R|"):
+    for name in ("score", "masked", "Dist (semantic)", "τ(x)", "|P(x)|", "representativeness |R|"):
         assert f"{name}\n" in glossary, name
+    assert METRIC_MEANINGS["semantic"] in glossary, "the distance shown, named by its metric"
+    assert "most similar first by Dist (semantic)" in page.inner_text("#similar-hint")
 
 
 def test_placeholders_have_the_final_size_while_images_load(browser, server, tmp_path):

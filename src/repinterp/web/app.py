@@ -1,12 +1,17 @@
 """The viewer over HTTP: a Starlette app serving a JSON API, PNG images and one static page.
 
 The static files are read into memory when the app is made; no request names a file. Every
-request's ``Host`` must be on an allow-list (DNS rebinding), and a request that changes state
-(an upload) must come from the viewer's own page, not from another site's (CSRF).
+request's ``Host`` must be on an allow-list (DNS rebinding), a request that changes state (an
+upload) must come from the viewer's own page, not from another site's (CSRF), and a browser
+must not send an API request from another site's page (a foreign ``<img>`` must not make the
+viewer compute). Costly requests (comparisons, CAM heat maps, exports) wait their turn in a
+bounded :class:`~repinterp.web.limits.ComputeQueue`; the page and the cheap routes need no
+thread, so a queue of them never delays the page.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
@@ -24,8 +29,11 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..workspace import Workspace, open_index
-from .images import MAX_UPLOAD_BYTES, BadRequest, NotFound
-from .viewer import DEFAULT_REGIONS, Viewer
+from .compare import CAMS
+from .image_codec import MAX_UPLOAD_BYTES
+from .limits import Busy, ComputeQueue
+from .parameters import BadRequest, NotFound
+from .viewer import DEFAULT_REGIONS, Changed, Viewer
 
 __all__ = ["LOCAL_HOSTS", "create_app", "host_name"]
 
@@ -83,9 +91,12 @@ class SecurityHeaders:
 class OriginCheck:
     """Refuses (400) a request whose ``Host`` is not allowed, and (403) a state-changing request
     (any method but GET, HEAD, OPTIONS) sent by a page of another origin: its ``Origin`` is not
-    the viewer's own, or the browser says ``Sec-Fetch-Site: cross-site`` or ``same-site``.
+    the viewer's own, or the browser says ``Sec-Fetch-Site: cross-site`` or ``same-site``. An
+    API request (``/api/...``, any method) is refused (403) on the latter too: another site's
+    ``<img>`` or ``fetch`` must not make the viewer compute.
 
-    Clients that are not browsers (curl, httpx) send neither header and are served.
+    Clients that are not browsers (curl, httpx) send neither header and are served; a link to
+    the page from another site still opens it.
 
     Args:
         app: the app behind.
@@ -102,14 +113,14 @@ class OriginCheck:
         host = headers.get("host", "")
         if "*" not in self.allowed and host_name(host) not in self.allowed:
             return 400, f"Invalid host header: {host!r} is not one of this viewer's names"
-        if scope["method"] in SAFE_METHODS:
-            return None
+        changes = scope["method"] not in SAFE_METHODS
         own = f"{scope.get('scheme', 'http')}://{host}".lower()
         origin = headers.get("origin")
-        if origin is not None and origin.lower() != own:
+        if changes and origin is not None and origin.lower() != own:
             return 403, f"cross-origin request refused: Origin {origin} is not this viewer ({own})"
         site = headers.get("sec-fetch-site")
-        if site is not None and site not in ("same-origin", "none"):
+        foreign = site is not None and site not in ("same-origin", "none")
+        if foreign and (changes or scope["path"].startswith("/api/")):
             return 403, f"cross-origin request refused: Sec-Fetch-Site is {site}"
         return None
 
@@ -177,11 +188,13 @@ def create_app(
             rebinding), with or without a port; ``("*",)`` accepts any.
         weights: the model's weights file when opening a moved index folder.
 
-    ``app.state.viewer`` is the :class:`~repinterp.web.viewer.Viewer` behind the routes.
+    ``app.state.viewer`` is the :class:`~repinterp.web.viewer.Viewer` behind the routes,
+    ``app.state.compute`` the :class:`~repinterp.web.limits.ComputeQueue` of costly requests.
     """
     if not isinstance(source, Workspace):
         source = open_index(source, device=device, progress=False, weights=weights)
     viewer = Viewer(source, n_regions=n_regions, seed=seed)
+    compute = ComputeQueue()
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -195,16 +208,18 @@ def create_app(
     static = resources.files(__package__) / "static"
     pages = {name: (static / name).read_bytes() for name in STATIC}
 
-    def page(name: str) -> Callable[[Request], Response]:
-        def endpoint(request: Request) -> Response:
+    # The page and the cheap routes are async: they need no worker thread, so they are served
+    # however many requests wait for one.
+    def page(name: str) -> Callable[[Request], Awaitable[Response]]:
+        async def endpoint(request: Request) -> Response:
             return Response(pages[name], media_type=STATIC[name])
 
         return endpoint
 
-    def info(request: Request) -> JSONResponse:
+    async def info(request: Request) -> JSONResponse:
         return JSONResponse(viewer.info())
 
-    def regions(request: Request) -> JSONResponse:
+    async def regions(request: Request) -> JSONResponse:
         return JSONResponse(viewer.regions())
 
     def explain(request: Request) -> JSONResponse:
@@ -217,26 +232,31 @@ def create_app(
         data = await _read_upload(request)
         return JSONResponse(await run_in_threadpool(viewer.upload, data))
 
-    def image(request: Request) -> Response:
+    async def image(request: Request) -> Response:
         key, query = request.path_params["key"], request.query_params
-        heat = query.get("heat")
-        data = viewer.png(key, heat, query.get("method"), query.get("cmap"))
+        heat, method = query.get("heat"), query.get("method")
+        draw = functools.partial(viewer.png, key, heat, method, query.get("cmap"))
+        if heat and method in CAMS:  # a CAM's weights on ``heat`` may have to be computed
+            data = await compute.run(request.receive, draw)
+        else:
+            data = await run_in_threadpool(draw)
         shared = all(name.startswith("r") for name in (key, heat) if name)
         cache = IMMUTABLE if shared else PRIVATE
         return Response(data, media_type="image/png", headers={"Cache-Control": cache})
 
-    def compare(request: Request) -> JSONResponse:
+    async def compare(request: Request) -> JSONResponse:
         query = request.query_params
-        return JSONResponse(
-            viewer.compare(request.path_params["key"], query.get("method"), query.get("k"))
+        work = functools.partial(
+            viewer.compare, request.path_params["key"], query.get("method"), query.get("k")
         )
+        return JSONResponse(await compute.run(request.receive, work))
 
-    def export(kind: str, media_type: str) -> Callable[[Request], Response]:
-        def endpoint(request: Request) -> Response:
+    def export(kind: str, media_type: str) -> Callable[[Request], Awaitable[Response]]:
+        async def endpoint(request: Request) -> Response:
             key = request.path_params["key"]
             name = f"repinterp-{key}.{kind}"
             return Response(
-                viewer.export(key, kind),
+                await compute.run(request.receive, functools.partial(viewer.export, key, kind)),
                 media_type=media_type,
                 headers={"Content-Disposition": f'attachment; filename="{name}"'},
             )
@@ -266,8 +286,11 @@ def create_app(
             HTTPException: _http_error,
             NotFound: _error(404),
             BadRequest: _error(400),
+            Changed: _error(409),
+            Busy: _error(503),
             ClientDisconnect: _disconnected,
         },
     )
     app.state.viewer = viewer
+    app.state.compute = compute
     return app

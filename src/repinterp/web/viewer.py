@@ -1,10 +1,12 @@
 """What the web viewer shows, without HTTP: explanations of reference and uploaded images, their
-similar images ranked by ``Dist``, heat maps as PNGs (RI's, or a CAM baseline's reused on the
-same images), the comparison of the four, exports, and a gallery of distinct regions.
+similar images ranked by ``Dist`` (the :data:`METRIC` distance), heat maps as PNGs (RI's, or a
+CAM baseline's reused on the same images), the comparison of the four, exports, and a gallery of
+distinct regions.
 
 Images are named by keys, never by paths: ``r<i>`` is reference image ``i``, ``u<token>`` an
 upload (kept in a small bounded store under a random token). The explanation of an image has the
-same key as the image.
+same key as the image. A reference image of an image folder is read from its file, which must
+still be the one the index was fitted on (its size and SHA-256).
 
 Explanations of reference images, PNGs, comparisons and exports are kept in per-viewer LRU
 caches (``functools.lru_cache``); uploads in a store that forgets the oldest upload first.
@@ -15,17 +17,23 @@ target layer while it computes, and must not see another request's forward pass.
 from __future__ import annotations
 
 import functools
+import hashlib
 import io
 import json
 import secrets
 import threading
 import time
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
 from torch import Tensor
 
 from ..core.heatmap import COLORMAPS, DEFAULT_COLORMAP, SCALE, colorize, normalize_maps
+from ..core.interpretation import METRIC_MEANINGS, Interpretation
+from ..data.datasets import ImageFolderSet
+from ..data.image_files import read_image
 from ..report.figures import (
     FRACTION,
     CaseStudy,
@@ -38,17 +46,10 @@ from ..report.html import colorbar_css
 from ..workspace import Workspace
 from .compare import METHODS, CamWeights
 from .gallery import Polytope, distinct_polytopes
-from .images import (
-    MAX_UPLOAD_BYTES,
-    MAX_UPLOAD_PIXELS,
-    BadRequest,
-    NotFound,
-    decode_upload,
-    encode_png,
-)
-from .keys import Entry, choice, reference_index, whole_number
+from .image_codec import MAX_UPLOAD_BYTES, MAX_UPLOAD_PIXELS, decode_upload, encode_png
+from .parameters import NotFound, choice, reference_index, whole_number
 
-__all__ = ["BadRequest", "NotFound", "Viewer"]
+__all__ = ["METRIC", "Changed", "Entry", "Viewer"]
 
 PAGE_SIZE = 12
 MAX_PAGE = 60
@@ -59,6 +60,38 @@ CACHED_EXPLANATIONS = 256
 COMPARE_K = 4
 MAX_COMPARE_K = 8
 EXPORT_K = 8
+METRIC = "semantic"  # the distance that ranks similar images: the paper's Dist (§5.2)
+
+
+class Changed(RuntimeError):
+    """A reference image whose file changed since the index was fitted (HTTP 409): the index's
+    numbers are those of the old image."""
+
+
+@dataclass(frozen=True)
+class Entry:
+    """An explained image: its pixels (C x H x W in [0, 1]), its interpretation, and the
+    reference images it covers, most similar first by :data:`METRIC`, with their distances; a
+    reference image itself is left out of its own list."""
+
+    key: str
+    pixels: Tensor
+    explanation: Interpretation
+    ranked: Tensor
+    distances: Tensor
+
+    @classmethod
+    def of(
+        cls, key: str, pixels: Tensor, explanation: Interpretation, own: int | None = None
+    ) -> Entry:
+        """``own``: the input's reference index (None for an upload), left out."""
+        ranked = explanation.similar(metric=METRIC)
+        position = torch.searchsorted(explanation.covered, ranked)
+        distances = explanation.distances(METRIC)[position]
+        if own is not None:
+            keep = ranked != own
+            ranked, distances = ranked[keep], distances[keep]
+        return cls(key, pixels, explanation, ranked, distances)
 
 
 class Viewer:
@@ -116,9 +149,41 @@ class Viewer:
             raise NotFound(f"no upload {key!r} (unknown, or forgotten after newer uploads)")
         return entry
 
+    def _reference_pixels(self, i: int) -> Tensor:
+        """Reference image ``i``, C x H x W in [0, 1]. An image folder's file is read once,
+        checked against the size and SHA-256 that opening the index verified, and decoded from
+        the bytes checked.
+
+        Raises:
+            Changed: the file changed (or went) since.
+        """
+        reference = self.workspace.reference
+        if not isinstance(reference, ImageFolderSet):
+            return reference.pixels(i)
+        path = Path(reference.samples[i][0])
+        name = path.relative_to(reference.root).as_posix()
+        try:
+            data = path.read_bytes()
+        except OSError:
+            data = None
+        if data is None or [len(data), hashlib.sha256(data).hexdigest()] != list(
+            reference.files[name]
+        ):
+            raise Changed(
+                f"reference image {i} ({name}) changed on disk since the index was fitted: "
+                "it is not shown with another image's numbers (fit the index again)"
+            )
+        return reference.transform(read_image(data, 3, name=name))
+
     def _pixels(self, key: str) -> Tensor:
         i = self._reference(key)
-        return self._upload(key).pixels if i is None else self.workspace.reference.pixels(i)
+        return self._upload(key).pixels if i is None else self._reference_pixels(i)
+
+    def _known(self, key: str) -> None:
+        """Raise :class:`NotFound` unless ``key`` names a reference image or an upload still
+        kept; asked before a cache is, which may still hold what a forgotten upload gave."""
+        if self._reference(key) is None:
+            self._upload(key)
 
     def _entry(self, key: str) -> Entry:
         i = self._reference(key)
@@ -126,14 +191,14 @@ class Viewer:
 
     def _explain_reference(self, i: int) -> Entry:
         explanation = self.interpreter.explain_reference([i])[0]
-        return Entry.of(f"r{i}", self.workspace.reference.pixels(i), explanation, own=i)
+        return Entry.of(f"r{i}", self._reference_pixels(i), explanation, own=i)
 
     def _inputs(self, pixels: Tensor) -> Tensor:
         return self.workspace.normalization(pixels).to(self.interpreter.device)
 
     def _with_references(self, entry: Entry, refs: list[int]) -> Tensor:
         """The entry's pixels, then those of reference images ``refs``: (1 + k) x C x H x W."""
-        images = [entry.pixels] + [self.workspace.reference.pixels(ref) for ref in refs]
+        images = [entry.pixels] + [self._reference_pixels(ref) for ref in refs]
         return torch.stack(images)
 
     # ------------------------------------------------------------------ JSON
@@ -164,6 +229,8 @@ class Viewer:
             "compare_k": COMPARE_K,
             "max_compare_k": MAX_COMPARE_K,
             "kept_fraction": FRACTION,
+            "metric": METRIC,
+            "metric_meaning": METRIC_MEANINGS[METRIC],
             "colormaps": {name: colorbar_css(name) for name in COLORMAPS},
             "default_colormap": DEFAULT_COLORMAP,
             "scale": SCALE,
@@ -197,7 +264,7 @@ class Viewer:
     def _summary(self, entry: Entry) -> dict[str, Any]:
         e = entry.explanation
         i = self._reference(entry.key)
-        summary = e.to_dict(top_k=0)
+        summary = e.to_dict(top_k=0, metric=METRIC)
         del summary["similar"]
         summary.update(
             key=entry.key,
@@ -217,6 +284,7 @@ class Viewer:
         Raises:
             NotFound: no such image.
             BadRequest: ``offset`` or ``limit`` is not a whole number in range.
+            Changed: a reference image's file changed since the index was fitted.
         """
         start = whole_number(offset, "offset", 0, 0, MAX_OFFSET)
         count = whole_number(limit, "limit", PAGE_SIZE, 1, MAX_PAGE)
@@ -290,10 +358,13 @@ class Viewer:
         Raises:
             NotFound: no such image or explanation, or RI's heat map of it does not exist.
             BadRequest: an unknown method or colormap.
+            Changed: a reference image's file changed since the index was fitted.
         """
         method = choice(method, "method", tuple(METHODS), "ri")
         cmap = choice(cmap, "colormap", COLORMAPS, DEFAULT_COLORMAP)
         with self._lock:
+            for name in (key, heat) if heat else (key,):
+                self._known(name)
             return self._png(key, heat, method, cmap)
 
     # ------------------------------------------------------------------ compare and export
@@ -309,7 +380,7 @@ class Viewer:
         method = choice(method, "method", tuple(METHODS), "ri")
         count = whole_number(k, "k", COMPARE_K, 1, MAX_COMPARE_K)
         with self._lock:
-            self._entry(key)  # a forgotten upload is not served from the cache
+            self._known(key)
             return self._compare(key, method, count)
 
     def _comparison(self, key: str, method: str, k: int) -> dict[str, Any]:
@@ -405,7 +476,7 @@ class Viewer:
     # ------------------------------------------------------------------ regions
     def _card(self, polytope: Polytope) -> dict[str, Any]:
         ref, e = polytope.inputs[0], polytope.explanation
-        entry = Entry.of(f"r{ref}", self.workspace.reference.pixels(ref), e, own=ref)
+        entry = Entry.of(f"r{ref}", self._reference_pixels(ref), e, own=ref)
         return {
             **self._item(ref, entry),
             "regions": polytope.regions,
@@ -421,7 +492,7 @@ class Viewer:
     def _build_gallery(self, seed: int) -> None:
         try:
             regions = self.interpreter.regions(n_regions=self.n_regions, seed=seed)
-            polytopes = distinct_polytopes(regions, self.interpreter.reference_features)
+            polytopes = distinct_polytopes(regions)
         except Exception as exc:  # whatever it is, the page must hear of it
             self._gallery_error = f"no regions: {exc}"
             return

@@ -25,11 +25,7 @@ const GLOSSARY = {
     "the same probability when only the heat map's 20 % hottest pixels are kept and the other " +
       "80 % blacked out: high when the heat map finds what the model uses",
   ],
-  dist: [
-    "Dist",
-    "RI's distance to the input: the summed absolute difference of the two images' " +
-      "projections on the boundaries of P(x) (0 = the same everywhere)",
-  ],
+  dist: null, // RI's distance to the input, named by its metric once /api/info is read (start)
   rank: ["rank", "place in RI's ranking of the similar images by Dist (#1 = most similar)"],
   label: ["label", "the reference image's true class (in red when it is not the input's predicted class)"],
   rep: [
@@ -216,7 +212,7 @@ function similarCard(item, data) {
   const caption = `#${item.rank}: reference image ${item.reference}`;
   const differs = item.label !== data.predicted_class;
   const numbers = () => [
-    num("dist", item.distance.toFixed(2)),
+    num("dist", item.distance.toFixed(2), { label: "Dist" }),
     num("score", percent(item.score)),
     num("label", className(item.label), { className: differs ? "differs" : null }),
   ];
@@ -258,8 +254,8 @@ function render(data) {
   const first = similar.items.length ? similar.offset + 1 : 0;
   $("range").textContent = `(${first}–${similar.offset + similar.items.length} of ${similar.total})`;
   $("similar-hint").textContent =
-    "Covered by the same interpretation P(x), most similar first; heat maps reuse the input's " +
-    "channel weights." +
+    `Covered by the same interpretation P(x), most similar first by Dist (${data.metric}); heat ` +
+    "maps reuse the input's channel weights." +
     (similar.input_left_out ? " The input itself (Dist 0) is left out." : "");
   $("similar").replaceChildren(...similar.items.map((item) => similarCard(item, data)));
   $("prev").disabled = similar.offset === 0;
@@ -428,7 +424,7 @@ function regionCard(region) {
   );
   const covered = region.covered.map((item) =>
     picture(item, `reference image ${item.reference}, #${item.rank} in the polytope of class ${region.class_name}`, {
-      numbers: () => [num("dist", item.distance.toFixed(2)), num("score", percent(item.score))],
+      numbers: () => [num("dist", item.distance.toFixed(2), { label: "Dist" }), num("score", percent(item.score))],
     }),
   );
   return el(
@@ -602,6 +598,10 @@ async function start() {
   $("ref-id").max = info.n_reference - 1;
   const [height, width] = info.input_shape.slice(1);
   document.documentElement.style.setProperty("--aspect", `${width} / ${height}`);
+  GLOSSARY.dist = [
+    `Dist (${info.metric})`,
+    `RI's ${info.metric} distance to the input (0 = the same): ${info.metric_meaning}`,
+  ];
   $("glossary").replaceChildren(
     ...Object.values(GLOSSARY).flatMap(([name, text]) => [el("dt", {}, name), el("dd", {}, text)]),
   );

@@ -1,5 +1,5 @@
-"""Images in and out of the viewer, without HTTP: uploads decoded with their limits checked,
-pixels and heat maps encoded as sharp PNGs, and the viewer's two errors."""
+"""Images in and out of the viewer, without HTTP: uploads decoded (PNG or JPEG, their limits
+checked and the memory of decoding bounded) and pixels or heat maps encoded as sharp PNGs."""
 
 from __future__ import annotations
 
@@ -12,13 +12,15 @@ from PIL import Image, UnidentifiedImageError
 from torch import Tensor
 
 from ..workspace import load_image_file
+from .limits import ByteBudget
+from .parameters import BadRequest
 
 __all__ = [
+    "DECODE_BYTES_PER_PIXEL",
+    "DECODING",
     "MAX_UPLOAD_BYTES",
     "MAX_UPLOAD_PIXELS",
     "MIN_SIDE",
-    "BadRequest",
-    "NotFound",
     "decode_upload",
     "encode_png",
 ]
@@ -27,14 +29,11 @@ MAX_UPLOAD_BYTES = 5 * 1024 * 1024
 MAX_UPLOAD_PIXELS = 4096 * 4096
 UPLOAD_FORMATS = ("PNG", "JPEG")
 MIN_SIDE = 112
-
-
-class NotFound(LookupError):
-    """No such image, explanation or heat map (HTTP 404)."""
-
-
-class BadRequest(ValueError):
-    """A request the viewer cannot serve as asked: a broken upload, a bad page (HTTP 400)."""
+# Memory that decoding takes per pixel of the upload, at most: a 16-bit grey PNG (the costliest
+# mode: 16-bit samples, then float32 copies) of 4096 x 4096 pixels peaks at 160 MB.
+DECODE_BYTES_PER_PIXEL = 10
+# Bytes of uploads being decoded at once, in the process: two of the largest.
+DECODING = ByteBudget(2 * MAX_UPLOAD_PIXELS * DECODE_BYTES_PER_PIXEL)
 
 
 def encode_png(image: np.ndarray) -> bytes:
@@ -52,8 +51,13 @@ def encode_png(image: np.ndarray) -> bytes:
 def decode_upload(data: bytes, shape: tuple[int, int, int]) -> Tensor:
     """An uploaded PNG or JPEG as C x H x W pixels in [0, 1], fitted to the index's input size.
 
+    The decoding holds ``DECODE_BYTES_PER_PIXEL`` bytes per pixel of :data:`DECODING` (it waits
+    while other uploads hold them).
+
     Raises:
         BadRequest: too many bytes or pixels, another format, or a broken file.
+        Busy: other uploads held the decoding budget too long (see
+            :class:`~repinterp.web.limits.ByteBudget`).
     """
     if not data:
         raise BadRequest("the upload is empty")
@@ -65,7 +69,8 @@ def decode_upload(data: bytes, shape: tuple[int, int, int]) -> Tensor:
             with Image.open(io.BytesIO(data), formats=UPLOAD_FORMATS) as image:
                 width, height = image.size
             if width * height <= MAX_UPLOAD_PIXELS:
-                return load_image_file(io.BytesIO(data), shape)
+                with DECODING.hold(width * height * DECODE_BYTES_PER_PIXEL):
+                    return load_image_file(io.BytesIO(data), shape)
         except UnidentifiedImageError:
             raise BadRequest("the upload is not a PNG or JPEG image") from None
         except (OSError, Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:

@@ -1,4 +1,5 @@
-"""Keys, explained entries and request parameters of the viewer, without HTTP.
+"""What a request names and asks, checked without HTTP: image keys, query parameters, and the
+errors that refuse a request for an unknown thing (HTTP 404) or a malformed one (HTTP 400).
 
 Images are named by keys, never by paths: ``r<i>`` is reference image ``i`` (no leading zeros),
 ``u<token>`` an upload (16 characters ``A-Z a-z 0-9 _ -``).
@@ -7,17 +8,18 @@ Images are named by keys, never by paths: ``r<i>`` is reference image ``i`` (no 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
-import torch
-from torch import Tensor
-
-from ..interpreter import Interpretation
-from .images import BadRequest, NotFound
-
-__all__ = ["KEY", "Entry", "choice", "reference_index", "whole_number"]
+__all__ = ["KEY", "BadRequest", "NotFound", "choice", "reference_index", "whole_number"]
 
 KEY = re.compile(r"r(?P<reference>0|[1-9][0-9]{0,8})|u(?P<upload>[A-Za-z0-9_-]{16})")
+
+
+class NotFound(LookupError):
+    """No such image, explanation or heat map (HTTP 404)."""
+
+
+class BadRequest(ValueError):
+    """A request the viewer cannot serve as asked: a broken upload, a bad page (HTTP 400)."""
 
 
 def reference_index(key: str, n_reference: int) -> int | None:
@@ -35,32 +37,6 @@ def reference_index(key: str, n_reference: int) -> int | None:
     if i >= n_reference:
         raise NotFound(f"no reference image {i}: the index has {n_reference}")
     return i
-
-
-@dataclass(frozen=True)
-class Entry:
-    """An explained image: its pixels (C x H x W in [0, 1]), its interpretation, and the
-    reference images it covers, most similar first, with their ``Dist``; a reference image
-    itself is left out of its own list."""
-
-    key: str
-    pixels: Tensor
-    explanation: Interpretation
-    ranked: Tensor
-    distances: Tensor
-
-    @classmethod
-    def of(
-        cls, key: str, pixels: Tensor, explanation: Interpretation, own: int | None = None
-    ) -> Entry:
-        """``own``: the input's reference index (None for an upload), left out."""
-        ranked = explanation.similar()
-        position = torch.searchsorted(explanation.covered, ranked)
-        distances = explanation.distances()[position]
-        if own is not None:
-            keep = ranked != own
-            ranked, distances = ranked[keep], distances[keep]
-        return cls(key, pixels, explanation, ranked, distances)
 
 
 def whole_number(value: str | None, name: str, default: int, low: int, high: int) -> int:

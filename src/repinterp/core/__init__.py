@@ -6,6 +6,7 @@ settings of a fit (``config``); Algorithm 1 and the exact MILP on sides alone (`
 reference index (``reference_index``); one input's polytope ``P(x)`` (``interpretation``);
 k-means regions (``regions``); the images grouped by the polytope explaining them, what RI
 finds (``groups``); the exact nearest-row search they share (``nearest``); and
-polytope-averaged Score-CAM weights (``polytope_weights``). May import ``runtime`` only: the
+polytope-averaged Score-CAM weights (``polytope_weights``); and the self-contained HTML a
+notebook shows for an interpretation or a region set (``display``). May import ``runtime`` only: the
 method needs no files, no data set and no model of its own.
 """

@@ -35,7 +35,7 @@ __all__ = [
 
 THUMBNAIL_SIDE = 128
 """The longest side, in pixels, of an image encoded into the HTML (larger ones are shrunk)."""
-SHOWN_SIDE = 112
+SHOWN_SIDE = 96
 """The width, in CSS pixels, at which every image is shown (small ones are enlarged, sharp)."""
 
 # What each number shown means, one phrase each.
@@ -52,7 +52,7 @@ MEANINGS = {
 }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class HtmlView:
     """HTML that a notebook displays as it is.
 
@@ -61,6 +61,9 @@ class HtmlView:
     """
 
     html: str
+
+    def __repr__(self) -> str:
+        return f"HtmlView({len(self.html)} characters of HTML, {self.html.count('<img ')} images)"
 
     def _repr_html_(self) -> str:
         return self.html
@@ -126,7 +129,7 @@ def figure(caption: Sequence[str], pictures: Sequence[tuple[np.ndarray, str]]) -
     images = "".join(_picture(image, alt) for image, alt in pictures)
     lines = "<br>".join(html.escape(line) for line in caption)
     return (
-        f'<figure class="ri-tile" style="margin:0 6px 6px 0;width:{SHOWN_SIDE + 8}px">'
+        f'<figure class="ri-tile" style="margin:0 4px 6px 0;width:{SHOWN_SIDE + 8}px">'
         f'{images}<figcaption style="font-size:11px;line-height:1.3">{lines}</figcaption>'
         "</figure>"
     )

@@ -11,6 +11,7 @@ venv: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --disable-pip-version-check -q -e '.[dev]'
+	$(BIN)/pip install --disable-pip-version-check -q --no-deps 'quantus>=0.6'
 	touch $(STAMP)
 
 lint: venv

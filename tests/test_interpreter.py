@@ -1,15 +1,30 @@
 import math
 import warnings
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from PIL import Image
+from torchvision import transforms
 
 from repinterp import RepresentativeInterpreter
 from repinterp.core.heatmap import polytope_heatmaps
+from repinterp.data.shape_drawing import draw_shapes
 from repinterp.store.index_folder import IndexLoadError
+from repinterp.store.outputs import OutputError
+from repinterp.workspace import load_image_file, open_index
 
-from .networks import fit_random, randn, random_setup, tiny_mlp_cnn, triangle_model
+from .commandline import run
+from .networks import (
+    balance,
+    fit_random,
+    normalize,
+    randn,
+    random_setup,
+    tiny_mlp_cnn,
+    triangle_model,
+)
 
 
 @pytest.fixture(scope="module")
@@ -283,3 +298,125 @@ def test_no_hooks_left_after_many_calls() -> None:
         not m._forward_hooks and not m._forward_pre_hooks and not m._backward_hooks
         for m in ri.model.modules()
     )
+
+
+def test_save_into_a_folder_of_other_files_needs_overwrite_true(fitted, tmp_path) -> None:
+    ri, _ = fitted
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    (folder / "todo.txt").write_text("mine\n")
+    message = r"holds files that repinterp did not write: .* pass overwrite=True to write an index"
+    with pytest.raises(OutputError, match=message) as refused:
+        ri.save(folder)
+    assert "--overwrite" not in str(refused.value)  # the Python argument, not the CLI's option
+    assert not (folder / "manifest.json").exists()
+    ri.save(folder, overwrite=True)
+    ri.save(folder, overwrite=True)  # the index in it is replaced, as --overwrite replaces it
+    assert (folder / "todo.txt").read_text() == "mine\n"
+    loaded = RepresentativeInterpreter.load(folder, ri.model, progress=False)
+    assert torch.equal(loaded.index.projections, ri.index.projections)
+
+
+@pytest.fixture(scope="module")
+def grey():
+    """:func:`tiny_mlp_cnn` fitted on 80 random 12 x 12 grey images of uint8 pixels,
+    normalised as :func:`networks.normalize` does, with the torchvision transform that does the
+    same to a PIL image; and 4 other images, as pixels (4 x 12 x 12 uint8) and as inputs."""
+    generator = torch.Generator().manual_seed(0)
+    pixels = torch.randint(0, 256, (84, 12, 12), dtype=torch.uint8, generator=generator)
+    inputs = normalize(pixels[:, None] / 255)
+    model = balance(tiny_mlp_cnn(), inputs[:80])
+    transform = transforms.Compose([transforms.ToTensor(), transforms.Normalize((0.5,), (0.25,))])
+    ri = RepresentativeInterpreter(
+        model, "relu2", n_boundaries=10, progress=False, transform=transform
+    ).fit(inputs[:80])
+    return ri, pixels[80:].numpy(), inputs[80:]
+
+
+def _same(got: list, expected: list) -> None:
+    """The same P(x) (boundaries, covered images) of the same input, for each pair."""
+    for a, b in zip(got, expected, strict=True):
+        assert torch.equal(a.boundaries, b.boundaries) and torch.equal(a.covered, b.covered)
+        torch.testing.assert_close(a.image.to(b.image), b.image)
+
+
+def test_explain_takes_images_as_they_come(grey) -> None:
+    ri, pixels, inputs = grey
+    expected = ri.explain_batch(inputs)
+    given = {
+        "PIL images": [Image.fromarray(p) for p in pixels],
+        "uint8 H x W": list(pixels),
+        "uint8 H x W x 1": list(pixels[..., None]),
+        "float C x H x W": list(inputs.numpy()),
+        "float H x W x C": list(inputs.permute(0, 2, 3, 1).numpy()),
+        "tensors": list(inputs),
+    }
+    for images in given.values():
+        _same([ri.explain(image) for image in images], expected)
+        _same(ri.explain_batch(images), expected)
+    _same(ri.explain_batch(pixels), expected)  # N x H x W uint8: N images of pixels
+    _same(ri.explain_batch(inputs.numpy()), expected)
+    _same(ri.explain_batch(inputs.permute(0, 2, 3, 1).numpy()), expected)
+    assert ri.explain_batch([]) == []
+
+
+@pytest.mark.parametrize(
+    ("image", "message"),
+    [
+        (
+            Image.new("L", (12, 12)),
+            r"got a PIL image \(Image\), but the interpreter has no transform .* pass transform=",
+        ),
+        (np.zeros((12, 12), np.uint8), "got a uint8 NumPy array of pixels, but the interpreter"),
+        (
+            torch.zeros(1, 12, 12, dtype=torch.uint8),
+            r"must be floating point, got torch.uint8: scale the pixels to \[0, 1\] \(x / 255\) "
+            "and normalise them as the model expects",
+        ),
+        ("digit.png", "an image to explain is a tensor, a NumPy array or a PIL image, got str"),
+        (np.zeros((12, 12, 5), np.uint8), "a uint8 NumPy array of shape .* is not an image"),
+    ],
+)
+def test_images_without_a_transform_say_what_to_do(grey, monkeypatch, image, message) -> None:
+    ri = grey[0]
+    monkeypatch.setattr(ri, "transform", None)
+    with pytest.raises(ValueError, match=message):
+        ri.explain(image)
+
+
+def test_a_transform_must_give_a_float_tensor(grey, monkeypatch) -> None:
+    ri, pixels, _ = grey
+    monkeypatch.setattr(ri, "transform", np.asarray)
+    with pytest.raises(ValueError, match=r"transform= must return .* float tensor, got a ndarray"):
+        ri.explain(pixels[0])
+    monkeypatch.setattr(ri, "transform", transforms.PILToTensor())
+    with pytest.raises(ValueError, match=r"got a torch\.uint8 tensor of shape"):
+        ri.explain(pixels[0])
+
+
+def _save_png(pixels: torch.Tensor, path) -> None:
+    """Save 3 x H x W pixels in [0, 1] as an 8-bit PNG."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.fromarray((pixels * 255).round().byte().permute(1, 2, 0).numpy()).save(path)
+
+
+def test_an_index_fitted_by_the_cli_reads_images_as_the_cli_does(tmp_path, capsys) -> None:
+    drawn = draw_shapes(16, seed=0, size=48)
+    for i, (image, label) in enumerate(zip(drawn.images[:15], drawn.labels, strict=False)):
+        _save_png(image, tmp_path / "shapes" / f"class{int(label)}" / f"{i}.png")
+    fit = ["fit", "--model", "shapes_cnn", "--reference", f"imagefolder:{tmp_path / 'shapes'}"]
+    fit += ["--image-size", "48", "--boundaries", "5", "--out", str(tmp_path / "index"), "--quiet"]
+    code, _, err = run(fit, capsys)
+    assert code == 0, err
+    ws = open_index(tmp_path / "index", progress=False)
+    ri = ws.interpreter
+    file = tmp_path / "new.png"  # 60 x 52: resized and cropped to 48 x 48
+    _save_png(F.interpolate(drawn.images[15:], size=(60, 52), mode="bilinear")[0], file)
+    cli = ws.normalization(load_image_file(file, ri.fitted_index.input_shape))
+    expected = ri.explain(cli)
+    assert expected.has_heatmap
+    with Image.open(file) as image:
+        for given in (image, np.asarray(image)):
+            e = ri.explain(given)
+            torch.testing.assert_close(e.image, cli, rtol=0, atol=0)
+            _same([e], [expected])

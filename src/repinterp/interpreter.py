@@ -18,6 +18,7 @@ from .core.config import FitConfig
 from .core.interpretation import Interpretation, check_solver, interpret
 from .core.reference_index import FEATURE_FILE, ReferenceIndex
 from .core.regions import RegionSet
+from .data.inputs import Transform, as_input, as_inputs
 from .data.reference import (
     Reference,
     as_batch,
@@ -59,7 +60,8 @@ class RepresentativeInterpreter:
 
     Args:
         model: a classifier in eval mode, float32 (or float64), N x C x H x W -> N x classes
-            logits, or a dict with ``"logits"``, or an object with ``.logits``.
+            logits, or a dict with ``"logits"``, or a dataclass or ``SimpleNamespace`` with
+            ``.logits``.
         target_layer: where ``psi`` ends: a name from ``model.named_modules()``, the module, or
             a list of one module (``[model.layer4]``, as in pytorch-grad-cam). None: the last
             layer with N x K x h x w output (h x w > 1) from which the logits follow through a
@@ -86,6 +88,11 @@ class RepresentativeInterpreter:
             ``target_layer`` is None) here rather than at ``fit``.
         config: the fit's settings as one :class:`FitConfig`, instead of the six keywords
             above (which must then be left at their defaults); they are read back as attributes.
+        transform: how ``explain`` reads an image given as it comes (a PIL image, a NumPy
+            array of ``uint8`` pixels): a callable from a PIL image to its normalised
+            C x H x W tensor, e.g. the torchvision pipeline of training (see
+            :mod:`repinterp.data.inputs`); None: only tensors and float arrays are explained.
+            An index opened with :func:`repinterp.workspace.open_index` has the command line's.
 
     Raises:
         ValueError: a model in training mode or in half precision, a bad target layer or
@@ -110,6 +117,7 @@ class RepresentativeInterpreter:
         input_shape: tuple[int, int, int] | None = None,
         sampling: str = "uniform",
         config: FitConfig | None = None,
+        transform: Transform | None = None,
     ) -> None:
         if model.training:
             raise ValueError("the model is in training mode: call model.eval() first")
@@ -132,6 +140,7 @@ class RepresentativeInterpreter:
         self.device = resolve_device(device) if device is not None else model_device(model)
         self.model = model.to(self.device)
         self.output = output
+        self.transform = transform
         self._split: SplitModel | None = None
         if target_layer is not None:
             self._split = split_model(model, target_layer, allow_nonlinear_head, output)
@@ -231,7 +240,8 @@ class RepresentativeInterpreter:
                 :class:`repinterp.store.shards.Shards`).
 
         Returns:
-            self.
+            self, which keeps ``reference`` (as :attr:`reference`, not a copy) to draw its
+            images (:meth:`reference_images`, ``Interpretation.show``).
 
         Raises:
             ValueError: an empty or unreadable reference set, bad images, a target layer
@@ -410,31 +420,41 @@ class RepresentativeInterpreter:
         return logits, proj
 
     # ------------------------------------------------------------------ explaining
-    def explain(self, image: Tensor, solver: str | None = None) -> Interpretation:
-        """Interpret one image (C x H x W or 1 x C x H x W, normalised as the model expects,
-        on any device).
+    def explain(self, image: Any, solver: str | None = None) -> Interpretation:
+        """Interpret one image.
 
         Args:
+            image: C x H x W or 1 x C x H x W, normalised as the model expects: a tensor (on
+                any device) or a float NumPy array (also H x W x C); or, with a
+                :attr:`transform`, a PIL image or a NumPy array of ``uint8`` pixels (H x W or
+                H x W x C), which the transform reads (see :func:`repinterp.data.inputs.as_input`).
             solver: ``"greedy"`` or ``"exact"``; None means the interpreter's.
+
+        Raises:
+            ValueError: not one image, or a PIL image or array of pixels and no transform.
         """
-        if isinstance(image, Tensor) and image.ndim == 4 and image.shape[0] == 1:
-            image = image[0]
-        if not isinstance(image, Tensor) or image.ndim != 3:
-            shape = tuple(image.shape) if isinstance(image, Tensor) else type(image).__name__
-            raise ValueError(f"explain takes one C x H x W (or 1 x C x H x W) image, got {shape}")
+        image = as_input(image, self.transform)
+        if image.ndim != 3:
+            raise ValueError(
+                f"explain takes one C x H x W (or 1 x C x H x W) image, got {tuple(image.shape)}"
+            )
         return self.explain_batch(image.unsqueeze(0), solver)[0]
 
     def _solver(self, solver: str | None) -> str:
         return self.solver if solver is None else check_solver(solver)
 
     @exact_float32()
-    def explain_batch(self, images: Tensor, solver: str | None = None) -> list[Interpretation]:
-        """Interpret N images (N x C x H x W, on any device) at once; the covers are solved
-        together. No image gives an empty list.
+    def explain_batch(self, images: Any, solver: str | None = None) -> list[Interpretation]:
+        """Interpret N images at once; the covers are solved together. No image gives an empty
+        list.
 
         Args:
+            images: N x C x H x W, normalised as the model expects (a tensor on any device, or
+                a float NumPy array, also N x H x W x C), or a list of what :meth:`explain`
+                takes (see :func:`repinterp.data.inputs.as_inputs`).
             solver: ``"greedy"`` or ``"exact"``; None means the interpreter's.
         """
+        images = as_inputs(images, self.transform, self.fitted_index.input_shape)
         features = [] if FEATURE_FILE in self.fitted_index.files else None
         logits, proj = self._forward(images, features)
         features = torch.cat(features) if features else None
@@ -469,12 +489,23 @@ class RepresentativeInterpreter:
         return RegionSet.build(self, n_regions=n_regions, seed=seed)
 
     # ------------------------------------------------------------------ persistence
-    def save(self, path: str | Path) -> None:
+    def save(self, path: str | Path, overwrite: bool = False) -> None:
         """Save the index to the folder ``path`` (replaced atomically if it exists), with the
-        model's fingerprint so that ``load`` can refuse other weights."""
+        model's fingerprint so that ``load`` can refuse other weights.
+
+        Args:
+            path: a new or empty folder, or an index (which is replaced).
+            overwrite: also write into a folder of other files, as the command line's
+                ``--overwrite`` does: only the index's own files are written there, nothing
+                else is touched (see :func:`repinterp.store.index_folder.save_index`).
+
+        Raises:
+            OutputError: ``path`` holds other files (without ``overwrite``), or the shards of a
+                fit, or another process is writing to it.
+        """
         index = self.fitted_index
         index.meta["model_fingerprint"] = model_fingerprint(self.model)
-        save_index(index, path, extra_files=index.files)
+        save_index(index, path, extra_files=index.files, overwrite=overwrite)
         index.files = {name: Path(path) / name for name in index.files}
 
     @classmethod

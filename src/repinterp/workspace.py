@@ -34,6 +34,7 @@ from .store.shards import Shards
 
 __all__ = [
     "BUNDLED_WEIGHTS",
+    "ImageTransform",
     "Workspace",
     "bundled_weights",
     "fit_workspace",
@@ -60,11 +61,14 @@ class Workspace:
         interpreter: the fitted (or loaded) interpreter.
         data: the reference and unseen parts of the data set named in the manifest.
         recipe: how the model and data were made (``arch``, ``weights``, ``dataset``, ...).
+        folder: the index folder it was opened from or last saved to; None for a fit not
+            saved yet.
     """
 
     interpreter: RepresentativeInterpreter
     data: Split
     recipe: dict[str, Any]
+    folder: Path | None = None
 
     @property
     def reference(self) -> Images:
@@ -78,11 +82,11 @@ class Workspace:
         """Reference images at ``indices`` in [0, 1] pixel space, N x C x H x W."""
         return torch.stack([self.reference.pixels(int(i)) for i in indices])
 
-    def save(self, path: str | Path) -> None:
+    def save(self, path: str | Path, overwrite: bool = False) -> None:
         """Save the index to the folder ``path`` (see
-        :func:`repinterp.store.index_folder.save_index`), with the recipe's weights file
-        recorded relative to it, so that the folder can be moved along with the weights (or
-        opened with the weights given anew)."""
+        :func:`repinterp.store.index_folder.save_index`; ``overwrite`` as there), with the
+        recipe's weights file recorded relative to it, so that the folder can be moved along
+        with the weights (or opened with the weights given anew)."""
         recipe = dict(self.recipe)
         weights = recipe.get("weights")
         if weights is not None and not weights.startswith(_BUNDLED):
@@ -91,9 +95,10 @@ class Workspace:
         meta = self.interpreter.fitted_index.meta
         meta["recipe"] = recipe
         try:
-            self.interpreter.save(path)
+            self.interpreter.save(path, overwrite)
         finally:
             meta["recipe"] = self.recipe
+        self.folder = Path(path)
 
 
 def _recorded_weights(weights: Path | None) -> str | None:
@@ -184,7 +189,7 @@ def fit_workspace(
         shards=shards,
     )
     ri.fitted_index.meta["recipe"] = recipe
-    return Workspace(ri, data, recipe)
+    return Workspace(_with_transform(ri, data), data, recipe)
 
 
 _RECIPE_TYPES: dict[str, tuple[type, ...]] = {
@@ -299,12 +304,15 @@ def open_index(
             f"({change or f'{len(ri.fitted_index)} images then, {len(data.reference)} now'}): "
             "fit the index again"
         )
-    return Workspace(ri, data, recipe)
+    return Workspace(_with_transform(ri, data), data, recipe, path)
 
 
-def load_image_file(path: str | Path | BinaryIO, shape: tuple[int, int, int]) -> Tensor:
-    """Read an image file as C x H x W pixels in [0, 1], resized (shorter side) and centre-
-    cropped to the index's input size, grey or RGB as the model expects, at its bit depth.
+def load_image_file(
+    path: str | Path | BinaryIO | Image.Image, shape: tuple[int, int, int]
+) -> Tensor:
+    """Read an image file (or an image opened from one) as C x H x W pixels in [0, 1], resized
+    (shorter side) and centre-cropped to the index's input size, grey or RGB as the model
+    expects, at its bit depth.
 
     Raises:
         ValueError: the file is missing, is not a readable image, or is too large (see
@@ -317,6 +325,33 @@ def load_image_file(path: str | Path | BinaryIO, shape: tuple[int, int, int]) ->
     image = image.resize(size, Image.BILINEAR)
     left, top = (size[0] - width) // 2, (size[1] - height) // 2
     return image_tensor(image.crop((left, top, left + width, top + height)), channels)
+
+
+@dataclass(frozen=True)
+class ImageTransform:
+    """The command line's reading of an image (:func:`load_image_file`, then the data set's
+    normalisation), as an interpreter's ``transform``: :func:`open_index` and
+    :func:`fit_workspace` give it to theirs, so that ``explain`` takes a PIL image or a NumPy
+    array of pixels and explains it as ``repinterp explain FILE`` does.
+
+    Attributes:
+        shape: the index's C x H x W.
+        normalization: the data set's.
+    """
+
+    shape: tuple[int, int, int]
+    normalization: Normalization
+
+    def __call__(self, image: Image.Image) -> Tensor:
+        """``image`` as the model takes it: C x H x W, normalised."""
+        return self.normalization(load_image_file(image, self.shape))
+
+
+def _with_transform(ri: RepresentativeInterpreter, data: Split) -> RepresentativeInterpreter:
+    """``ri``, given the command line's :class:`ImageTransform` for ``data``'s images."""
+    shape = tuple(ri.fitted_index.input_shape)
+    ri.transform = ImageTransform(shape, data.reference.normalization)
+    return ri
 
 
 def _file_name(text: str) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -44,6 +45,8 @@ class Wrapped(nn.Module):
             return {self.field: logits, "early": early}
         if self.kind == "dataclass":
             return Output(logits, early) if self.field == "logits" else Output(early, logits)
+        if self.kind == "namespace":
+            return SimpleNamespace(**{self.field: logits, "early": early})
         return (logits, early)
 
 
@@ -67,6 +70,8 @@ def _same_as(ri: RepresentativeInterpreter, expected: RepresentativeInterpreter,
         ("dict", None),
         ("dataclass", None),
         ("dataclass", lambda out: out.logits),
+        ("namespace", None),
+        ("namespace", lambda out: out.logits),
         ("tuple", lambda out: out[0]),
         ("dict", lambda out: out["logits"]),
     ],
@@ -95,6 +100,18 @@ class NoLogits(nn.Module):
         return Scores(self.net(x))
 
 
+class Scores2:
+    """An output that is neither a dataclass nor a SimpleNamespace."""
+
+    def __init__(self, logits: Tensor) -> None:
+        self.logits = logits
+
+
+class Plain(NoLogits):
+    def forward(self, x: Tensor) -> Scores2:
+        return Scores2(self.net(x))
+
+
 @pytest.mark.parametrize(
     ("model", "message"),
     [
@@ -104,6 +121,15 @@ class NoLogits(nn.Module):
             r"a dict with keys \['early', 'scores'\] and no 'logits': pass output=",
         ),
         (NoLogits(), "returns a Scores without a 'logits' field: pass output=lambda out: out."),
+        (
+            Wrapped("namespace", field="scores"),
+            "returns a SimpleNamespace without a 'logits' field: pass output=lambda out: out.",
+        ),
+        (
+            Plain(),
+            "returns an object of class Scores2, which torch.fx cannot record: return the logits "
+            "as a tensor, or in a dict, a tuple, a dataclass or a SimpleNamespace",
+        ),
     ],
 )
 def test_outputs_without_logits_say_what_to_pass(model, message) -> None:

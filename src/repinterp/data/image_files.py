@@ -64,7 +64,7 @@ def check_size(width: int, height: int, name: str) -> None:
 
 
 def read_image(
-    source: str | Path | BinaryIO | bytes,
+    source: str | Path | BinaryIO | bytes | Image.Image,
     channels: int,
     fast: bool = False,
     name: str | None = None,
@@ -72,7 +72,8 @@ def read_image(
     """Open an image file, check its size from the header, and decode it.
 
     Args:
-        source: a path, an open binary file or the file's bytes.
+        source: a path, an open binary file, the file's bytes, or an image the caller
+            opened (``Image.open(path)``), which is checked and converted in the same way.
         channels: 1 for grey, 3 for RGB.
         fast: a JPEG may be decoded at a reduced scale (enough to find a broken file).
         name: what to call the file in messages (its path by default).
@@ -89,12 +90,17 @@ def read_image(
             large (see :data:`MAX_SIDE`, :data:`MAX_PIXELS`, :data:`MAX_ASPECT`), or is a
             float or 32-bit image with values that are negative, not finite or above 65,535.
     """
+    if isinstance(source, Image.Image):
+        name = name or getattr(source, "filename", "") or "the image"
     name = name or (str(source) if isinstance(source, (str, Path)) else "the file")
     if isinstance(source, bytes):
         source = io.BytesIO(source)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
+            if isinstance(source, Image.Image):
+                check_size(*source.size, name)
+                return _convert(source, channels)
             with Image.open(source) as image:
                 check_size(*image.size, name)
                 if fast:

@@ -44,6 +44,8 @@ from torch.utils.data import (
     default_collate,
 )
 
+from .inputs import channels_first
+
 __all__ = [
     "IMAGE_KEYS",
     "LABEL_KEYS",
@@ -92,7 +94,11 @@ def check_images(
         one = " (one image: image[None])" if images.ndim == 3 else ""
         raise ValueError(f"{what} must be N x C x H x W{one}, got shape {tuple(images.shape)}")
     if not images.is_floating_point():
-        raise ValueError(f"{what} must be floating point, got {images.dtype}")
+        todo = "" if pixels else " and normalise them as the model expects"
+        raise ValueError(
+            f"{what} must be floating point, got {images.dtype}: scale the pixels to [0, 1] "
+            f"(x / 255){todo}"
+        )
     if nonempty and images.shape[0] == 0:
         raise ValueError(f"{what} holds no image")
     if shape is not None and tuple(images.shape[1:]) != tuple(shape):
@@ -127,9 +133,7 @@ def _from_numpy(array: np.ndarray) -> Tensor:
     with warnings.catch_warnings():  # a read-only (memory-mapped) array is only ever read
         warnings.filterwarnings("ignore", message=".*not writable.*")
         tensor = torch.from_numpy(array)
-    if array.shape[-1] in (1, 3) and array.shape[1] not in (1, 3):
-        return tensor.permute(0, 3, 1, 2)
-    return tensor
+    return channels_first(tensor)
 
 
 def _read_all(loader: DataLoader) -> Tensor | TensorDataset:

@@ -563,8 +563,10 @@ def test_the_evaluate_options_name_the_real_choices() -> None:
     the ones the code uses."""
     from repinterp.cli import evaluate as command
     from repinterp.core.boundaries import SAMPLINGS
+    from repinterp.evaluation.options import PROTOCOLS
     from repinterp.evaluation.scoring import METRICS
 
+    assert command.PROTOCOLS == PROTOCOLS
     assert command.SAMPLINGS == SAMPLINGS
     assert command.METRICS == METRICS
 

@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING
 
 # The choices below are written out, not imported: this module (and so ``repinterp --help``)
 # imports no torch. tests/evaluation/test_protocols.py checks them against
-# core.boundaries.SAMPLINGS and scoring.METRICS.
+# evaluation.options.PROTOCOLS, core.boundaries.SAMPLINGS and scoring.METRICS.
+PROTOCOLS = ("unseen", "coverage", "reference", "q-sweep", "similar", "sanity")
 SAMPLINGS = ("uniform", "balanced", "pairs")
 METRICS = ("AD", "ROAD", "deletion", "insertion")
 DATASETS = "mnist5k, digits, shapes, shapes:SIZE or imagefolder:PATH"
@@ -19,7 +20,7 @@ if TYPE_CHECKING:
     from ..evaluation.options import Options
     from ..evaluation.setup import Setup
 
-__all__ = ["METRICS", "SAMPLINGS", "add_arguments", "prepare"]
+__all__ = ["METRICS", "PROTOCOLS", "SAMPLINGS", "add_arguments", "prepare"]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -30,14 +31,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--protocol",
         required=True,
         help="unseen (Table 1), coverage (Table 2), reference (App. C), q-sweep (App. E), "
-        "similar (case studies: purity and reuse of the similar images)",
+        "similar (case studies: purity and reuse of the similar images), sanity (Adebayo et "
+        "al. 2018 through Quantus, RI and the CAMs: Spearman correlation of the maps with the "
+        "trained model's as layers are randomised from the top down, and random logit's SSIM "
+        "of the maps of the predicted and another class, 1 for RI by construction)",
     )
     add("--runs", type=int, help="seeded runs, mean ± std (5; 2 with --quick)")
     add(
         "--quick",
         action="store_true",
         help="600 reference / 200 unseen images of the fixed split, 30 inputs, 20 images for the "
-        "perturbation metrics",
+        "perturbation metrics, 8 for the sanity checks",
     )
     add("--inputs", type=int, help="reference inputs of reference/similar (200; 30)")
     add(
@@ -70,6 +74,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         help="unseen images per run ROAD/deletion/insertion score (200; 20)",
     )
+    add("--sanity-images", type=int, help="unseen images per run of sanity (100; 8)")
     add("--time-limit", type=float, help="seconds per input of RI+exact's solver (5)")
     add("--out", help="output folder (evaluation/DATASET-PROTOCOL)")
     add("--model", help=f"architecture (default: the data set's bundled one): {MODELS}")
@@ -102,6 +107,9 @@ def prepare(args: argparse.Namespace) -> tuple[Setup, Options, str]:
         "n_inputs": sizes["n_inputs"] if args.inputs is None else args.inputs,
         "split": "fixed" if args.fixed_split else sizes["split"],
         "curve_images": sizes["curve_images"] if args.curve_images is None else args.curve_images,
+        "sanity_images": (
+            sizes["sanity_images"] if args.sanity_images is None else args.sanity_images
+        ),
     }
     if args.methods:
         all_ = (*PAPER, "ACE")
@@ -145,7 +153,7 @@ def _command(args: argparse.Namespace, options: Options) -> str:
     for flag in ("model", "weights", "layer", "methods", "metrics", "ks", "q_values", "samplings"):
         if getattr(args, flag):
             parts.append(f"--{flag.replace('_', '-')} {getattr(args, flag)}")
-    for flag in ("boundaries", "curve_images", "time_limit", "image_size"):
+    for flag in ("boundaries", "curve_images", "sanity_images", "time_limit", "image_size"):
         if getattr(args, flag) is not None:
             parts.append(f"--{flag.replace('_', '-')} {getattr(args, flag)}")
     for flag in ("mean", "std"):

@@ -39,6 +39,7 @@ EXTRAS = {
     "pytorch_grad_cam": "eval",
     "skimage": "eval",
     "timm": "timm",
+    "quantus": "quantus",
 }
 
 
@@ -203,7 +204,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("report", help="a static HTML report of k-means regions of an index")
     _index_options(p)
     p.add_argument("--out", required=True, help="folder for the report")
-    p.add_argument("--regions", type=_at_least(1), help="number of regions (10 x classes)")
+    p.add_argument(
+        "--regions",
+        type=_at_least(1),
+        help="number of regions (10 x classes), shared among the classes the model predicts on "
+        "the reference set: one each (so at least as many as those classes), the rest in "
+        "proportion to their images; k-means within each class",
+    )
     p.add_argument("--top-k", type=_at_least(0), default=6, help="similar images per region (6)")
     _overwrite(p)
     _common(p)

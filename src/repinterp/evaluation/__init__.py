@@ -5,8 +5,9 @@ Modules: ``metrics`` (AD / AI, region metrics, purity, pointing game), ``perturb
 (deletion / insertion AUC, ROAD), ``scoring`` (a method's explanations scored, pooled and per
 interpretation), ``baselines`` (the CAMs through pytorch-grad-cam), ``ace`` (the ACE
 algorithm), ``setup`` (model and data), ``run`` (one seeded run), ``methods`` (one module per
-compared method, RI's variants included), ``options`` (how a protocol runs), ``protocols``
-(the protocols and ``evaluate``), ``command`` (the ``repinterp evaluate`` options). Reports of
+compared method, RI's variants included), ``options`` (how a protocol runs), ``sanity`` (the
+sanity checks of RI and the CAMs through Quantus), ``protocols`` (the protocols and
+``evaluate``), ``command`` (the ``repinterp evaluate`` options). Reports of
 the results are written by :mod:`repinterp.report`.
 """
 

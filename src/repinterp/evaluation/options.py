@@ -12,7 +12,7 @@ from .scoring import METRICS
 
 __all__ = ["FULL", "PROTOCOLS", "QUICK", "SPLITS", "Options", "check_protocol"]
 
-PROTOCOLS = ("unseen", "coverage", "reference", "q-sweep", "similar")
+PROTOCOLS = ("unseen", "coverage", "reference", "q-sweep", "similar", "sanity")
 SPLITS = ("per-run", "fixed")
 
 
@@ -23,10 +23,10 @@ class Options:
     Attributes:
         runs: number of seeded runs (seeds ``seed``, ``seed + 1``, ...).
         seed: the first run's seed.
-        methods: the methods compared by ``unseen``, ``reference`` and ``similar`` (the
-            pointing game): names (:data:`methods.METHODS`, or any RI variant, see
-            :func:`methods.method`), or `Method` instances of one's own (reported under their
-            ``name``).
+        methods: the methods compared by ``unseen``, ``reference``, ``similar`` (the
+            pointing game) and ``sanity`` (RI and the CAMs only): names
+            (:data:`methods.METHODS`, or any RI variant, see :func:`methods.method`), or
+            `Method` instances of one's own (reported under their ``name``).
         metrics: what scores the explanations besides AD / AI (always): any of
             :data:`scoring.METRICS` (``ROAD``, ``deletion``, ``insertion``).
         split: ``"per-run"``: each run draws its own stratified reference and unseen images
@@ -43,6 +43,7 @@ class Options:
         curve_images: unseen images (drawn per run) the perturbation metrics score.
         curve_inputs: reference inputs of ``reference`` (the first ones) they score...
         curve_k: ... on their top-``curve_k`` similar images (reported for K <= curve_k).
+        sanity_images: unseen images (drawn per run) the sanity checks explain.
         score_images: images whose weights are averaged: by polytope-averaged Score-CAM
             (``RI+score``: the input and covered images) and by the CAM controls
             (``+cluster``, ``+class``).
@@ -69,6 +70,7 @@ class Options:
     curve_images: int = 200
     curve_inputs: int = 40
     curve_k: int = 10
+    sanity_images: int = 100
     score_images: int = 16
     time_limit: float = 5.0
     ace_images: int = 50
@@ -78,6 +80,7 @@ class Options:
         counts = {"runs": self.runs, "n_boundaries": self.n_boundaries, "n_inputs": self.n_inputs}
         counts |= {"ace_images": self.ace_images, "n_regions": self.n_regions}
         counts |= {"score_images": self.score_images, "curve_k": self.curve_k}
+        counts |= {"sanity_images": self.sanity_images}
         for name, value in counts.items():
             if value is not None and value < 1:
                 raise ValueError(f"{name} must be >= 1, got {value}")
@@ -133,5 +136,7 @@ def check_protocol(protocol: str) -> None:
 # (the one the bundled weights were trained on), cut to 600 reference / 200 unseen images.
 FULL = {"n_reference": None, "n_unseen": 1000, "runs": 5, "n_inputs": 200, "split": "per-run"}
 FULL["curve_images"] = 200
+FULL["sanity_images"] = 100
 QUICK = {"n_reference": 600, "n_unseen": 200, "runs": 2, "n_inputs": 30, "split": "fixed"}
 QUICK["curve_images"] = 20
+QUICK["sanity_images"] = 8

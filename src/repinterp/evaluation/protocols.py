@@ -34,11 +34,16 @@ Protocols (each a function of a `Setup` and `Options`, see `evaluate`):
   class label and, on ``shapes``, by sub-concept; AD of the input's heat map reused on each
   ranking's top-k; on ``shapes``, the share of each method's heat-map energy inside the
   object's mask on the unseen set.
+- ``sanity`` (Adebayo et al., 2018; `sanity`): RI and each CAM through Quantus on
+  ``sanity_images`` unseen images: cascading model-parameter randomisation from the top layer
+  down (the mean Spearman correlation of the maps with the trained model's, per randomised
+  layer) and random logit (SSIM of the maps for the predicted and a random other class; 1
+  for RI by construction: its map does not depend on the target).
 
-All numbers are percentages (ROAD: percentage points). Every run uses seed
-``options.seed + r`` for ``Q``, k-means, the sampled inputs and, with ``split="per-run"``, its
-own stratified draw of reference and unseen images (`setup.Setup.draw`). The same seed gives
-the same numbers on CPU.
+All numbers are percentages (ROAD: percentage points; ``sanity``: correlations and SSIM).
+Every run uses seed ``options.seed + r`` for ``Q``, k-means, the sampled inputs and, with
+``split="per-run"``, its own stratified draw of reference and unseen images
+(`setup.Setup.draw`). The same seed gives the same numbers on CPU.
 
 The pieces: the model and data (`setup.Setup`), one seeded run (`run.Run`), the compared
 methods (`methods`), the scores (`scoring`). Reports of the results: `repinterp.report`.
@@ -64,6 +69,7 @@ from .methods import Method
 from .metrics import coverage_metrics, energy_in_mask, purity_at_k
 from .options import Options, check_protocol
 from .run import Run
+from .sanity import sanity
 from .scoring import score
 from .setup import Setup
 
@@ -279,6 +285,7 @@ _RUNNERS: dict[str, Callable[[Run], dict[str, Any]]] = {
     "reference": _reference,
     "q-sweep": _q_sweep,
     "similar": _similar,
+    "sanity": sanity,
 }
 
 
@@ -321,8 +328,8 @@ def evaluate(setup: Setup, protocol: str, options: Options | None = None) -> dic
         ``options``, ``time_s``, ``model_acc`` (the model's accuracy on each part of the runs'
         images), ``fit_s`` (seconds per fit of each sampling used), ``per_run`` (each run's
         numbers, for paired comparisons), and the protocol's numbers (mean, and ``KEY_std``):
-        ``methods`` (``unseen``, ``reference``, ``similar``), ``reference`` / ``unseen``
-        (``coverage``), ``samplings`` (``q-sweep``), ``rankings`` (``similar``).
+        ``methods`` (``unseen``, ``reference``, ``similar``, ``sanity``), ``reference`` /
+        ``unseen`` (``coverage``), ``samplings`` (``q-sweep``), ``rankings`` (``similar``).
     """
     options = options or Options()
     check_protocol(protocol)

@@ -124,10 +124,14 @@ class Run:
     @cached_property
     def curve_rows(self) -> Tensor:
         """Indices of the unseen images the perturbation metrics score: ``curve_images`` of
-        them drawn with the run's seed (all when fewer), ascending (CPU long)."""
-        n = len(self.setup.unseen)
+        them (`unseen_rows`)."""
+        return self.unseen_rows(self.options.curve_images)
+
+    def unseen_rows(self, n: int) -> Tensor:
+        """Indices of ``n`` unseen images drawn with the run's seed (all when fewer), ascending
+        (CPU long); a smaller ``n`` draws a subset of the same images."""
         rng = np.random.default_rng(self.seed)
-        return torch.from_numpy(np.sort(rng.permutation(n)[: self.options.curve_images]))
+        return torch.from_numpy(np.sort(rng.permutation(len(self.setup.unseen))[:n]))
 
     @cached_property
     def inputs(self) -> Tensor:

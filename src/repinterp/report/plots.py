@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-__all__ = ["save_plots"]
+__all__ = ["sanity_steps", "save_plots"]
 
 DPI = 90
 
@@ -183,12 +183,46 @@ def plot_similar(results: dict[str, Any], path: Path) -> Path:
     return _save(fig, path)
 
 
+def sanity_steps(results: dict[str, Any]) -> list[str]:
+    """The steps of ``sanity``'s cascade: ``original``, then each randomised layer, the top
+    one first."""
+    first = next(iter(results["methods"].values()))["MPRT"]
+    return [key for key in first if not key.endswith("_std")]
+
+
+def plot_sanity(results: dict[str, Any], path: Path) -> Path:
+    """The mean Spearman correlation with the trained model's maps per step of the cascading
+    randomisation, one line per method, and random logit's SSIM (bars)."""
+    plt = _pyplot()
+    steps = sanity_steps(results)
+    methods = results["methods"]
+    fig, axes = plt.subplots(
+        1, 2, figsize=(9, 3.2), gridspec_kw={"width_ratios": [max(3, len(steps)), 2]}
+    )
+    series = {
+        name: {
+            "v": [block["MPRT"][s] for s in steps],
+            "v_std": [block["MPRT"][f"{s}_std"] for s in steps],
+        }
+        for name, block in methods.items()
+    }
+    _curves(axes[0], list(range(len(steps))), series, "v", "Spearman ρ with the trained maps")
+    axes[0].set_xticks(range(len(steps)), steps, rotation=30, ha="right", fontsize=7)
+    axes[0].set_xlabel("randomised down to (cascading, from the top)", fontsize=8)
+    axes[0].axhline(0, color="k", lw=0.5)
+    axes[0].legend(fontsize=7)
+    _bars(axes[1], list(methods), list(methods.values()), "RandomLogit", "random logit: SSIM")
+    fig.suptitle(f"Sanity checks: {_title(results)}", fontsize=9)
+    return _save(fig, path)
+
+
 _PLOTS = {
     "unseen": plot_unseen,
     "coverage": plot_coverage,
     "reference": plot_reference,
     "q-sweep": plot_q_sweep,
     "similar": plot_similar,
+    "sanity": plot_sanity,
 }
 
 

@@ -13,7 +13,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from .plots import save_plots
+from .plots import sanity_steps, save_plots
 
 __all__ = [
     "POLYTOPE_SCORE_CAM",
@@ -304,12 +304,64 @@ def _md_similar(results: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _md_sanity(results: dict[str, Any]) -> list[str]:
+    """The cascading randomisation per step, the images without a correlation, random logit."""
+    methods = _with_runs(results, results["methods"])
+    mprt, undefined = (
+        _with_runs(results, {name: m[key] for name, m in results["methods"].items()})
+        for key in ("MPRT", "MPRT_undefined")
+    )
+    steps = sanity_steps(results)
+    header = ["Method", *[f"`{s}`" for s in steps]]
+    n = results["options"]["sanity_images"]
+    lines = [
+        "Cascading model-parameter randomisation (Quantus `MPRT`, top-down): the mean Spearman "
+        f"rank correlation of each method's maps of {n} unseen images per run with its maps of "
+        "the trained model, once every layer from the output down to the one named is "
+        "re-initialised (lower: the maps depend on the weights, as a sanity check expects); "
+        "the time covers both checks, RI's indexes of the randomised models included:",
+        "",
+        *_table(
+            [*header, "time (s)"],
+            [
+                [name, *[cell(block, s) for s in steps], f"{methods[name]['time_s']:.1f}"]
+                for name, block in mprt.items()
+            ],
+        ),
+    ]
+    if any(block[s] for block in undefined.values() for s in steps):
+        lines += [
+            "",
+            "Images whose map is constant (no rank correlation; left out of the means above), %:",
+            "",
+            *_table(
+                header, [[name, *[cell(b, s) for s in steps]] for name, b in undefined.items()]
+            ),
+        ]
+    logit = [
+        [name, cell(m, "RandomLogit"), cell(m, "RandomLogit_undefined")]
+        for name, m in methods.items()
+    ]
+    return [
+        *lines,
+        "",
+        "Random logit (Quantus `RandomLogit`): the mean SSIM of each image's map for its "
+        "predicted class and for a random other class (lower: the map depends on the class "
+        "explained). RI's map is that of the predicted class's polytope P(x) whatever the class "
+        "asked for, so its SSIM is 1 by construction: this measures the dependence on the "
+        "target, not on the model.",
+        "",
+        *_table(["Method", "SSIM", "constant maps (%)"], logit),
+    ]
+
+
 _MARKDOWN = {
     "unseen": _md_methods,
     "coverage": _md_coverage,
     "reference": _md_reference,
     "q-sweep": _md_q_sweep,
     "similar": _md_similar,
+    "sanity": _md_sanity,
 }
 
 

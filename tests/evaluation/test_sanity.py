@@ -1,0 +1,144 @@
+"""The ``sanity`` protocol (Adebayo et al., 2018, through Quantus): the cascade randomises one
+more layer at a time from the top and nothing else, the similarity is Quantus's Spearman
+correlation, random logit shows that RI's map does not depend on the target, and the command
+writes its results, table and plot."""
+
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import torch
+from pytorch_grad_cam import GradCAM
+from pytorch_grad_cam.utils.model_targets import ClassifierOutputTarget
+
+from repinterp.evaluation.options import Options
+from repinterp.evaluation.protocols import evaluate
+from repinterp.evaluation.sanity import CAMExplainer, cascade
+from repinterp.evaluation.setup import Setup, load_setup
+from repinterp.models.split import resolve_module
+
+from ..commandline import run
+
+quantus = pytest.importorskip("quantus")
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+SMALL = Options(runs=2, split="fixed", sanity_images=4, progress=False)
+
+
+@pytest.fixture(scope="module")
+def mnist() -> Setup:
+    """The bundled MNIST CNN on 300 reference and 60 unseen digits."""
+    return load_setup("mnist5k", n_reference=300, n_unseen=60)
+
+
+def _batch(setup: Setup, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """The first ``n`` unseen images as Quantus takes them, and the model's predictions."""
+    return setup.inputs("unseen", range(n)).numpy(), setup.predictions["unseen"][:n].numpy()
+
+
+def _parameters(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {name: p.detach().clone() for name, p in model.named_parameters()}
+
+
+def test_the_cascade_randomises_one_more_layer_at_a_time_from_the_top(mnist: Setup) -> None:
+    model, (x, y) = mnist.model, _batch(mnist, 6)
+    trained = _parameters(model)
+    explain = CAMExplainer("Grad-CAM", mnist.target_layer)
+    seen: list[dict[str, torch.Tensor]] = []
+
+    def recording(model, inputs, targets, device=None) -> np.ndarray:
+        if model is not mnist.model:  # a randomised copy, as the cascade has left it so far
+            seen.append(_parameters(model))
+        return explain(model, inputs, targets, device)
+
+    steps = cascade(model, x, y, recording, seed=3)
+    layers = list(steps)[1:]
+    owners = [name for name, m in model.named_modules() if list(m.parameters(recurse=False))]
+    assert layers == owners[::-1]  # every layer with parameters, the top one first
+    assert list(steps) == ["original", *layers] and len(seen) == len(layers)
+    for i, parameters in enumerate(seen):
+        randomised = set(layers[: i + 1])
+        for name, value in parameters.items():
+            if name.rpartition(".")[0] in randomised:
+                assert bool((value != trained[name]).all()), (layers[i], name)
+            else:
+                assert torch.equal(value, trained[name]), (layers[i], name)
+    assert all(torch.equal(p, trained[name]) for name, p in model.named_parameters())
+
+    # The similarity is Quantus's Spearman correlation of the maps, image by image.
+    np.testing.assert_allclose(steps["original"], 1, atol=1e-9)
+    randomised = copy.deepcopy(model)
+    randomised.load_state_dict(seen[-1], strict=False)
+    ours, theirs = explain(model, x, y), explain(randomised, x, y)
+    spearman = quantus.functions.similarity_func.correlation_spearman
+    expected = spearman(ours.reshape(6, -1), theirs.reshape(6, -1), batched=True)
+    np.testing.assert_allclose(steps[layers[-1]], expected, atol=1e-9, equal_nan=True)
+    assert np.nanmean(steps[layers[-1]]) < 0.5
+
+
+def test_cam_explain_func_gives_the_librarys_own_maps(mnist: Setup) -> None:
+    x, y = _batch(mnist, 5)
+    maps = CAMExplainer("Grad-CAM", mnist.target_layer)(mnist.model, x, y)
+    layer = resolve_module(mnist.model, mnist.target_layer)[1]
+    with GradCAM(mnist.model, [layer]) as cam:
+        targets = [ClassifierOutputTarget(int(c)) for c in y]
+        expected = cam(torch.from_numpy(x), targets)
+    assert maps.shape == (5, 1, 28, 28) and maps.dtype == np.float32
+    np.testing.assert_allclose(maps[:, 0], expected, atol=1e-5)
+    with pytest.raises(ValueError, match="unknown CAM method 'LIME'"):
+        CAMExplainer("LIME", mnist.target_layer)
+
+
+def test_runs_are_seeded_and_ri_ignores_the_target(mnist: Setup) -> None:
+    options = replace(SMALL, methods=("RI", "Grad-CAM"))
+    results = evaluate(mnist, "sanity", options)
+    again = evaluate(mnist, "sanity", options)
+    assert len(results["per_run"]) == 2
+    for first, second in zip(results["per_run"], again["per_run"], strict=True):
+        for name in ("RI", "Grad-CAM"):
+            a, b = first["methods"][name], second["methods"][name]
+            assert a["MPRT"] == b["MPRT"] and a["RandomLogit"] == b["RandomLogit"]
+    seeds = [r["methods"]["RI"]["MPRT"] for r in results["per_run"]]
+    assert seeds[0] != seeds[1]  # each run its own images and re-initialisations
+    ri, cam = results["methods"]["RI"], results["methods"]["Grad-CAM"]
+    assert ri["RandomLogit"] == pytest.approx(1) and cam["RandomLogit"] < 0.9
+    # RI fits an index anew for each randomised model: its maps change with the weights
+    top = list(ri["MPRT"])[2]  # "original", "original_std", then the top layer
+    assert ri["MPRT"]["original"] == pytest.approx(1) and ri["MPRT"][top] < 0.95
+
+
+def test_methods_other_than_ri_and_the_cams_are_refused(mnist: Setup) -> None:
+    with pytest.raises(ValueError, match=r"checks RI, Grad-CAM, Grad-CAM\+\+, Score-CAM, not ACE$"):
+        evaluate(mnist, "sanity", replace(SMALL, runs=1, methods=("RI", "ACE")))
+
+
+@pytest.mark.slow
+def test_cli_sanity_quick_writes_results_table_and_plot(tmp_path, capsys) -> None:
+    out = tmp_path / "sanity"
+    argv = ["evaluate", "--dataset", "mnist5k", "--protocol", "sanity", "--quick"]
+    code, stdout, _ = run([*argv, "--out", str(out), "--quiet"], capsys)
+    assert code == 0 and str(out) in stdout
+    results = json.loads((out / "results.json").read_text())
+    assert results["protocol"] == "sanity" and results["options"]["sanity_images"] == 8
+    assert len(results["per_run"]) == 2 and results["seeds"] == [0, 1]
+    methods = ["RI", "Grad-CAM", "Grad-CAM++", "Score-CAM"]
+    layers = ["classifier.5", "classifier.2", "features.6", "features.3", "features.0"]
+    for block in (results, *results["per_run"]):
+        assert list(block["methods"]) == methods
+        for method in block["methods"].values():
+            assert [k for k in method["MPRT"] if not k.endswith("_std")] == ["original", *layers]
+            assert method["MPRT"]["original"] == pytest.approx(1)
+    mean = np.mean([r["methods"]["Score-CAM"]["RandomLogit"] for r in results["per_run"]])
+    assert results["methods"]["Score-CAM"]["RandomLogit"] == pytest.approx(mean)
+    text = (out / "results.md").read_text()
+    header = "| Method | `original` | " + " | ".join(f"`{layer}`" for layer in layers)
+    assert header + " | time (s) |" in text and "| Method | SSIM | constant maps (%) |" in text
+    assert "| RI | 1.00 ± 0.00 | 0.00 ± 0.00 |" in text  # random logit: RI ignores the target
+    assert "![mnist5k-sanity.png](mnist5k-sanity.png)" in text
+    png = (out / "mnist5k-sanity.png").read_bytes()
+    assert png.startswith(b"\x89PNG") and len(png) > 5000

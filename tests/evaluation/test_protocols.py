@@ -427,7 +427,7 @@ def test_stratified_gives_equal_classes_and_passes_shortfalls_on() -> None:
 
 
 def test_cli_evaluate_bad_options(tmp_path, capsys) -> None:
-    base = ["evaluate", "--out", str(tmp_path), "--quiet"]
+    base = ["evaluate", "--out", str(tmp_path / "out"), "--quiet"]
     cases = [
         (["--dataset", "mnist5k", "--protocol", "table9"], "unknown protocol"),
         (["--dataset", "mnist5k", "--protocol", "unseen", "--runs", "0"], "runs must be >= 1"),
@@ -439,7 +439,7 @@ def test_cli_evaluate_bad_options(tmp_path, capsys) -> None:
             ["--dataset", "mnist5k", "--protocol", "unseen", "--methods", "RI+fast"],
             "unknown method",
         ),
-        (["--dataset", f"imagefolder:{tmp_path}", "--protocol", "unseen"], "--model"),
+        (["--dataset", f"imagefolder:{tmp_path / 'images'}", "--protocol", "unseen"], "--model"),
         (["--dataset", "mnist5k", "--protocol", "unseen", "--weights", "w.pt"], "--model"),
         (["--dataset", "cifar", "--protocol", "unseen"], "unknown data set"),
     ]

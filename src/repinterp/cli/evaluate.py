@@ -14,7 +14,10 @@ PROTOCOLS = ("unseen", "coverage", "reference", "q-sweep", "similar", "sanity")
 SAMPLINGS = ("uniform", "balanced", "pairs")
 METRICS = ("AD", "ROAD", "deletion", "insertion")
 DATASETS = "mnist5k, digits, shapes, shapes:SIZE or imagefolder:PATH"
-MODELS = "mnist_cnn, digits_cnn, shapes_cnn, a torchvision name (vgg16, resnet50, ...) or timm:NAME"
+MODELS = (
+    "mnist_cnn, digits_cnn, shapes_cnn, a torchvision name (vgg16, resnet50, densenet121, ...; "
+    "a wrong name lists them all) or timm:NAME"
+)
 
 if TYPE_CHECKING:
     from ..evaluation.options import Options

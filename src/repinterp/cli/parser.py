@@ -21,15 +21,11 @@ import sys
 from typing import Any, NoReturn
 
 from . import commands
+from .evaluate import DATASETS, MODELS
 from .evaluate import add_arguments as add_evaluate_arguments
 
 __all__ = ["main"]
 
-DATASETS = "mnist5k, digits, shapes or imagefolder:PATH"
-MODELS = (
-    "mnist_cnn, digits_cnn, shapes_cnn, or a torchvision name (vgg16, resnet50, densenet121, "
-    "...); a wrong name lists them all"
-)
 SHARD_SIZE = 1024  # repinterp.store.shards.DEFAULT_SHARD_SIZE, without importing torch for --help
 # The optional packages behind the extras: a missing one is named with its pip command.
 EXTRAS = {
@@ -148,7 +144,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--weights", help="local weights file of the model (default: its bundled weights, if any)"
     )
-    p.add_argument("--layer", help="target layer name (default: the arch's last conv ReLU)")
+    p.add_argument(
+        "--layer",
+        help="target layer name (default: the arch's own, e.g. VGG's last conv ReLU or a "
+        "ResNet's layer4, or the last layer with more than one pixel at the image size)",
+    )
     p.add_argument("--reference", required=True, help=f"reference data: {DATASETS}")
     p.add_argument(
         "--boundaries", type=_at_least(1), default=50, help="|Q|, sampled boundaries (50)"

@@ -8,6 +8,7 @@ import torch
 from PIL import Image
 
 from repinterp.cli.parser import build_parser, main
+from repinterp.store.regions_file import DEFAULT_REGIONS, DEFAULT_SEED, load_regions
 from repinterp.workspace import open_index
 
 from ..commandline import assert_one_line_error, edit_manifest, run
@@ -109,6 +110,16 @@ def test_train_fit_explain(digits_index, tmp_path, capsys) -> None:
     assert len(own) == 4 and 0 not in [s["reference"] for s in own]
 
 
+def test_fit_keeps_the_viewers_regions(digits_index) -> None:
+    _, index = digits_index
+    ri = open_index(index, progress=False).interpreter
+    kept = load_regions(ri, DEFAULT_REGIONS, DEFAULT_SEED)
+    assert kept is not None and len(kept) == DEFAULT_REGIONS
+    computed = ri.regions(n_regions=DEFAULT_REGIONS, seed=DEFAULT_SEED)
+    assert torch.equal(kept.inputs, computed.inputs)
+    assert torch.allclose(kept.centres, computed.centres)
+
+
 def test_bad_inputs_end_with_one_line(digits_index, tmp_path, capsys) -> None:
     weights, index = digits_index
     out = tmp_path / "out"
@@ -156,6 +167,26 @@ def test_report_needs_the_feature_maps(digits_index, tmp_path, capsys) -> None:
         ["report", "--index", str(index), "--out", str(tmp_path / "report"), "--quiet"], capsys
     )
     assert_one_line_error(code, err, "feature maps were not kept")
+
+
+def test_report_gives_every_predicted_class_a_region(digits_index, tmp_path, capsys) -> None:
+    _, index = digits_index
+    predicted = open_index(index, progress=False).interpreter.fitted_index.predictions.unique()
+    m = len(predicted)
+    report = ["report", "--index", str(index), "--top-k", "1", "--quiet"]
+    code, _, err = run([*report, "--regions", str(m - 1), "--out", str(tmp_path / "a")], capsys)
+    assert_one_line_error(code, err, f"{m - 1} regions cannot give each of the {m} classes")
+    out = tmp_path / "b"
+    code, _, err = run([*report, "--regions", str(m), "--out", str(out)], capsys)
+    assert code == 0, err
+    summaries = [json.loads(f.read_text()) for f in sorted(out.glob("region-*.json"))]
+    assert sorted(s["predicted_class"] for s in summaries) == predicted.tolist()
+    for s in summaries:  # the region's input and its similar image, each masked
+        assert len(s["masked_scores"]) == 2
+        assert all(0 <= p <= 1 for p in s["masked_scores"].values())
+    page = (out / "index.html").read_text()
+    assert "within each class the model predicts on them" in page
+    assert ("Classes without a region" in page) == (m < 10)
 
 
 def test_index_for_other_weights_is_refused(digits_index, tmp_path, capsys) -> None:
@@ -250,3 +281,4 @@ def test_demo_end_to_end(tmp_path, capsys) -> None:
     ws = open_index(out / "index", progress=False)
     assert len(ws.interpreter.fitted_index) == 4000
     assert Path(ws.interpreter.fitted_index.files["features.npy"]).is_file()
+    assert load_regions(ws.interpreter, DEFAULT_REGIONS, DEFAULT_SEED) is not None  # serve's

@@ -150,10 +150,10 @@ def test_a_moved_index_finds_its_weights_or_takes_them_anew(tmp_path, capsys) ->
 def test_report_shows_its_progress_unless_quiet(tmp_path, capsys) -> None:
     index = tmp_path / "index"
     main([*FIT, "--out", str(index)])
-    report = ["report", "--index", str(index), "--regions", "2", "--top-k", "2"]
+    report = ["report", "--index", str(index), "--regions", "10", "--top-k", "1"]  # 10 classes
     code, out, err = run([*report, "--out", str(tmp_path / "loud")], capsys)
-    assert code == 0 and "report of 2 regions" in out
-    assert "k-means regions: 100%" in err and "figures: 100%" in err and "2/2" in err
+    assert code == 0 and "report of 10 regions" in out
+    assert "k-means regions: 100%" in err and "figures: 100%" in err and "10/10" in err
     code, _, err = run([*report, "--out", str(tmp_path / "quiet"), "--quiet"], capsys)
     assert code == 0 and err == ""
 

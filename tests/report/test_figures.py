@@ -10,12 +10,14 @@ import numpy as np
 import pytest
 import torch
 from matplotlib import colormaps
-from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+from matplotlib.text import Text
 from PIL import Image
 
 from repinterp.core.interpretation import METRIC_MEANINGS
+from repinterp.evaluation.metrics import keep_top_pixels
 from repinterp.report import CaseStudy, case_study, save_case_study_figure, write_report
-from repinterp.report.figures import legend
+from repinterp.report.figures import FRACTION, class_scores, legend
 from repinterp.report.html import GLOSSARY, colorbar_css
 
 from ..networks import fit_random
@@ -58,7 +60,10 @@ def test_figure_has_a_colour_bar_and_per_image_scaled_maps(cmap):
     buffer = io.BytesIO()
     save_case_study_figure(_study(heat=True), buffer, "unseen-3", cmap=cmap)
     with Image.open(io.BytesIO(buffer.getvalue())) as figure:
-        assert figure.format == "PNG" and figure.size == (640, 585)  # 1.2 in a column, 100 dpi
+        assert figure.format == "PNG" and figure.width == 640  # 1.2 in a column, 100 dpi
+        grey = np.asarray(figure.convert("L"))
+    drawn = (grey < 250).any(1).nonzero()[0]
+    assert grey.shape[0] - 20 < drawn[-1] < grey.shape[0] - 4  # the legend ends the figure
     colours = _colours(buffer.getvalue())
     # each map is min-max scaled for display, so both ends of the colormap are drawn
     assert _has(colours, colormaps[cmap](0.0)) and _has(colours, colormaps[cmap](1.0))
@@ -117,18 +122,24 @@ def test_report_groups_by_class_with_contents_legend_and_colour_bar(tmp_path):
     assert "src='a.png'" in page
 
 
-def test_the_figure_labels_each_distance_with_its_metric(monkeypatch) -> None:
-    labels: list[str] = []
-    set_xlabel = Axes.set_xlabel
+def _drawn_texts(monkeypatch, study: CaseStudy) -> list[Text]:
+    """The texts of the figure of ``study``, drawn (their extents known)."""
+    texts: list[Text] = []
+    text = Figure.text
 
-    def recorded(self, text, *args, **kwargs):
-        labels.append(text)
-        return set_xlabel(self, text, *args, **kwargs)
+    def recorded(self, *args, **kwargs):
+        texts.append(text(self, *args, **kwargs))
+        return texts[-1]
 
-    monkeypatch.setattr(Axes, "set_xlabel", recorded)
-    study = replace(_study(heat=True), metric="euclidean", distances=[0.0, 1.5, 2.25])
+    monkeypatch.setattr(Figure, "text", recorded)
     save_case_study_figure(study, io.BytesIO(), "unseen-3")
-    first_row = [text for text in labels if text.startswith("score")]
+    return texts
+
+
+def test_the_figure_labels_each_distance_with_its_metric(monkeypatch) -> None:
+    study = replace(_study(heat=True), metric="euclidean", distances=[0.0, 1.5, 2.25])
+    labels = [text.get_text() for text in _drawn_texts(monkeypatch, study)]
+    first_row = [text for text in labels if text.startswith("score ")]
     assert first_row == [
         "score 0.990",
         "score 0.980\neuclidean 0.00",
@@ -162,3 +173,70 @@ def test_case_study_takes_the_distances_by_the_metric_asked(one_thread) -> None:
     outside = sorted(set(range(120)) - set(e.covered.tolist()))[:3]
     with pytest.raises(ValueError, match="not covered"):
         case_study(e, pixels, titles, lambda x: x, "c", references=outside)
+
+
+@pytest.mark.parametrize("n", [1, 4, 9])
+def test_no_text_of_the_figure_overlaps_another_or_leaves_it(monkeypatch, n: int) -> None:
+    generator = torch.Generator().manual_seed(2)
+    study = CaseStudy(
+        pixels=torch.rand(n, 3, 96, 96, generator=generator),
+        titles=["input"] + [f"#{j} ref {10_000 + j}" for j in range(1, n)],
+        scores=[0.5] * n,
+        heatmaps=torch.rand(n, 96, 96, generator=generator),
+        masked_scores=[0.0] * n,
+        class_name="triangle_or_star",
+        metric="euclidean",
+        distances=[123.45] * (n - 1),
+        masked_classes=["circle_or_ring"] * n,
+    )
+    texts = _drawn_texts(monkeypatch, study)
+    assert len(texts) == 3 * n + 3 + 4 + 1 + 1  # captions, row names, colour bar, title, legend
+    figure = texts[0].get_figure()
+    boxes = [text.get_window_extent(figure.canvas.get_renderer()) for text in texts]
+    for text, box in zip(texts, boxes, strict=True):
+        assert 0 <= box.x0 and box.x1 <= figure.bbox.width, text.get_text()
+        assert 0 <= box.y0 and box.y1 <= figure.bbox.height, text.get_text()
+    for i, a in enumerate(boxes):
+        for b in boxes[i + 1 :]:
+            assert not a.overlaps(b), (texts[boxes.index(a)].get_text(), texts[boxes.index(b)])
+
+
+def test_the_legend_counts_the_masked_images_given_another_class() -> None:
+    lines = legend("7", masked_classes=["7", "3", "3", "5"])
+    assert (
+        "The model gives 3 of the 4 masked images another class, so their masked scores are at "
+        "most 0.5: '3' (2), '5' (1)." in lines
+    )
+    assert len(legend("7", masked_classes=["7"] * 4)) == len(legend("7")) == 3
+    assert len(legend("7", heat=False, masked_classes=["3"] * 4)) == 1
+    with pytest.raises(ValueError, match="heat maps and masked scores go together"):
+        replace(_study(heat=True), masked_scores=None)
+
+
+def test_case_study_scores_the_predicted_class_on_images_blacked_out_in_pixel_space(
+    one_thread,
+) -> None:
+    ri, _ = fit_random(120, 12)
+    pixels = torch.rand(5, 1, 12, 12, generator=torch.Generator().manual_seed(3))
+
+    def normalize(x: torch.Tensor) -> torch.Tensor:
+        return (x - 0.5) / 0.25  # black is -2 to the model, not 0
+
+    e = ri.explain(normalize(pixels[0]))
+    c = e.predicted_class
+    passes = []
+    hook = ri.split.psi.register_forward_hook(lambda *_: passes.append(1))
+    study = case_study(e, pixels, ["input", "a", "b", "c", "d"], normalize, "c")
+    hook.remove()
+    assert len(passes) == 2  # the images as they are (scores, heat maps), then masked
+    inputs = normalize(pixels)
+    assert study.scores == pytest.approx(class_scores(ri, inputs, c))
+    assert study.scores[0] == pytest.approx(e.score)
+    assert torch.allclose(study.heatmaps, e.heatmap(inputs).cpu())
+    kept, keep = keep_top_pixels(pixels, study.heatmaps, FRACTION)
+    logits, _ = ri.forward(normalize(kept))
+    assert study.masked_scores == pytest.approx(logits.softmax(1)[:, c].tolist())
+    given = logits.argmax(1).tolist()
+    assert study.masked_classes == ["c" if g == c else str(g) for g in given]
+    blacked_after = class_scores(ri, inputs * keep.unsqueeze(1), c)  # the mistake: black = mean
+    assert study.masked_scores != pytest.approx(blacked_after)

@@ -95,6 +95,20 @@ def _train(args: argparse.Namespace) -> None:
 
 
 # ----------------------------------------------------------------------------- fit
+def _keep_regions(workspace: Workspace) -> None:
+    """Compute the viewer's default k-means regions of a saved index and keep them in its
+    folder (:mod:`repinterp.store.regions_file`), so that ``serve`` shows them at once; an
+    index without feature maps has none."""
+    from ..core.reference_index import FEATURE_FILE
+    from ..store.regions_file import DEFAULT_REGIONS, DEFAULT_SEED, save_regions
+
+    index = workspace.interpreter.fitted_index
+    if FEATURE_FILE in index.files and workspace.folder is not None:
+        k = min(DEFAULT_REGIONS, len(index))
+        regions = workspace.interpreter.regions(n_regions=k, seed=DEFAULT_SEED)
+        save_regions(regions, workspace.folder, DEFAULT_SEED)
+
+
 def _fit(args: argparse.Namespace) -> None:
     from ..core.config import FitConfig
     from ..runtime.distributed import broadcast, init_from_env, rank_and_world, shutdown
@@ -161,6 +175,7 @@ def _fit(args: argparse.Namespace) -> None:
             return
         ws.save(out)
         shards.remove()
+        _keep_regions(ws)
     discard(directory)
     index = ws.interpreter.fitted_index
     print(
@@ -278,6 +293,7 @@ def _demo(args: argparse.Namespace) -> None:
         config = FitConfig(seed=args.seed, progress=not args.quiet)
         ws = fit_workspace(DEMO_MODEL, None, "mnist5k", config=config, device=args.device)
         ws.save(out / "index")
+        _keep_regions(ws)
         unseen = ws.data.unseen
         firsts = [int((unseen.labels == c).nonzero()[0]) for c in range(len(unseen.class_names))]
         pixels = torch.stack([unseen.pixels(i) for i in firsts])
@@ -307,6 +323,7 @@ def _demo(args: argparse.Namespace) -> None:
 def _report(args: argparse.Namespace) -> None:
     from tqdm.auto import tqdm
 
+    from ..core.regions import RegionSet
     from ..report import write_report
     from ..store.outputs import claim, refuse_inputs
 
@@ -316,7 +333,7 @@ def _report(args: argparse.Namespace) -> None:
         refuse_inputs(out, _inputs(data=ws.recipe.get("dataset")))
         ri = ws.interpreter
         with tqdm(total=1, desc="k-means regions", disable=args.quiet) as bar:
-            regions = ri.regions(n_regions=args.regions, seed=args.seed)
+            regions = RegionSet.build(ri, args.regions, args.seed, by_class=True)
             bar.update()
         inputs = regions.inputs.tolist()
         names = [f"region-{v}-ref-{i}" for v, i in enumerate(inputs)]
@@ -324,9 +341,18 @@ def _report(args: argparse.Namespace) -> None:
         entries = explain_to_files(ws, pixels, names, out, args.top_k, not args.quiet, inputs)
         intro = (
             f"{len(regions)} regions: k-means (seed {args.seed}) on the reference feature maps "
-            f"of {args.index}; each region is the polytope P(x) of the reference image nearest a "
-            "centre."
+            f"of {args.index}, within each class the model predicts on them, the regions shared "
+            "among those classes in proportion to their images, at least one each; each region "
+            "is the polytope P(x) of the reference image nearest a centre."
         )
+        n_classes = ri.fitted_index.n_classes
+        unpredicted = sorted(set(range(n_classes)) - set(regions.classes.tolist()))
+        if unpredicted:
+            class_names = ri.class_names or [str(c) for c in range(n_classes)]
+            intro += (
+                " Classes without a region (the model predicts none of the reference images "
+                f"as them): {', '.join(repr(class_names[c]) for c in unpredicted)}."
+            )
         write_report(out / "index.html", "repinterp regions", intro, entries)
     print(f"report of {len(regions)} regions: open {out / 'index.html'}")
 

@@ -1,7 +1,7 @@
 """``RepresentativeInterpreter``: fit on a reference set, then explain inputs.
 
-It returns :class:`repinterp.core.interpretation.Interpretation` objects (re-exported here) and
-builds region sets (:class:`repinterp.core.regions.RegionSet`).
+It returns [`Interpretation`][repinterp.core.interpretation.Interpretation] objects (re-exported
+here) and builds region sets ([`RegionSet`][repinterp.core.regions.RegionSet]).
 """
 
 from __future__ import annotations
@@ -50,13 +50,14 @@ class RepresentativeInterpreter:
 
     ``fit`` samples ``|Q|`` linear boundaries of the head ``G`` from the reference set and indexes
     every reference image's side of them; ``explain`` solves the cover problem (Eq. 3) for an input
-    and returns its polytope ``P(x)`` as an :class:`Interpretation`.
+    and returns its polytope ``P(x)`` as an
+    [`Interpretation`][repinterp.interpreter.Interpretation].
 
     Everything it computes (feature maps, ``G``, Eq. 2's gradients, projections, heat maps) runs
     in full float32 precision, also on GPUs that would use TF32, and the user's precision
-    settings are restored afterwards (:func:`repinterp.runtime.precision.exact_float32`); images
-    of any floating dtype are converted to the model's, and inputs on another device are moved to
-    ``device``.
+    settings are restored afterwards ([`exact_float32`][repinterp.runtime.precision.exact_float32]);
+    images of any floating dtype are converted to the model's, and inputs on another device are
+    moved to ``device``.
 
     Args:
         model: a classifier in eval mode, float32 (or float64), N x C x H x W -> N x classes
@@ -65,10 +66,10 @@ class RepresentativeInterpreter:
         target_layer: where ``psi`` ends: a name from ``model.named_modules()``, the module, or
             a list of one module (``[model.layer4]``, as in pytorch-grad-cam). None: the last
             layer with N x K x h x w output (h x w > 1) from which the logits follow through a
-            piecewise-linear head (see :func:`repinterp.models.split.locate_split`), found with one
-            zero image of ``input_shape``, or of the first reference image's shape at ``fit``;
-            :attr:`target_layer` then names it.
-        n_boundaries: a setting of the fit (see :class:`repinterp.core.config.FitConfig`).
+            piecewise-linear head (see [`locate_split`][repinterp.models.split.locate_split]), found
+            with one zero image of ``input_shape``, or of the first reference image's shape at
+            ``fit``; `target_layer` then names it.
+        n_boundaries: a setting of the fit (see [`FitConfig`][repinterp.core.config.FitConfig]).
         seed: a setting of the fit (see ``FitConfig``).
         batch_size: a setting of the fit (see ``FitConfig``).
         progress: a setting of the fit (see ``FitConfig``).
@@ -78,26 +79,29 @@ class RepresentativeInterpreter:
             user's model** there (``model.to(device)``, in place).
         allow_nonlinear_head: accept a head that is not piecewise linear.
         solver: ``"greedy"`` (Algorithm 1) or ``"exact"`` (a MILP, see
-            :func:`repinterp.core.cover.exact_cover`, made canonical by
-            :func:`repinterp.core.cover.fewest_boundaries`); ``explain`` can override it.
+            [`exact_cover`][repinterp.core.cover.exact_cover], made canonical by
+            [`fewest_boundaries`][repinterp.core.cover.fewest_boundaries]); ``explain`` can override
+            it.
         time_limit: seconds the exact solver may spend per input.
         output: takes the model's output and returns the logits, for outputs other than a
             tensor, ``out["logits"]`` or ``out.logits`` (e.g. ``lambda out: out[0]``); it must
             only select, not compute (it is traced into ``G``).
         input_shape: C x H x W of the images, to check the target layer (or find it, when
             ``target_layer`` is None) here rather than at ``fit``.
-        config: the fit's settings as one :class:`FitConfig`, instead of the six keywords
-            above (which must then be left at their defaults); they are read back as attributes.
+        config: the fit's settings as one [`FitConfig`][repinterp.interpreter.FitConfig], instead of
+            the six keywords above (which must then be left at their defaults); they are read back
+            as attributes.
         transform: how ``explain`` reads an image given as it comes (a PIL image, a NumPy
             array of ``uint8`` pixels): a callable from a PIL image to its normalised
             C x H x W tensor, e.g. the torchvision pipeline of training (see
-            :mod:`repinterp.data.inputs`); None: only tensors and float arrays are explained.
-            An index opened with :func:`repinterp.workspace.open_index` has the command line's.
+            [`inputs`][repinterp.data.inputs]); None: only tensors and float arrays are explained.
+            An index opened with [`open_index`][repinterp.workspace.open_index] has the command
+            line's.
 
     Raises:
         ValueError: a model in training mode or in half precision, a bad target layer or
-            head (see :func:`repinterp.models.split.split_model`), a device that is not available,
-            bad numbers, or fit settings given both as keywords and as ``config``.
+            head (see [`split_model`][repinterp.models.split.split_model]), a device that is not
+            available, bad numbers, or fit settings given both as keywords and as ``config``.
     """
 
     def __init__(
@@ -231,17 +235,20 @@ class RepresentativeInterpreter:
                 (of images, ``(image, label)`` tuples or dicts with the image under
                 ``"image"``, ``"pixel_values"``, ``"img"``, ``"input"`` or ``"inputs"``); a
                 DataLoader must not shuffle, and one over an IterableDataset is read into
-                memory once. See :func:`repinterp.data.reference.as_reference` for the rules.
+                memory once. See [`as_reference`][repinterp.data.reference.as_reference] for the
+                rules.
             class_names: optional names of the classes, kept in the index.
             keep_features: also keep the reference feature maps, in a memory-mapped file on
-                disk (needed by :meth:`regions` and the evaluation protocols).
+                disk (needed by [`regions`][repinterp.core.regions] and the evaluation protocols).
             shards: write the index in shards to ``shards.directory`` as it goes (the feature
                 maps too), so that a killed fit resumes (see
-                :class:`repinterp.store.shards.Shards`).
+                [`Shards`][repinterp.store.shards.Shards]).
 
         Returns:
-            self, which keeps ``reference`` (as :attr:`reference`, not a copy) to draw its
-            images (:meth:`reference_images`, ``Interpretation.show``).
+            self, which keeps ``reference`` (as [`reference`][repinterp.data.reference], not a copy)
+            to draw its images
+            ([`reference_images`][repinterp.interpreter.RepresentativeInterpreter.reference_images],
+            ``Interpretation.show``).
 
         Raises:
             ValueError: an empty or unreadable reference set, bad images, a target layer
@@ -323,7 +330,7 @@ class RepresentativeInterpreter:
     @property
     def reference_features(self) -> Tensor:
         """|R| x (K h w) flattened reference feature maps, memory-mapped from disk (CPU); see
-        :attr:`repinterp.core.reference_index.ReferenceIndex.features`.
+        [`features`][repinterp.core.reference_index.ReferenceIndex.features].
 
         Raises:
             ValueError: the interpreter was fitted without ``keep_features=True``.
@@ -338,7 +345,7 @@ class RepresentativeInterpreter:
         Args:
             indices: N reference indices.
             reference: the reference set the index was fitted on (anything `fit` takes);
-                None: the one of the last `fit` (:attr:`reference`), if any.
+                None: the one of the last `fit` ([`reference`][repinterp.data.reference]), if any.
 
         Returns:
             N x C x H x W, as the model takes them (the set's device), or None when no
@@ -404,8 +411,8 @@ class RepresentativeInterpreter:
     def _forward(
         self, images: Tensor, features: list[Tensor] | None = None
     ) -> tuple[Tensor, Tensor]:
-        """:meth:`forward`; each batch's flattened feature maps (on the CPU) are also appended
-        to ``features`` when it is given."""
+        """[`forward`][repinterp.interpreter.RepresentativeInterpreter.forward]; each batch's
+        flattened feature maps (on the CPU) are also appended to ``features`` when it is given."""
         index = self.fitted_index
         logits = [torch.empty(0, index.n_classes, device=self.device, dtype=self.dtype)]
         proj = [torch.empty(0, len(index.boundaries), device=self.device, dtype=self.dtype)]
@@ -426,8 +433,9 @@ class RepresentativeInterpreter:
         Args:
             image: C x H x W or 1 x C x H x W, normalised as the model expects: a tensor (on
                 any device) or a float NumPy array (also H x W x C); or, with a
-                :attr:`transform`, a PIL image or a NumPy array of ``uint8`` pixels (H x W or
-                H x W x C), which the transform reads (see :func:`repinterp.data.inputs.as_input`).
+                `transform`, a PIL image or a NumPy array of ``uint8`` pixels (H x W or
+                H x W x C), which the transform reads (see
+                [`as_input`][repinterp.data.inputs.as_input]).
             solver: ``"greedy"`` or ``"exact"``; None means the interpreter's.
 
         Raises:
@@ -450,8 +458,9 @@ class RepresentativeInterpreter:
 
         Args:
             images: N x C x H x W, normalised as the model expects (a tensor on any device, or
-                a float NumPy array, also N x H x W x C), or a list of what :meth:`explain`
-                takes (see :func:`repinterp.data.inputs.as_inputs`).
+                a float NumPy array, also N x H x W x C), or a list of what
+                [`explain`][repinterp.interpreter.RepresentativeInterpreter.explain] takes (see
+                [`as_inputs`][repinterp.data.inputs.as_inputs]).
             solver: ``"greedy"`` or ``"exact"``; None means the interpreter's.
         """
         images = as_inputs(images, self.transform, self.fitted_index.input_shape)
@@ -484,8 +493,8 @@ class RepresentativeInterpreter:
 
     @exact_float32()
     def regions(self, n_regions: int | None = None, seed: int = 0) -> RegionSet:
-        """k-means regions over the reference set (see :class:`repinterp.core.regions.RegionSet`);
-        needs ``fit(..., keep_features=True)``."""
+        """k-means regions over the reference set (see
+        [`RegionSet`][repinterp.core.regions.RegionSet]); needs ``fit(..., keep_features=True)``."""
         return RegionSet.build(self, n_regions=n_regions, seed=seed)
 
     # ------------------------------------------------------------------ persistence
@@ -497,7 +506,7 @@ class RepresentativeInterpreter:
             path: a new or empty folder, or an index (which is replaced).
             overwrite: also write into a folder of other files, as the command line's
                 ``--overwrite`` does: only the index's own files are written there, nothing
-                else is touched (see :func:`repinterp.store.index_folder.save_index`).
+                else is touched (see [`save_index`][repinterp.store.index_folder.save_index]).
 
         Raises:
             OutputError: ``path`` holds other files (without ``overwrite``), or the shards of a

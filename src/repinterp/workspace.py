@@ -3,8 +3,9 @@
 The command line and the web viewer open an index by its folder alone: ``fit`` records in the
 manifest how to rebuild the model (architecture, weights file relative to the index and its
 SHA-256, classes, channels), which data set the reference images came from and how it was read
-(image size, normalisation), and a fingerprint of those images; :func:`open_index` rebuilds
-both, and refuses an index whose reference images changed since.
+(image size, normalisation), and a fingerprint of those images;
+[`open_index`][repinterp.workspace.open_index] rebuilds both, and refuses an index whose reference
+images changed since.
 """
 
 from __future__ import annotations
@@ -84,7 +85,7 @@ class Workspace:
 
     def save(self, path: str | Path, overwrite: bool = False) -> None:
         """Save the index to the folder ``path`` (see
-        :func:`repinterp.store.index_folder.save_index`; ``overwrite`` as there), with the
+        [`save_index`][repinterp.store.index_folder.save_index]; ``overwrite`` as there), with the
         recipe's weights file recorded relative to it, so that the folder can be moved along
         with the weights (or opened with the weights given anew)."""
         recipe = dict(self.recipe)
@@ -128,19 +129,19 @@ def fit_workspace(
     """Build the model, load the data set and fit an interpreter on its reference part.
 
     Args:
-        arch: a name from :data:`repinterp.models.zoo.ARCHS`.
+        arch: a name from `ARCHS`.
         weights: a local weights file; None: the weights bundled for ``arch``.
         dataset: ``mnist5k``, ``digits``, ``shapes`` or ``imagefolder:PATH``.
         layer: target layer; None for the arch's default, or the last layer with more than one
             pixel where that one's maps are 1 x 1 at the data's size (a given layer of 1 x 1
-            is refused: see :func:`repinterp.models.zoo.target_layer_for`).
-        config: the fit's settings (:class:`repinterp.core.config.FitConfig`); None: the
+            is refused: see [`target_layer_for`][repinterp.models.zoo.target_layer_for]).
+        config: the fit's settings ([`FitConfig`][repinterp.core.config.FitConfig]); None: the
             defaults.
         data_seed: seed of the data set's reference/unseen split.
         device: torch device; None for CPU.
         keep_features: keep the reference feature maps (for regions and protocols).
         shards: write the index in shards as it goes, to resume a killed fit (see
-            :class:`repinterp.store.shards.Shards`).
+            [`Shards`][repinterp.store.shards.Shards]).
         image_size: an image folder's image side in pixels (224).
         mean: an image folder's normalisation mean per channel (ImageNet's).
         std: an image folder's normalisation standard deviation per channel (ImageNet's).
@@ -269,7 +270,8 @@ def open_index(
     progress: bool = True,
     weights: str | Path | None = None,
 ) -> Workspace:
-    """Open an index folder written by ``repinterp fit`` (or :func:`fit_workspace` + save).
+    """Open an index folder written by ``repinterp fit`` (or
+    [`fit_workspace`][repinterp.workspace.fit_workspace] + save).
 
     Args:
         path: the index folder.
@@ -316,7 +318,7 @@ def load_image_file(
 
     Raises:
         ValueError: the file is missing, is not a readable image, or is too large (see
-            :func:`repinterp.data.image_files.read_image`).
+            `read_image`).
     """
     channels, height, width = shape
     image = read_image(path, channels)
@@ -329,10 +331,12 @@ def load_image_file(
 
 @dataclass(frozen=True)
 class ImageTransform:
-    """The command line's reading of an image (:func:`load_image_file`, then the data set's
-    normalisation), as an interpreter's ``transform``: :func:`open_index` and
-    :func:`fit_workspace` give it to theirs, so that ``explain`` takes a PIL image or a NumPy
-    array of pixels and explains it as ``repinterp explain FILE`` does.
+    """The command line's reading of an image
+    ([`load_image_file`][repinterp.workspace.load_image_file], then the data set's
+    normalisation), as an interpreter's ``transform``:
+    [`open_index`][repinterp.workspace.open_index] and
+    [`fit_workspace`][repinterp.workspace.fit_workspace] give it to theirs, so that ``explain``
+    takes a PIL image or a NumPy array of pixels and explains it as ``repinterp explain FILE`` does.
 
     Attributes:
         shape: the index's C x H x W.
@@ -348,7 +352,8 @@ class ImageTransform:
 
 
 def _with_transform(ri: RepresentativeInterpreter, data: Split) -> RepresentativeInterpreter:
-    """``ri``, given the command line's :class:`ImageTransform` for ``data``'s images."""
+    """``ri``, given the command line's [`ImageTransform`][repinterp.workspace.ImageTransform] for
+    ``data``'s images."""
     shape = tuple(ri.fitted_index.input_shape)
     ri.transform = ImageTransform(shape, data.reference.normalization)
     return ri

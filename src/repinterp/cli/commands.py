@@ -1,6 +1,6 @@
-"""What each ``repinterp`` subcommand does, given its parsed arguments (see :mod:`repinterp.cli`).
+"""What each ``repinterp`` subcommand does, given its parsed arguments (see `cli`).
 
-Each command writes only into the output folder it claims (:func:`repinterp.store.outputs.claim`),
+Each command writes only into the output folder it claims (`claim`),
 and imports torch and the engine when it runs, not when the parser is built.
 """
 
@@ -30,7 +30,7 @@ def _say(args: argparse.Namespace, message: str) -> None:
 
 def _inputs(*files: str | None, data: str | None = None) -> list[Path]:
     """What a command reads, which its output must keep clear of (see
-    :func:`repinterp.store.outputs.refuse_inputs`): the ``files`` given (weights, images) and
+    `refuse_inputs`): the ``files`` given (weights, images) and
     the folder of an ``imagefolder:PATH`` data set (the other data sets are bundled)."""
     found = [Path(file) for file in files if file]
     if data and data.startswith("imagefolder:"):
@@ -97,7 +97,7 @@ def _train(args: argparse.Namespace) -> None:
 # ----------------------------------------------------------------------------- fit
 def _keep_regions(workspace: Workspace) -> None:
     """Compute the viewer's default k-means regions of a saved index and keep them in its
-    folder (:mod:`repinterp.store.regions_file`), so that ``serve`` shows them at once; an
+    folder (`regions_file`), so that ``serve`` shows them at once; an
     index without feature maps has none."""
     from ..core.reference_index import FEATURE_FILE
     from ..store.regions_file import DEFAULT_REGIONS, DEFAULT_SEED, save_regions
@@ -211,7 +211,7 @@ def explain_to_files(
             shown in the figure and named in the JSON.
 
     Returns:
-        One report entry per image (see :func:`repinterp.report.write_report`).
+        One report entry per image (see `write_report`).
     """
     import json
 

@@ -1,4 +1,4 @@
-"""The options of ``repinterp evaluate`` (:mod:`repinterp.cli` runs the command): what they
+"""The options of ``repinterp evaluate`` (`cli` runs the command): what they
 mean (`add_arguments`) and the setup, `Options` and reproducing command line they give
 (`prepare`)."""
 

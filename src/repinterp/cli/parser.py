@@ -8,7 +8,7 @@ argparse's own complaints are one line too. Anything else (out of memory, a bug)
 user's doing and ends with its traceback.
 
 A command writes only into a folder that is new, empty or its own kind of output (see
-:mod:`repinterp.store.outputs`); ``--overwrite`` lets it write into another folder, touching nothing
+`outputs`); ``--overwrite`` lets it write into another folder, touching nothing
 but its own files, and never into an index.
 
 torch and the engine are imported inside the commands, so that ``--help`` answers at once.

@@ -1,6 +1,6 @@
 """``FitConfig``: the settings of one fit, built once (from the command line or from Python) and
-passed whole from :func:`repinterp.workspace.fit_workspace` down to
-:func:`repinterp.store.index_build.build_index`."""
+passed whole from [`fit_workspace`][repinterp.workspace.fit_workspace] down to
+[`build_index`][repinterp.store.index_build.build_index]."""
 
 from __future__ import annotations
 
@@ -23,8 +23,8 @@ class FitConfig:
         n_boundaries: ``|Q|``, the number of sampled boundaries (at most |R| are sampled).
         seed: seeds the sample of ``Q`` (drawn on the CPU: the same ``Q`` on every device).
         sampling: how the sources of ``Q`` are drawn: ``"uniform"`` (the paper), ``"balanced"``
-            or ``"pairs"`` (see :func:`repinterp.core.boundaries.sample_sources`); other than
-            ``"uniform"``, the fit takes one more forward pass over the reference set first.
+            or ``"pairs"`` (see [`sample_sources`][repinterp.core.boundaries.sample_sources]); other
+            than ``"uniform"``, the fit takes one more forward pass over the reference set first.
         batch_size: images per forward pass (at fit, and at explain on the fitted interpreter).
         num_workers: DataLoader worker processes reading a reference Dataset.
         progress: show progress bars.

@@ -1,7 +1,7 @@
 """Self-contained HTML for notebooks: images inline as base64 PNGs, no server and no files.
 
-:meth:`repinterp.core.interpretation.Interpretation.show` (the case-study strip) and
-:meth:`repinterp.core.regions.RegionSet.show` (one card per distinct polytope) are built from
+[`show`][repinterp.core.interpretation.Interpretation.show] (the case-study strip) and
+[`show`][repinterp.core.regions.RegionSet.show] (one card per distinct polytope) are built from
 these pieces; a notebook displays either object through its ``_repr_html_``.
 """
 
@@ -147,7 +147,7 @@ def tile(
 
     Args:
         caption: lines of the caption (plain text).
-        pixels: C x H x W in [0, 1] (:func:`displayable`), or None; drawn when C is 1 or 3.
+        pixels: C x H x W in [0, 1] (`displayable`), or None; drawn when C is 1 or 3.
         heat: H x W in [0, 1], or None.
         cmap: the heat map's colormap.
         alpha: the heat map's opacity over the image.
@@ -196,10 +196,10 @@ def page(
     Args:
         heading: the title (plain text).
         numbers: ``(name, value)`` pairs, each shown as "name value".
-        tiles: :func:`figure` outputs.
+        tiles: `figure` outputs.
         legend: what the numbers mean, one line each (plain text).
         notes: what is missing and how to get it, one line each (plain text).
-        bar: the :func:`colour_bar`, if there are heat maps.
+        bar: the `colour_bar`, if there are heat maps.
     """
     paragraphs = "".join(
         f'<p class="ri-note" style="margin:2px 0"><i>{html.escape(line)}</i></p>' for line in notes

@@ -1,13 +1,14 @@
 """How many polytopes RI finds: images grouped by the polytope ``P`` that explains them.
 
 Two interpretations are the same polytope when they predict the same class and have the same
-boundaries of ``Q`` with the same sides (:func:`polytope_key`). Over N explained images,
-:func:`polytope_groups` counts the distinct polytopes, how evenly the images spread over them
-(``effective_groups``: the exponential of the Shannon entropy of the group sizes, N when every
-image has its own polytope, 1 when all share one), how much of a class its largest polytope
-holds, the polytopes of one image, and, given sub-concept labels (the ``shapes`` data set's),
-how pure the groups are in sub-concept beside one group per class. A layer where RI finds about
-one polytope per class makes P(x)'s heat map about a class average (`GroupStats.sentence`).
+boundaries of ``Q`` with the same sides ([`polytope_key`][repinterp.core.groups.polytope_key]). Over
+N explained images, [`polytope_groups`][repinterp.core.groups.polytope_groups] counts the distinct
+polytopes, how evenly the images spread over them (``effective_groups``: the exponential of the
+Shannon entropy of the group sizes, N when every image has its own polytope, 1 when all share one),
+how much of a class its largest polytope holds, the polytopes of one image, and, given sub-concept
+labels (the ``shapes`` data set's), how pure the groups are in sub-concept beside one group per
+class. A layer where RI finds about one polytope per class makes P(x)'s heat map about a class
+average (`GroupStats.sentence`).
 """
 
 from __future__ import annotations
@@ -45,7 +46,8 @@ class GroupStats:
     Attributes:
         images: N, the images grouped.
         classes: the predicted classes among them (of the polytopes explaining them).
-        distinct_polytopes: distinct polytopes (:func:`polytope_key`) among the N.
+        distinct_polytopes: distinct polytopes
+            ([`polytope_key`][repinterp.core.groups.polytope_key]) among the N.
         effective_groups: ``exp(-sum_g p_g ln p_g)``, ``p_g`` the share of the images in group
             ``g``: in [1, distinct_polytopes], equal to it when the groups are equally large.
         largest_group_share: for each class, the share of its images in its largest group,

@@ -37,7 +37,8 @@ def channel_weights(means: Tensor, input_sides: Tensor) -> Tensor:
     spatial positions. The mean is taken before the flip, which is exact in floating point.
 
     Args:
-        means: |P| x K, the :func:`channel_means` of the boundaries of ``P(x)``.
+        means: |P| x K, the [`channel_means`][repinterp.core.heatmap.channel_means] of the
+            boundaries of ``P(x)``.
         input_sides: |P| signs of the input on them (-1, 0 or 1).
 
     Returns:
@@ -80,7 +81,8 @@ def heatmaps(
 
     For each boundary: ``ReLU(sum_k alpha_k t_k)``, upsampled bilinearly (align_corners=False)
     to ``size`` and min-max normalised; the polytope's map is the mean over its boundaries
-    (computed with one upsampling per image, see :func:`polytope_heatmaps`).
+    (computed with one upsampling per image, see
+    [`polytope_heatmaps`][repinterp.core.heatmap.polytope_heatmaps]).
 
     Args:
         features: N x K x h x w feature maps ``psi`` of the images.
@@ -102,14 +104,14 @@ def polytope_heatmaps(
     size: tuple[int, int],
     max_elements: int = 1 << 25,
 ) -> Tensor:
-    """Heat maps of N images, image ``n`` drawn as :func:`heatmaps` draws it with the channel
-    weights of polytope ``which[n]``, whatever the polytopes.
+    """Heat maps of N images, image ``n`` drawn as [`heatmaps`][repinterp.core.heatmap.heatmaps]
+    draws it with the channel weights of polytope ``which[n]``, whatever the polytopes.
 
     Bilinear upsampling ``U`` is linear and keeps constants, so the mean over the boundaries
     of ``(U r_p - lo_p) / (hi_p - lo_p + eps)`` is ``U(sum_p c_p (r_p - lo_p))`` with
     ``c_p = 1 / (|P| (hi_p - lo_p + eps))``: one upsampling per image, not one per boundary.
     ``lo_p`` and ``hi_p``, the extremes of ``U r_p``, lie on the few output rows and columns
-    that :func:`_extreme_samples` names, where ``U r_p`` alone is computed. The maps equal
+    that `_extreme_samples` names, where ``U r_p`` alone is computed. The maps equal
     the per-boundary computation up to float rounding, clamped to [0, 1].
 
     Args:
@@ -180,8 +182,8 @@ def colorize(heat: Tensor, cmap: str = DEFAULT_COLORMAP) -> np.ndarray:
     """A heat map in colour, for display.
 
     Args:
-        heat: H x W in [0, 1] (as :func:`heatmaps` makes them: per-image min-max, see
-            :data:`SCALE`).
+        heat: H x W in [0, 1] (as [`heatmaps`][repinterp.core.heatmap.heatmaps] makes them:
+            per-image min-max, see `SCALE`).
         cmap: a matplotlib colormap name; the perceptually uniform ``"inferno"`` by default
             (``"jet"`` only on request: its bright bands look like edges that are not there).
 
@@ -208,7 +210,7 @@ def overlay(
         image: C x H x W in [0, 1] pixel space (C = 1 or 3).
         heat: H x W in [0, 1].
         alpha: opacity of the heat map, in [0, 1] (0: the image alone, 1: the heat map alone).
-        cmap: a matplotlib colormap name (see :func:`colorize`).
+        cmap: a matplotlib colormap name (see [`colorize`][repinterp.core.heatmap.colorize]).
 
     Returns:
         H x W x 3 float array in [0, 1].

@@ -10,8 +10,9 @@ image, min-max normalised (``1e-8``), multiplied into ``e`` (the model's input),
 logit of the polytope's class is read; the weights of ``e`` are the softmax of these logits
 over the channels, exactly pytorch-grad-cam's ``ScoreCAM.get_cam_weights``; the polytope's
 weights are their mean over the sample. Its heat map on any image is ``ReLU(sum_k w_k A_k)``,
-upsampled and min-max normalised (:func:`repinterp.core.heatmap.heatmaps` with one row of weights),
-which orders pixels as Score-CAM's own map does. Cost: ``K`` forward passes per sampled image.
+upsampled and min-max normalised ([`heatmaps`][repinterp.core.heatmap.heatmaps] with one row of
+weights), which orders pixels as Score-CAM's own map does. Cost: ``K`` forward passes per sampled
+image.
 """
 
 from __future__ import annotations
@@ -87,7 +88,7 @@ def covered_sample(
     include: int | None = None,
     exclude: Tensor | None = None,
 ) -> Tensor:
-    """Up to ``n`` reference indices (:func:`draw_indices`, seeded): ``include`` (the input
+    """Up to ``n`` reference indices (`draw_indices`, seeded): ``include`` (the input
     ``x`` itself, when it is a reference image) and images drawn from ``P(x)``'s covered ones,
     never ``exclude`` (e.g. the images the heat maps are scored on); ascending (CPU).
 
@@ -98,8 +99,8 @@ def covered_sample(
 
 
 def with_score_weights(interpretation: Interpretation, images: Tensor) -> Interpretation:
-    """The same ``P(x)`` and covered set, its heat maps weighted by :func:`score_weights` of
-    ``images`` (model inputs of images it covers, e.g. :func:`covered_sample`'s) for its class.
+    """The same ``P(x)`` and covered set, its heat maps weighted by `score_weights` of
+    ``images`` (model inputs of images it covers, e.g. `covered_sample`'s) for its class.
 
     ``channel_weights`` of the result is that one row (1 x K), so ``heatmap`` draws
     ``ReLU(sum_k w_k A_k)`` on any image.

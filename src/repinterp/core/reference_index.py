@@ -3,7 +3,7 @@
 For |R| reference images and |Q| boundaries it keeps the |R| x |Q| signed projections, the
 predicted classes and logits (and labels when given), and the boundaries themselves; never the
 reference feature maps, which stay in a memory-mapped file (``features.npy``) when they are
-kept. Its folder on disk is :mod:`repinterp.store.index_folder`'s.
+kept. Its folder on disk is [`index_folder`][repinterp.store.index_folder]'s.
 """
 
 from __future__ import annotations
@@ -100,14 +100,14 @@ class ReferenceIndex:
 
     @cached_property
     def cover_index(self) -> CoverIndex:
-        """The sides prepared for :func:`repinterp.core.cover.greedy_cover` (built once per index;
-        each cover path builds its part on first use)."""
+        """The sides prepared for [`greedy_cover`][repinterp.core.cover.greedy_cover] (built once
+        per index; each cover path builds its part on first use)."""
         return CoverIndex(self.sides)
 
     @cached_property
     def channel_means(self) -> Tensor:
         """|Q| x K spatial means of the boundaries' weights (see
-        :func:`repinterp.core.heatmap.channel_means`; computed once)."""
+        [`channel_means`][repinterp.core.heatmap.channel_means]; computed once)."""
         return channel_means(self.boundaries)
 
     def to(self, device: torch.device | str) -> ReferenceIndex:

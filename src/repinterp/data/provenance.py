@@ -64,7 +64,7 @@ def fingerprint(data: Split, spec: str, seed: int) -> dict[str, Any]:
 
 
 def fingerprint_change(recorded: dict[str, Any], current: dict[str, Any]) -> str | None:
-    """What differs between two :func:`fingerprint` s, in words; None if nothing. The classes
+    """What differs between two `fingerprint` s, in words; None if nothing. The classes
     are compared where ``recorded`` has them (fingerprints made before 0.2 do not)."""
     changes = [
         f"{key} {recorded.get(key)!r} then, {current.get(key)!r} now"

@@ -1,15 +1,16 @@
 """What the engine reads: reference sets (their size, batches and single images) and batches
 of images, checked and converted to the engine's dtype.
 
-A reference set is what :func:`repinterp.store.index_build.build_index` indexes.
-:func:`as_reference` accepts, and the engine reads by index (``Q``'s sources are drawn by position):
+A reference set is what [`build_index`][repinterp.store.index_build.build_index] indexes.
+[`as_reference`][repinterp.data.reference.as_reference] accepts, and the engine reads by index
+(``Q``'s sources are drawn by position):
 
 - an N x C x H x W tensor;
 - a NumPy array, N x C x H x W, or N x H x W x C when its last dimension is 1 or 3 and its
   second is not (read without a copy);
 - a map-style ``Dataset``, or a list of images, whose items are an image tensor, an
-  ``(image, label, ...)`` tuple, or a dict with the image under one of :data:`IMAGE_KEYS`
-  (and the label, if any, under one of :data:`LABEL_KEYS`);
+  ``(image, label, ...)`` tuple, or a dict with the image under one of `IMAGE_KEYS`
+  (and the label, if any, under one of `LABEL_KEYS`);
 - a ``DataLoader`` over such a Dataset, read in the Dataset's order with the loader's
   ``collate_fn``, ``num_workers`` and ``worker_init_fn`` (its batch size and ``drop_last``
   are not used: every image is indexed). A shuffling loader (``shuffle=True``) or one with
@@ -18,9 +19,10 @@ A reference set is what :func:`repinterp.store.index_build.build_index` indexes.
 - a ``DataLoader`` over an ``IterableDataset`` (or that Dataset itself): it has no random
   access, so it is read once, in order, into memory.
 
-Every kind is handled by :func:`reference_size`, :func:`iter_batches` and
-:func:`gather_images` and nowhere else. Every batch the engine computes on passes
-:func:`as_batch`.
+Every kind is handled by [`reference_size`][repinterp.data.reference.reference_size],
+[`iter_batches`][repinterp.data.reference.iter_batches] and
+[`gather_images`][repinterp.data.reference.gather_images] and nowhere else. Every batch the engine
+computes on passes [`as_batch`][repinterp.data.reference.as_batch].
 """
 
 from __future__ import annotations
@@ -189,7 +191,8 @@ def as_reference(reference: Reference) -> Tensor | Dataset | DataLoader | Sequen
 
 
 def reference_size(reference: Reference) -> int:
-    """Number of images in a reference set (as returned by :func:`as_reference`)."""
+    """Number of images in a reference set (as returned by
+    [`as_reference`][repinterp.data.reference.as_reference])."""
     if isinstance(reference, Tensor):
         return reference.shape[0]
     if isinstance(reference, DataLoader):
@@ -223,12 +226,13 @@ def as_batch(
     non_blocking: bool = False,
 ) -> Tensor:
     """``images`` on ``device`` (None: where they are) in ``dtype`` (a floating batch of any
-    precision is converted), then checked by :func:`check_images` (against the index's C x H x W
-    ``shape``, if given).
+    precision is converted), then checked by [`check_images`][repinterp.data.reference.check_images]
+    (against the index's C x H x W ``shape``, if given).
 
     Raises:
         TypeError: not a tensor.
-        ValueError: see :func:`check_images`; values that overflow ``dtype`` count as Inf.
+        ValueError: see [`check_images`][repinterp.data.reference.check_images]; values that
+            overflow ``dtype`` count as Inf.
     """
     if isinstance(images, Tensor) and images.is_floating_point():
         images = images.to(device=device, dtype=dtype, non_blocking=non_blocking)
@@ -309,7 +313,7 @@ def iter_batches(
     pin_memory: bool = False,
 ) -> Iterator[tuple[Tensor, Tensor | None]]:
     """Yield ``(images N x C x H x W, labels N or None)`` from a reference set (as returned by
-    :func:`as_reference`).
+    [`as_reference`][repinterp.data.reference.as_reference]).
 
     A Dataset is read with a DataLoader (``num_workers`` worker processes, pinned memory if
     asked); a DataLoader's dataset with its own ``collate_fn``, ``num_workers`` and

@@ -1,8 +1,8 @@
 """The ``shapes`` benchmark's images: coloured shapes among distractors, drawn from a seed.
 
 Each class is defined by either of two shapes (its sub-concepts), so that an interpretation can
-be checked against known sub-concepts and ground-truth masks. :func:`draw_shapes` draws the
-images; :func:`repinterp.data.datasets.shapes` makes them a data set.
+be checked against known sub-concepts and ground-truth masks. `draw_shapes` draws the
+images; [`shapes`][repinterp.data.datasets.shapes] makes them a data set.
 """
 
 from typing import NamedTuple
@@ -26,7 +26,7 @@ _CHUNK = 256
 
 
 class DrawnShapes(NamedTuple):
-    """What :func:`draw_shapes` returns (the fields of a `repinterp.data.datasets.ImageSet`).
+    """What `draw_shapes` returns (the fields of a `repinterp.data.datasets.ImageSet`).
 
     Attributes:
         images: n x 3 x size x size float32 in [0, 1].

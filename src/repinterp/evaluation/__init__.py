@@ -8,7 +8,7 @@ algorithm), ``setup`` (model and data), ``run`` (one seeded run), ``methods`` (o
 compared method, RI's variants included), ``options`` (how a protocol runs), ``sanity`` (the
 sanity checks of RI and the CAMs through Quantus), ``protocols`` (the protocols and
 ``evaluate``), ``command`` (the ``repinterp evaluate`` options). Reports of
-the results are written by :mod:`repinterp.report`.
+the results are written by `report`.
 """
 
 import importlib

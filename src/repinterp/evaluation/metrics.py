@@ -269,8 +269,9 @@ class BatchMetric(ABC, Generic[Scores]):
 
 
 class AverageDropIncrease(BatchMetric[DropIncrease]):
-    """Average Drop / Increase accumulated over batches (see :class:`BatchMetric`); ``result``
-    is a :class:`DropIncrease`.
+    """Average Drop / Increase accumulated over batches (see
+    [`BatchMetric`][repinterp.evaluation.metrics.BatchMetric]); ``result`` is a
+    [`DropIncrease`][repinterp.evaluation.metrics.DropIncrease].
 
     Args: as in ``average_drop_increase``.
     """

@@ -25,12 +25,13 @@ class Options:
         seed: the first run's seed.
         methods: the methods compared by ``unseen``, ``reference``, ``similar`` (the
             pointing game) and ``sanity`` (RI and the CAMs only): names
-            (:data:`methods.METHODS`, or any RI variant, see :func:`methods.method`), or
-            `Method` instances of one's own (reported under their ``name``).
+            (`methods.METHODS`, or any RI variant, see
+            [`methods.method`][repinterp.evaluation.methods.method]), or `Method` instances of one's
+            own (reported under their ``name``).
         metrics: what scores the explanations besides AD / AI (always): any of
-            :data:`scoring.METRICS` (``ROAD``, ``deletion``, ``insertion``).
+            `scoring.METRICS` (``ROAD``, ``deletion``, ``insertion``).
         split: ``"per-run"``: each run draws its own stratified reference and unseen images
-            (``draw``) from the setup's parts (:meth:`setup.Setup.draw`); ``"fixed"``: every
+            (``draw``) from the setup's parts (`setup.Setup.draw`); ``"fixed"``: every
             run uses the setup's images.
         draw: the shares of the setup's reference and unseen images a run draws.
         n_boundaries: ``|Q|``.
@@ -127,7 +128,7 @@ class Options:
 
 
 def check_protocol(protocol: str) -> None:
-    """Raise ValueError for a name not in :data:`PROTOCOLS`."""
+    """Raise ValueError for a name not in `PROTOCOLS`."""
     if protocol not in PROTOCOLS:
         raise ValueError(f"unknown protocol {protocol!r}; choose one of {', '.join(PROTOCOLS)}")
 

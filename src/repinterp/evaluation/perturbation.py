@@ -1,10 +1,10 @@
 """Perturbation metrics of heat maps: deletion and insertion AUC (RISE, Petsiuk et al., 2018)
 and ROAD (remove and debias, Rong et al., 2022, through pytorch-grad-cam).
 
-Like AD / AI (:mod:`.metrics`), they take images in [0, 1] pixel space and a ``normalize`` to
-the model's input: pixels are removed, inserted or imputed in pixel space and the result is
-normalised for the model afterwards. The score is the softmax probability of the class the
-model predicts on the unperturbed image (argmax, first on ties). Pixels are ranked by a stable
+Like AD / AI ([`.metrics`][repinterp.evaluation.metrics]), they take images in [0, 1] pixel space
+and a ``normalize`` to the model's input: pixels are removed, inserted or imputed in pixel space and
+the result is normalised for the model afterwards. The score is the softmax probability of the class
+the model predicts on the unperturbed image (argmax, first on ties). Pixels are ranked by a stable
 descending sort of the heat map, so equal values go to the earlier pixel in raster order, as
 for AD's 20%.
 
@@ -162,7 +162,7 @@ def deletion_insertion(
 
 class DeletionInsertion(BatchMetric[Tensor]):
     """Deletion or insertion AUCs accumulated over batches (see
-    :class:`repinterp.evaluation.metrics.BatchMetric`); ``result`` is the AUC (%) of every
+    [`BatchMetric`][repinterp.evaluation.metrics.BatchMetric]); ``result`` is the AUC (%) of every
     image seen, in order.
 
     Example::

@@ -320,7 +320,7 @@ def evaluate(setup: Setup, protocol: str, options: Options | None = None) -> dic
 
     Args:
         setup: model and data (see `load_setup`).
-        protocol: one of :data:`PROTOCOLS`.
+        protocol: one of `PROTOCOLS`.
         options: how to run it; None for the defaults.
 
     Returns:

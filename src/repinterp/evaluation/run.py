@@ -25,7 +25,7 @@ T = TypeVar("T")
 
 
 class RunOptions(Protocol):
-    """What a run reads of the protocol's options (:class:`repinterp.evaluation.protocols.
+    """What a run reads of the protocol's options (`
     Options` has these)."""
 
     n_boundaries: int
@@ -64,7 +64,7 @@ class Run:
         self, n_boundaries: int, keep_features: bool = False, sampling: str = "uniform"
     ) -> RepresentativeInterpreter:
         """An interpreter with ``n_boundaries`` boundaries sampled (``sampling``, see
-        :func:`repinterp.core.boundaries.sample_sources`) with the run's seed."""
+        [`sample_sources`][repinterp.core.boundaries.sample_sources]) with the run's seed."""
         setup = self.setup
         reference = setup.reference
         ri = RepresentativeInterpreter(

@@ -206,7 +206,7 @@ def sanity(run: Run) -> dict[str, Any]:
         ``time_s`` (both checks, RI's refits included).
 
     Raises:
-        ValueError: a method other than :data:`SANITY_METHODS`.
+        ValueError: a method other than `SANITY_METHODS`.
     """
     setup, options = run.setup, run.options
     names = list(options.resolve_methods())

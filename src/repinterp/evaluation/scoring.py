@@ -51,7 +51,7 @@ class Scores:
     Attributes:
         drop: (N,) the relative drop of AD, in [0, 1].
         increase: (N,) 1.0 where the score increased (AI), else 0.0.
-        curves: the perturbation metrics by key of :data:`CURVE_KEYS`, (N,) each, in % or
+        curves: the perturbation metrics by key of `CURVE_KEYS`, (N,) each, in % or
             percentage points; NaN for the images not scored.
     """
 
@@ -94,7 +94,7 @@ def score(
         images01: N x C x H x W in [0, 1].
         explanations: N x H x W heat maps, or bool kept pixels (which rank no pixel: their
             perturbation metrics are NaN).
-        metrics: which of :data:`METRICS` (AD / AI always).
+        metrics: which of `METRICS` (AD / AI always).
         rows: the images the perturbation metrics score (indices; None: all).
         seed: seeds ROAD's noise.
     """

@@ -186,18 +186,18 @@ def load_setup(
         dataset: ``mnist5k`` or ``shapes`` (bundled weights by default), ``digits`` or
             ``imagefolder:PATH`` (need ``arch`` and ``weights``). The split is the one with
             data seed 0, on which ``repinterp train`` trains by default.
-        arch: an architecture of :mod:`repinterp.models.zoo`; None: the data set's bundled one.
+        arch: an architecture of [`zoo`][repinterp.models.zoo]; None: the data set's bundled one.
         weights: a local weights file; None: the bundled weights.
         layer: the target layer; None: the architecture's default, or the last layer with
             more than one pixel where that one's maps are 1 x 1 at the data's size (see
-            :func:`repinterp.models.zoo.target_layer_for`).
+            [`target_layer_for`][repinterp.models.zoo.target_layer_for]).
         device: torch device.
         n_reference: use a seeded random subset of this many reference images (None: all).
         n_unseen: the same for the unseen images (the paper samples 1,000).
         subset_seed: seed of both subsets.
         batch_size: images per forward pass.
         image_size, mean, std: an image folder's square side and R G B normalisation (224 and
-            ImageNet's; see :func:`repinterp.data.datasets.load_dataset`).
+            ImageNet's; see [`load_dataset`][repinterp.data.datasets.load_dataset]).
 
     Raises:
         ValueError: an unknown data set, a missing model or weights, a bad layer (one of 1 x 1

@@ -31,7 +31,7 @@ class's map."""
 
 
 def check_other_targets(value: str) -> str:
-    """``value`` if it is one of :data:`OTHER_TARGETS`.
+    """``value`` if it is one of [`OTHER_TARGETS`][repinterp.integrations.maps.OTHER_TARGETS].
 
     Raises:
         ValueError: it is not.

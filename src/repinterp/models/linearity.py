@@ -1,8 +1,9 @@
 """Which operations are piecewise linear, and the check that a traced head ``G`` has no other.
 
 The method needs ``G`` piecewise linear, so that the hyperplane of Eq. 2 is exactly a linear
-boundary of ``G`` (docs/method.md, step 3.1). :func:`check_piecewise_linear` goes through a
-traced head node by node and names the first node it does not know to be so.
+boundary of ``G`` (docs/method.md, step 3.1).
+[`check_piecewise_linear`][repinterp.models.linearity.check_piecewise_linear] goes through a traced
+head node by node and names the first node it does not know to be so.
 """
 
 from __future__ import annotations

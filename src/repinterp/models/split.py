@@ -1,9 +1,11 @@
 """Split a CNN classifier ``F`` at a target layer into ``psi`` (input -> feature map) and ``G``.
 
 ``G`` (feature map -> logits) is the model's head. The method needs it to be piecewise linear,
-so that the hyperplane of Eq. 2 is exactly a linear boundary of ``G``; :func:`split_model`
-refuses heads that contain anything else (:mod:`repinterp.models.linearity`) unless told otherwise.
-:func:`locate_split` finds the layer itself, when the user names none.
+so that the hyperplane of Eq. 2 is exactly a linear boundary of ``G``;
+[`split_model`][repinterp.models.split.split_model] refuses heads that contain anything else
+([`linearity`][repinterp.models.linearity]) unless told otherwise.
+[`locate_split`][repinterp.models.split.locate_split] finds the layer itself, when the user names
+none.
 """
 
 from __future__ import annotations
@@ -177,7 +179,7 @@ def _writes_in_place(graph_module: fx.GraphModule) -> bool:
 
 class _Head(nn.Module):
     """``G``: runs the traced head on a feature map; the input is cloned when the head may
-    write in place (:func:`_writes_in_place`), so that the caller's feature map is never
+    write in place (`_writes_in_place`), so that the caller's feature map is never
     modified."""
 
     def __init__(self, graph_module: fx.GraphModule) -> None:
@@ -277,7 +279,7 @@ def _default_logits(value: Any) -> Any:
 
 
 def _logits_node(graph: fx.Graph, output: OutputFn | None) -> fx.Node:
-    """Apply ``output`` (default: :func:`_default_logits`) to the traced model's output and
+    """Apply ``output`` (default: `_default_logits`) to the traced model's output and
     return the node of the logits it selects."""
     out = next(n for n in graph.nodes if n.op == "output")
     tracer = fx.proxy.GraphAppendingTracer(graph)
@@ -319,7 +321,7 @@ def split_model(
             output itself, its ``"logits"`` entry or its ``.logits``.
 
     Returns:
-        The :class:`SplitModel`.
+        The [`SplitModel`][repinterp.models.split.SplitModel].
 
     Raises:
         ValueError: unknown or flat layer; a layer called more than once; a head that needs
@@ -447,8 +449,8 @@ def locate_split(
     Args:
         model: the classifier, in eval mode.
         input_shape: C x H x W of its images (one zero image is run through it).
-        allow_nonlinear_head: as in :func:`split_model`.
-        output: as in :func:`split_model`.
+        allow_nonlinear_head: as in [`split_model`][repinterp.models.split.split_model].
+        output: as in [`split_model`][repinterp.models.split.split_model].
 
     Raises:
         NonlinearHeadError: the head after the last spatial layer is not piecewise linear

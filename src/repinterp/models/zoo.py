@@ -139,8 +139,8 @@ def _check_arch(arch: str) -> None:
 def default_target_layer(arch: str) -> str:
     """The module name whose output is the feature map to interpret: the ReLU output of the
     last convolution (or the nearest module that gives it); for a timm model, the last spatial
-    layer from which the logits follow (:func:`repinterp.models.split.locate_split`, found at 224 px
-    without computing: the model is built on the meta device).
+    layer from which the logits follow ([`locate_split`][repinterp.models.split.locate_split], found
+    at 224 px without computing: the model is built on the meta device).
 
     Raises:
         ValueError: unknown arch; a timm model whose head is not piecewise linear (naming the
@@ -165,10 +165,11 @@ def target_layer_for(arch: str, input_shape: Sequence[int], layer: str | None = 
     Args:
         arch: a name from `ARCHS` or ``timm:NAME``.
         input_shape: C x H x W of the model's inputs.
-        layer: the layer asked for; None: :func:`default_target_layer` where its maps have more
-            than one pixel at this size, else the last layer whose maps do, as
-            ``target_layer=None`` finds it (:func:`repinterp.models.split.locate_split`), e.g.
-            ``layer3`` of a ResNet at 32 px, where ``layer4`` is 1 x 1.
+        layer: the layer asked for; None:
+            [`default_target_layer`][repinterp.models.zoo.default_target_layer] where its maps have
+            more than one pixel at this size, else the last layer whose maps do, as
+            ``target_layer=None`` finds it ([`locate_split`][repinterp.models.split.locate_split]),
+            e.g. ``layer3`` of a ResNet at 32 px, where ``layer4`` is 1 x 1.
 
     Returns:
         The layer's name.
@@ -345,10 +346,11 @@ def model_for(
     seed: int | None = 0,
 ) -> nn.Module:
     """The model ``arch`` for a data set of ``shape`` (``DataShape.of(data)``, or as an index
-    recorded it), in eval mode: :func:`build_model` with its classes and channels.
+    recorded it), in eval mode: [`build_model`][repinterp.models.zoo.build_model] with its classes
+    and channels.
 
     Raises:
-        ValueError, FileNotFoundError: see :func:`build_model`.
+        ValueError, FileNotFoundError: see [`build_model`][repinterp.models.zoo.build_model].
     """
     return build_model(
         arch, shape.num_classes, shape.in_channels, weights, reset_head=reset_head, seed=seed
@@ -437,5 +439,6 @@ def weights_bytes(model: nn.Module) -> bytes:
 
 
 def save_weights(model: nn.Module, path: str | Path) -> None:
-    """Save `model`'s state dict to `path` as safetensors (see :func:`weights_bytes`)."""
+    """Save `model`'s state dict to `path` as safetensors (see
+    [`weights_bytes`][repinterp.models.zoo.weights_bytes])."""
     Path(path).write_bytes(weights_bytes(model))

@@ -1,6 +1,6 @@
 """Figures, the static HTML report, and the evaluation's tables and plots.
 
-Data flows from :mod:`repinterp.evaluation` to here, never back: the evaluation computes the
+Data flows from `evaluation` to here, never back: the evaluation computes the
 numbers, this package writes them (``write_results``).
 """
 

@@ -51,7 +51,7 @@ def legend(
         class_name: the input's predicted class.
         fraction: share of pixels the masked score keeps.
         metric: the distance shown under the similar images (one of
-            :data:`repinterp.core.interpretation.SIMILARITY_METRICS`), None when none is.
+            `SIMILARITY_METRICS`), None when none is.
         heat: whether the figure has heat maps (and masked scores).
         masked_classes: the class the model gives each masked image, or None; those given
             another class than ``class_name`` (whose masked scores are then low) are counted.
@@ -132,7 +132,7 @@ def class_scores(interpreter: Explainer, inputs: Tensor, target_class: int) -> l
 def _masked_probabilities(
     interpreter: Explainer, pixels: Tensor, maps: Tensor, normalize: Normalization, fraction: float
 ) -> Tensor:
-    """:func:`_probabilities` on the images that keep their ``fraction`` hottest pixels, the
+    """`_probabilities` on the images that keep their ``fraction`` hottest pixels, the
     rest set to black in pixel space (0) before ``normalize``."""
     masked, _ = keep_top_pixels(pixels.cpu(), maps.cpu(), fraction)
     return _probabilities(interpreter, normalize(masked).to(interpreter.device))
@@ -275,7 +275,7 @@ def save_case_study_figure(
     heat map alone; the heat map overlaid with the masked score), a colour bar and a legend.
     Without a heat map, only the first row.
 
-    The images are pasted into one picture at :data:`DPI` (each resized to 100 px by nearest
+    The images are pasted into one picture at `DPI` (each resized to 100 px by nearest
     neighbour, so that its pixels stay sharp) and the text is placed on a fixed pixel grid: no
     axes and no layout engine, which took seconds for a figure of 27 images.
 
@@ -283,7 +283,7 @@ def save_case_study_figure(
         study: what to draw.
         path: a file name or a binary file open for writing.
         title: shown above the figure, with the predicted class.
-        cmap: colormap of the heat maps (see :func:`repinterp.core.heatmap.colorize`).
+        cmap: colormap of the heat maps (see [`colorize`][repinterp.core.heatmap.colorize]).
         alpha: opacity of the heat map in the overlay row.
     """
     from matplotlib.backends.backend_agg import FigureCanvasAgg

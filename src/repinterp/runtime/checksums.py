@@ -17,7 +17,7 @@ def tensor_bytes(tensor: Tensor) -> bytes:
 
 
 def tensor_sha256(tensor: Tensor) -> str:
-    """SHA-256 of a tensor's raw bytes (see :func:`tensor_bytes`)."""
+    """SHA-256 of a tensor's raw bytes (see `tensor_bytes`)."""
     return hashlib.sha256(tensor_bytes(tensor)).hexdigest()
 
 

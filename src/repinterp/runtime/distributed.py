@@ -1,7 +1,7 @@
 """Several processes, on one machine or many, building one index with ``torch.distributed``.
 
 ``torchrun`` starts the processes and sets ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
-``MASTER_ADDR`` and ``MASTER_PORT``; :func:`init_from_env` joins the process group they describe
+``MASTER_ADDR`` and ``MASTER_PORT``; `init_from_env` joins the process group they describe
 (gloo on CPU, NCCL on CUDA). Outside a process group every helper here is the one-process
 identity, so the same code runs with and without ``torchrun``.
 """

@@ -3,10 +3,10 @@
 On Ampere and later GPUs PyTorch may run float32 convolutions (cuDNN, on by default) and matrix
 products (cuBLAS, when allowed) in TF32, with a 10-bit mantissa; oneDNN on the CPU can likewise be
 told to use TF32 or bfloat16 for float32 work. Signs of projections near a boundary then differ
-from the CPU's, and with them ``P(x)``. :func:`exact_float32` switches all of these off for the
-duration of a block and restores the user's settings afterwards, also after an exception.
-An enclosing ``torch.autocast`` region (CUDA or CPU) is switched off inside the block too, so
-that float32 models compute in float32 there.
+from the CPU's, and with them ``P(x)``. [`exact_float32`][repinterp.runtime.precision.exact_float32]
+switches all of these off for the duration of a block and restores the user's settings afterwards,
+also after an exception. An enclosing ``torch.autocast`` region (CUDA or CPU) is switched off inside
+the block too, so that float32 models compute in float32 there.
 
 PyTorch has two interfaces for these flags: the legacy one (``torch.backends.cuda.matmul.
 allow_tf32``, ``torch.backends.cudnn.allow_tf32``, ``torch.set_float32_matmul_precision``) and,
@@ -18,7 +18,8 @@ attribute is put back as it was, so the user's state is restored through the int
 The flags are process-wide: other threads running float32 work at the same time see them too;
 blocks running in several threads at once restore the flags when the last one ends.
 
-:func:`engine_dtype` refuses models in half precision, which the engine never runs silently.
+[`engine_dtype`][repinterp.runtime.precision.engine_dtype] refuses models in half precision, which
+the engine never runs silently.
 """
 
 from __future__ import annotations
@@ -125,7 +126,7 @@ def _restore(saved: tuple[Any, Any, dict[str, str]]) -> None:
 
 
 def _is_full_precision(saved: tuple[Any, Any, dict[str, str]]) -> bool:
-    """Whether the flags read by :func:`_save` already give full float32 precision everywhere
+    """Whether the flags read by `_save` already give full float32 precision everywhere
     (PyTorch's defaults on the CPU), so that there is nothing to set and restore."""
     matmul, cudnn, new = saved
     return matmul == "highest" and cudnn is False and set(new.values()) <= {"none", "ieee"}

@@ -7,7 +7,8 @@ boundary of ``P``; it is *separated* by ``h`` when its side on ``h`` differs fro
 
 Modules: ``common`` (sides, results, shape checks), ``incremental`` (the greedy's host path on
 bit sets), ``masked`` (its batched path on matrix products and CUDA graphs), ``index``
-(:class:`CoverIndex`), ``greedy`` (:func:`greedy_cover`) and ``exact`` (the MILP).
+([`CoverIndex`][repinterp.core.cover.CoverIndex]), ``greedy``
+([`greedy_cover`][repinterp.core.cover.greedy_cover]) and ``exact`` (the MILP).
 """
 
 from __future__ import annotations

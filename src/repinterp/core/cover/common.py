@@ -1,5 +1,5 @@
 """What the greedy's paths and the exact cover share: sides, results, shape checks, and the
-fields whose sums count separations (see :mod:`repinterp.core.cover` for the terms)."""
+fields whose sums count separations (see [`cover`][repinterp.core.cover] for the terms)."""
 
 from __future__ import annotations
 
@@ -70,7 +70,7 @@ def separation_terms(x_sides: Tensor) -> tuple[Tensor, Tensor, Tensor]:
 
 
 def separation_weights(x_sides: Tensor) -> tuple[Tensor, Tensor]:
-    """:func:`separation_terms` of B inputs (B x |Q| sides) as matrices.
+    """`separation_terms` of B inputs (B x |Q| sides) as matrices.
 
     Returns:
         ``(m, z)``: B x (|Q| + 1) x |Q| and B x |Q| float64 such that, over a set of images,

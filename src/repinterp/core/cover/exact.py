@@ -21,9 +21,10 @@ from .prepared import CoverIndex
 
 @dataclass
 class ExactCoverResult(CoverResult):
-    """Covers of B inputs by :func:`exact_cover`; ``order`` holds ``P(x)`` in ascending order.
+    """Covers of B inputs by [`exact_cover`][repinterp.core.cover.exact.exact_cover]; ``order``
+    holds ``P(x)`` in ascending order.
 
-    Attributes (besides :class:`CoverResult`'s):
+    Attributes (besides [`CoverResult`][repinterp.core.cover.common.CoverResult]'s):
         optimal: B bool, whether the representativeness is proven maximal.
         bound: B long, a proven upper bound on the optimal representativeness.
         gap: B float64, ``(bound - representativeness) / max(representativeness, 1)``.
@@ -51,7 +52,8 @@ def exact_cover(
     """Eq. 3 solved to optimality (or to a certified gap) by a MILP, one input at a time.
 
     Maximise the reference images covered by ``P ⊆ Q`` subject to ``|P ∩ D| <= delta``, with
-    ``delta = tau(x)`` as in :func:`greedy_cover`. Variables: a binary ``y_h`` per boundary (in
+    ``delta = tau(x)`` as in [`greedy_cover`][repinterp.core.cover.greedy.greedy_cover]. Variables:
+    a binary ``y_h`` per boundary (in
     ``P`` or not) and ``z_i`` in [0, 1] per reference image (covered or not):
 
         max sum_i z_i  s.t.  z_i <= 1 - y_h            for every h separating i from x,
@@ -60,7 +62,7 @@ def exact_cover(
 
     For binary ``y`` the constraints force ``z_i`` to exactly "i is covered" on D(x), and the
     maximisation lifts it there elsewhere, so ``z`` needs no integrality. With ``reduce`` (exact,
-    see :func:`_reduce`): images no boundary separates are a constant, the images of D(x) become
+    see `_reduce`): images no boundary separates are a constant, the images of D(x) become
     covering rows "P meets the separating set of i" kept only for the minimal sets, boundaries
     in no such set are dropped, images outside D(x) that can never (or always) be covered are
     constants, and the rest are merged by separation pattern into one ``z`` weighted by count.
@@ -71,17 +73,20 @@ def exact_cover(
     from ``P`` rather than read off ``z``.
 
     Args:
-        reference_sides: |R| x |Q| int8 sides of the reference images (see :func:`sides`), or
-            a :class:`CoverIndex` of them.
+        reference_sides: |R| x |Q| int8 sides of the reference images (see
+            [`sides`][repinterp.core.cover.sides]), or a
+            [`CoverIndex`][repinterp.core.cover.prepared.CoverIndex] of them.
         input_sides: B x |Q| int8 sides of the inputs.
         other_class: B x |R| bool, ``D(x)``.
         time_limit: seconds for HiGHS per input; past it, the best solution and bound so far.
             HiGHS checks it between its steps, so a large, hard model can overrun it in presolve.
-        greedy: :func:`greedy_cover` of the same inputs, if already computed.
+        greedy: [`greedy_cover`][repinterp.core.cover.greedy.greedy_cover] of the same inputs, if
+            already computed.
         reduce: apply the reductions above (False builds one ``z`` per image, for testing).
 
     Returns:
-        An :class:`ExactCoverResult` on ``reference_sides``'s device.
+        An [`ExactCoverResult`][repinterp.core.cover.exact.ExactCoverResult] on
+        ``reference_sides``'s device.
     """
     check_shapes(reference_sides.shape, input_sides, other_class)
     if greedy is None:
@@ -153,14 +158,15 @@ def _solve(
     reduce: bool,
     at_least: int | None = None,
 ) -> tuple[np.ndarray | None, float]:
-    """One input's MILP (see :func:`exact_cover`).
+    """One input's MILP (see [`exact_cover`][repinterp.core.cover.exact.exact_cover]).
 
     Args:
         sep: |R| x |Q| bool, whether each boundary separates each reference image from x.
         other: |R| bool, ``D(x)``.
         at_least: None: maximise the images covered. A count: cover at least that many and
             minimise ``sum_h (|Q|^2 + 1 + h) y_h`` instead, i.e. the fewest boundaries, then the
-            smallest sum of their indices (:func:`fewest_boundaries`).
+            smallest sum of their indices
+            ([`fewest_boundaries`][repinterp.core.cover.exact.fewest_boundaries]).
 
     Returns:
         The chosen boundaries (ascending; None without an incumbent) and an upper bound on the
@@ -227,12 +233,12 @@ def fewest_boundaries(
     result: ExactCoverResult,
     time_limit: float = 5.0,
 ) -> ExactCoverResult:
-    """:func:`exact_cover`'s ``result`` made canonical: among the ``P`` that cover as many images
-    (with ``|P ∩ D| <= delta``), the fewest boundaries, then the smallest sum of their indices
-    (a second MILP per input; ``result``'s ``P`` stays where it finds nothing better in
-    ``time_limit``). The MILP's optima differ by boundaries that separate nothing more, and
-    HiGHS picks one; this fixes ``P``, and the heat map drawn from it, up to equal index sums.
-    ``covered`` (same size, maybe another set), ``conflicts`` and ``seconds`` are updated."""
+    """[`exact_cover`][repinterp.core.cover.exact.exact_cover]'s ``result`` made canonical: among
+    the ``P`` that cover as many images (with ``|P ∩ D| <= delta``), the fewest boundaries, then the
+    smallest sum of their indices (a second MILP per input; ``result``'s ``P`` stays where it finds
+    nothing better in ``time_limit``). The MILP's optima differ by boundaries that separate nothing
+    more, and HiGHS picks one; this fixes ``P``, and the heat map drawn from it, up to equal index
+    sums. ``covered`` (same size, maybe another set), ``conflicts`` and ``seconds`` are updated."""
     ref, inputs = reference_sides.cpu().numpy(), input_sides.cpu().numpy()
     others = other_class.cpu().numpy().astype(bool)
     order, covered = result.order.cpu().numpy().copy(), result.covered.cpu().numpy().copy()

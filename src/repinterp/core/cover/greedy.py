@@ -48,19 +48,20 @@ def greedy_cover(
 
     ``"auto"``: on the host, incremental for single inputs and the masked path for batches of 8
     or more against |R| <= 10,000; on CUDA, the masked path but for up to 4 inputs against
-    |R| <= 16,384 (see :func:`_auto_method`).
+    |R| <= 16,384 (see `_auto_method`).
 
     Args:
-        reference_sides: |R| x |Q| int8 sides of the reference images (see :func:`sides`), or a
-            :class:`CoverIndex` of them (build it once per index: it holds what every call
-            would otherwise rebuild).
+        reference_sides: |R| x |Q| int8 sides of the reference images (see
+            [`sides`][repinterp.core.cover.sides]), or a
+            [`CoverIndex`][repinterp.core.cover.prepared.CoverIndex] of them (build it once per
+            index: it holds what every call would otherwise rebuild).
         input_sides: B x |Q| int8 sides of the inputs.
         other_class: B x |R| bool, ``D(x)``: reference images predicted another class.
         max_elements: the masked path takes inputs in chunks of ``max_elements / (4 |R|)``.
         method: ``"auto"``, ``"incremental"`` or ``"masked"``.
 
     Returns:
-        A :class:`CoverResult` on the reference sides' device.
+        A [`CoverResult`][repinterp.core.cover.common.CoverResult] on the reference sides' device.
     """
     index = (
         reference_sides if isinstance(reference_sides, CoverIndex) else CoverIndex(reference_sides)
@@ -100,7 +101,8 @@ def _auto_method(index: CoverIndex, n_inputs: int) -> str:
 
 
 def _greedy_incremental(index: CoverIndex, input_sides: Tensor, other_class: Tensor) -> CoverResult:
-    """:func:`greedy_cover` one input at a time on the host (see :func:`greedy_one`)."""
+    """[`greedy_cover`][repinterp.core.cover.greedy.greedy_cover] one input at a time on the host
+    (see `greedy_one`)."""
     bits = index.bits()
     n_ref, n_q = index.shape
     x_all = input_sides.cpu().numpy()
@@ -125,11 +127,12 @@ def _greedy_masked(
     max_elements: int,
     block: int | None = None,
 ) -> CoverResult:
-    """:func:`greedy_cover` for B inputs at once on :attr:`CoverIndex.device`: every count is
-    recomputed at every step by one matrix product, inputs that are done are masked, and the
-    host waits on the device once per ``block`` steps only (to stop when every input is done;
-    default 4 on CUDA, 1 elsewhere). On CUDA the ``block`` steps are one CUDA graph, captured
-    once per index, batch size and block."""
+    """[`greedy_cover`][repinterp.core.cover.greedy.greedy_cover] for B inputs at once on
+    [`CoverIndex.device`][repinterp.core.cover.prepared.CoverIndex.device]: every count is
+    recomputed at every step by one matrix product, inputs that are done are masked, and the host
+    waits on the device once per ``block`` steps only (to stop when every input is done; default 4
+    on CUDA, 1 elsewhere). On CUDA the ``block`` steps are one CUDA graph, captured once per index,
+    batch size and block."""
     n_ref, n_q = index.shape
     device = index.device
     if block is None:  # the host sees at no cost when all are done

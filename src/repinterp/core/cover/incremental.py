@@ -185,7 +185,7 @@ def greedy_one(
     After each step the counts are either recounted by one pass over the planes (popcounts of
     |Q| x W words, whatever the step removed) or updated on the images the step removed (or
     recounted on those it keeps, when fewer) by field sums: whichever costs less, by
-    :data:`_ROWS_PER_PLANE_WORD`. Both give the same integers.
+    `_ROWS_PER_PLANE_WORD`. Both give the same integers.
 
     Args:
         bits: the index's structures.

@@ -40,7 +40,7 @@ class DenseIndex:
     """The masked path's structures, on the sides' device.
 
     Attributes:
-        kind: how products are computed (see :func:`_product_kind`).
+        kind: how products are computed (see `_product_kind`).
         fields: F' x |R|' 0/1 in the dtype of ``kind``, the fields (|R| and F = |Q| + 1 rounded
             up to multiples of 8 with zeros: float16 products are twice as fast so aligned).
         columns: (|Q| + 1) x |R| int8, the sides transposed and a row of zeros (a boundary that
@@ -84,7 +84,7 @@ class DenseIndex:
 
 
 class MaskedState:
-    """The masked path's buffers for B inputs against one :class:`DenseIndex`, kept at fixed
+    """The masked path's buffers for B inputs against one `DenseIndex`, kept at fixed
     addresses so that a CUDA graph can replay ``block`` steps on them.
 
     Attributes:
@@ -92,7 +92,7 @@ class MaskedState:
             b's covered images and those of D (the columns past |R| stay 0); ``pairs`` views it
             as B x 2 x |R|.
         weights: B x F x (|Q| + 1) and ``zero`` B x 1 x |Q|, the inputs'
-            :func:`separation_weights`, with a last column of zeros: boundary |Q| is a
+            `separation_weights`, with a last column of zeros: boundary |Q| is a
             sentinel, chosen by inputs that are done.
         h: ``block`` x B, the boundary each step of the last block chose (|Q| when done).
     """
@@ -116,7 +116,7 @@ class MaskedState:
         self.graph: torch.cuda.CUDAGraph | None = None
 
     def capture(self) -> None:
-        """Record :meth:`run_block`'s steps as a CUDA graph (after a warm-up run)."""
+        """Record `run_block`'s steps as a CUDA graph (after a warm-up run)."""
         stream = torch.cuda.Stream(self.a.device)
         stream.wait_stream(torch.cuda.current_stream(self.a.device))
         with torch.cuda.stream(stream):

@@ -12,9 +12,11 @@ _KEPT_GRAPHS = 4
 
 
 class CoverIndex:
-    """Reference sides prepared once for :func:`greedy_cover`; build one per index and reuse it.
+    """Reference sides prepared once for [`greedy_cover`][repinterp.core.cover.greedy_cover]; build
+    one per index and reuse it.
 
-    What the two paths of :func:`greedy_cover` need is built on first use:
+    What the two paths of [`greedy_cover`][repinterp.core.cover.greedy_cover] need is built on first
+    use:
 
     - ``"incremental"`` (host): per boundary ``h`` and side value ``v``, the bit set of the
       images whose side on ``h`` is not ``v`` and its size, and every image's *fields* ("side is
@@ -30,7 +32,8 @@ class CoverIndex:
     (the graphs' buffers are shared).
 
     Args:
-        reference_sides: |R| x |Q| int8 sides of the reference images (see :func:`sides`).
+        reference_sides: |R| x |Q| int8 sides of the reference images (see
+            [`sides`][repinterp.core.cover.sides]).
     """
 
     def __init__(self, reference_sides: Tensor) -> None:
@@ -61,7 +64,8 @@ class CoverIndex:
         return self._bits
 
     def dense(self) -> DenseIndex:
-        """The masked path's structures on :attr:`device` (built on first call)."""
+        """The masked path's structures on [`device`][repinterp.core.cover.CoverIndex.device] (built
+        on first call)."""
         if self._dense is None:
             self._dense = DenseIndex.build(self.sides, self.zero_rows)
         return self._dense

@@ -1,4 +1,4 @@
-"""ACE's tests of a concept (steps 3 and 4 of :mod:`repinterp.evaluation.ace`): that a cluster's
+"""ACE's tests of a concept (steps 3 and 4 of [`ace`][repinterp.evaluation.ace]): that a cluster's
 patches come from enough distinct images (`passes_spread_test`), and the TCAV score of a CAV
 (`tcav_score`)."""
 
@@ -36,7 +36,7 @@ def tcav_score(
     positive: np.ndarray, negative: np.ndarray, gradients: np.ndarray, seed: int
 ) -> tuple[float, float]:
     """The TCAV score of the CAV of ``positive`` against ``negative`` (fitted as tcav does, see
-    :mod:`repinterp.evaluation.ace`), and the CAV's held-out accuracy.
+    [`ace`][repinterp.evaluation.ace]), and the CAV's held-out accuracy.
 
     Args:
         positive: P x D flattened activations of the concept's patches.

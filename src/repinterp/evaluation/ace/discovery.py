@@ -1,4 +1,4 @@
-"""ACE's discovery with the model (see :mod:`repinterp.evaluation.ace` for the algorithm and
+"""ACE's discovery with the model (see [`ace`][repinterp.evaluation.ace] for the algorithm and
 its departures from the original): `ACE` fits the concepts of a group of images (``fit``) and
 reuses them on new images (``keep_masks``); `Concept` is one concept it found."""
 

@@ -1,4 +1,4 @@
-"""ACE's reuse on new images (from the RI paper, §6.1; see :mod:`repinterp.evaluation.ace`):
+"""ACE's reuse on new images (from the RI paper, §6.1; see [`ace`][repinterp.evaluation.ace]):
 segments assigned to the nearest concept (`assign_to_concepts`), then kept, most important first,
 past a share of the pixels (`keep_segments`)."""
 

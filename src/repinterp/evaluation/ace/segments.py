@@ -1,4 +1,4 @@
-"""ACE's segments and patches (steps 1 and 2 of :mod:`repinterp.evaluation.ace`): SLIC at
+"""ACE's segments and patches (steps 1 and 2 of [`ace`][repinterp.evaluation.ace]): SLIC at
 three resolutions filtered by `unique_segments` (`segment`, and `Segments` for a group of
 images), and a segment on the grey fill as the model sees it (`grey_patch`)."""
 

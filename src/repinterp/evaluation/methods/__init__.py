@@ -3,7 +3,7 @@ its variants, `CAMMethod` (``cam``) for Grad-CAM, Grad-CAM++ and Score-CAM and t
 ``+cluster`` and ``+class`` (weights averaged over many images), `ACEMethod` (``ace``), on the
 interface `Method` (``base``).
 
-:data:`METHODS` maps the built-in methods' names to them; it is read-only. `method` also
+`METHODS` maps the built-in methods' names to them; it is read-only. `method` also
 resolves any RI variant by name (``RI+exact``, ``RI+pairs+score``, ...). A method of one's own
 is given to the protocols as an instance in ``Options.methods``.
 """
@@ -42,7 +42,7 @@ METHODS: Mapping[str, Method] = MappingProxyType(
 
 def method(name: str) -> Method:
     """A built-in method by name, or an RI variant: ``RI`` then ``+value`` per knob not at the
-    paper's value (values of :data:`repinterp.evaluation.methods.ri.KNOBS`).
+    paper's value (values of `KNOBS`).
 
     Raises:
         ValueError: an unknown name (the message lists the choices).

@@ -21,7 +21,7 @@ class Method(ABC):
     An explanation of N images is an N x H x W tensor: a heat map (float; AD/AI keep its 20%
     hottest pixels) or the kept pixels themselves (bool, e.g. ACE's segments).
 
-    Built-in methods are in :data:`repinterp.evaluation.methods.METHODS`; another one is given
+    Built-in methods are in `METHODS`; another one is given
     to the protocols as an instance in ``Options.methods``.
     """
 
@@ -54,12 +54,13 @@ class Method(ABC):
 
     def reference_polytopes(self, run: Run, indices: list[int]) -> list[Interpretation] | None:
         """The polytopes ``P(x)`` the method finds for the reference images ``indices`` in
-        ``reference``, which are counted (:func:`repinterp.core.groups.polytope_groups`);
+        ``reference``, which are counted
+        ([`polytope_groups`][repinterp.core.groups.polytope_groups]);
         None (the default): the method finds none."""
         return None
 
     def samplings(self) -> tuple[str, ...]:
-        """The ways of drawing ``Q`` (:data:`repinterp.core.boundaries.SAMPLINGS`) whose indexes the
+        """The ways of drawing ``Q`` (`SAMPLINGS`) whose indexes the
         method uses: fitted once per run before the clocks start (their time is reported
         apart); none by default."""
         return ()

@@ -32,9 +32,9 @@ class RIMethod(Method):
         solver: ``"greedy"`` (Algorithm 1) or ``"exact"`` (the MILP; its time limit is
             ``options.time_limit``).
         sampling: how ``Q`` is drawn: ``"uniform"``, ``"balanced"`` or ``"pairs"``
-            (:func:`repinterp.core.boundaries.sample_sources`).
+            ([`sample_sources`][repinterp.core.boundaries.sample_sources]).
         weights: the heat maps' channel weights: ``"gradient"`` (§5.1) or ``"score"``
-            (polytope-averaged Score-CAM, :mod:`repinterp.core.polytope_weights`: Score-CAM's
+            (polytope-averaged Score-CAM, `polytope_weights`: Score-CAM's
             weights averaged over the input and ``options.score_images - 1`` covered images,
             drawn outside the images the heat maps are scored on).
         similar: the ranking of similar images in ``reference``: ``"semantic"`` (§5.2),

@@ -9,6 +9,8 @@ import pytest
 import torch
 from sklearn.cluster import KMeans
 
+from repinterp.core.regions import RegionSet, class_shares
+
 from ..networks import fit_random, random_setup
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -86,3 +88,34 @@ def test_short_reprs(regions) -> None:
     assert len(index) < 500
     assert index.startswith("ReferenceIndex(|R| = 200, |Q| = 10, 4 classes")
     assert "feature maps kept" in index
+
+
+def test_class_shares_give_each_class_one_region_then_follow_the_sizes() -> None:
+    assert class_shares([94, 2], 2) == [1, 1]
+    assert class_shares([94, 2], 4) == [3, 1]
+    assert class_shares([50, 30, 20], 10) == [5, 3, 2]
+    assert class_shares([1, 99], 3) == [1, 2]  # never more regions than images
+    assert class_shares([1, 2], 3) == [1, 2]
+    assert sum(class_shares([7, 1, 40, 3], 30)) == 30
+    with pytest.raises(ValueError, match="2 regions cannot give each of the 3 classes"):
+        class_shares([5, 5, 5], 2)
+    with pytest.raises(ValueError, match="more than the 10 images"):
+        class_shares([5, 5], 11)
+
+
+def test_regions_by_class_give_every_predicted_class_a_region(regions) -> None:
+    ri, _ = regions
+    predictions = ri.fitted_index.predictions.cpu()
+    classes, sizes = predictions.unique(return_counts=True)
+    assert len(classes) >= 3
+    k = len(classes)
+    assert len(set(RegionSet.build(ri, n_regions=k, seed=0).classes.tolist())) < k  # k-means
+    by_class = RegionSet.build(ri, n_regions=k, seed=0, by_class=True)
+    assert by_class.classes.tolist() == classes.tolist()
+    more = RegionSet.build(ri, n_regions=3 * k, seed=0, by_class=True)
+    shares = class_shares(sizes.tolist(), 3 * k)
+    expected = [c for c, n in zip(classes.tolist(), shares, strict=True) for _ in range(n)]
+    assert more.classes.tolist() == expected  # class by class, as many as the shares
+    assert torch.equal(predictions[more.inputs], more.classes.cpu())
+    with pytest.raises(ValueError, match=f"ask for at least {k}"):
+        RegionSet.build(ri, n_regions=k - 1, by_class=True)

@@ -27,7 +27,8 @@ from ..commandline import FIT, assert_one_line_error, edit_manifest, listing, ru
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-INDEX_FILES = {"manifest.json", "index.safetensors", "features.npy", MARKER_FILE, LOCK_FILE}
+INDEX_FILES = {"manifest.json", "index.safetensors", "features.npy", "regions.safetensors"}
+INDEX_FILES |= {MARKER_FILE, LOCK_FILE}  # a fit keeps the viewer's regions (regions_file)
 
 
 def test_folder_kinds(tmp_path) -> None:

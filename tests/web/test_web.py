@@ -7,18 +7,22 @@ shared with ``test_web_browser.py``.
 from __future__ import annotations
 
 import functools
+import hashlib
 import http.client
 import io
 import json
+import logging
 import os
 import re
 import select
+import shutil
 import signal
 import socket
 import subprocess
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -39,13 +43,16 @@ from repinterp.core.interpretation import METRIC_MEANINGS
 from repinterp.core.regions import RegionSet
 from repinterp.evaluation.baselines import ReusableCAM
 from repinterp.evaluation.metrics import keep_top_pixels
+from repinterp.store.index_folder import read_manifest
+from repinterp.store.outputs import listed, lock
+from repinterp.store.regions_file import REGIONS_FILE, load_regions
 from repinterp.web import create_app, server_config
 from repinterp.web.app import host_name
 from repinterp.web.compare import METHODS
 from repinterp.web.gallery import distinct_polytopes, polytope_key
 from repinterp.web.image_codec import MAX_UPLOAD_BYTES, MAX_UPLOAD_PIXELS, MIN_SIDE
-from repinterp.web.viewer import Viewer
-from repinterp.workspace import BUNDLED_WEIGHTS, fit_workspace
+from repinterp.web.viewer import DEFAULT_OPACITY, Viewer
+from repinterp.workspace import BUNDLED_WEIGHTS, Workspace, fit_workspace, open_index
 
 N_REGIONS = 8
 REGIONS_TIMEOUT = 120
@@ -484,6 +491,109 @@ def test_a_gallery_without_regions_says_why(viewer):
     assert "n_regions must lie in" in data["message"]
 
 
+# ----------------------------------------------------------------------------- regions kept
+def saved_copy(workspace: Workspace, folder: Path) -> Path:
+    """``workspace``'s index saved in ``folder`` (a new workspace object saves it: the shared
+    one keeps no folder)."""
+    Workspace(workspace.interpreter, workspace.data, workspace.recipe).save(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def index_folder(viewer, tmp_path_factory) -> Path:
+    """The small index saved in a folder, without regions."""
+    return saved_copy(viewer.workspace, tmp_path_factory.mktemp("kept") / "index")
+
+
+def _cards(data: dict) -> list[tuple]:
+    """What the gallery shows of each card, without the viewer's URLs."""
+    assert data["status"] == "ready", data["message"]
+    fields = ("key", "regions", "inputs", "interpreted", "boundaries", "representativeness")
+    return [tuple(str(card[f]) for f in fields) for card in data["regions"]]
+
+
+def _opened(folder: Path) -> Workspace:
+    """The index at ``folder``, opened without a warning."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        return open_index(folder, progress=False)
+
+
+def _counting_k_means(monkeypatch) -> list[int]:
+    """Count the k-means runs (``RegionSet.build``), by their ``n_regions``."""
+    runs: list[int] = []
+    build = RegionSet.build.__func__
+
+    def counted(cls, interpreter, n_regions=None, seed=0):
+        runs.append(n_regions)
+        return build(cls, interpreter, n_regions, seed)
+
+    monkeypatch.setattr(RegionSet, "build", classmethod(counted))
+    return runs
+
+
+def test_regions_are_kept_in_the_index_folder_and_read_back_without_k_means(
+    viewer, index_folder, tmp_path, monkeypatch
+):
+    folder = tmp_path / "index"
+    shutil.copytree(index_folder, folder)
+    files = {name: (folder / name).read_bytes() for name in ("index.safetensors", "features.npy")}
+    first = Viewer(_opened(folder), n_regions=N_REGIONS)
+    assert first.wait_for_regions(REGIONS_TIMEOUT) and viewer.wait_for_regions(REGIONS_TIMEOUT)
+    assert _cards(first.regions()) == _cards(viewer.regions())  # k-means, as without a folder
+    data = (folder / REGIONS_FILE).read_bytes()
+    assert read_manifest(folder)["sha256"][REGIONS_FILE] == hashlib.sha256(data).hexdigest()
+    assert REGIONS_FILE in listed(folder)  # the marker lists it: the project's file
+    assert {name: (folder / name).read_bytes() for name in files} == files
+
+    runs = _counting_k_means(monkeypatch)
+    start = time.perf_counter()
+    second = Viewer(_opened(folder), n_regions=N_REGIONS)
+    assert second.wait_for_regions(REGIONS_TIMEOUT)
+    print(f"kept regions read and their cards ready in {time.perf_counter() - start:.2f} s")
+    assert runs == [] and _cards(second.regions()) == _cards(first.regions())
+    assert (folder / REGIONS_FILE).read_bytes() == data  # read, not written again
+
+
+@pytest.mark.slow
+def test_a_damaged_changed_or_other_regions_file_is_never_used(
+    index_folder, tmp_path, monkeypatch, caplog
+):
+    folder = tmp_path / "index"
+    shutil.copytree(index_folder, folder)
+    caplog.set_level(logging.WARNING, logger="repinterp.web.viewer")
+    runs = _counting_k_means(monkeypatch)
+    viewers = []
+
+    def serve(workspace: Workspace, n_regions: int = 2) -> list[tuple]:
+        viewers.append(Viewer(workspace, n_regions=n_regions))
+        assert viewers[-1].wait_for_regions(REGIONS_TIMEOUT)
+        return _cards(viewers[-1].regions())
+
+    cards = serve(_opened(folder))  # computed and kept
+    data = bytearray((folder / REGIONS_FILE).read_bytes())
+    data[-1] ^= 1
+    (folder / REGIONS_FILE).write_bytes(bytes(data))
+    with pytest.warns(UserWarning, match="regions.safetensors is damaged.*computed again"):
+        damaged = open_index(folder, progress=False)  # left out of the index's files
+    assert serve(damaged) == cards and runs == [2, 2]  # computed again ...
+    assert load_regions(_opened(folder).interpreter, 2, 0) is not None  # ... and replaced
+
+    changed = _opened(folder)
+    (folder / REGIONS_FILE).write_bytes(bytes(data))  # after the index was opened
+    assert serve(changed) == cards and runs == [2, 2, 2]
+    assert "regions.safetensors changed since the index was loaded" in caplog.text
+
+    assert len(serve(_opened(folder), n_regions=3)) >= 1 and runs[-1] == 3  # other settings
+    assert load_regions(_opened(folder).interpreter, 3, 0) is not None  # kept in its place
+
+    with lock(folder):  # another command writes to the folder: shown, not kept, and said
+        assert serve(_opened(folder)) == cards and runs[-1] == 2
+    assert "the regions are not kept in" in caplog.text
+    assert "another repinterp command is writing to" in caplog.text
+    assert load_regions(_opened(folder).interpreter, 2, 0) is None
+
+
 # ----------------------------------------------------------------------------- command line
 def test_serve_command_line():
     args = build_parser().parse_args(["serve", "--index", "idx"])
@@ -589,6 +699,28 @@ def test_export_is_the_case_study_png_and_its_numbers(client, viewer):
     got = [data["input_masked_score"], *(item["masked_score"] for item in data["similar"])]
     assert got == pytest.approx(expected, abs=1e-5)
     assert client.get("/api/export/r4000.json").status_code == 404
+
+
+def test_the_exported_figure_is_drawn_as_the_page_shows_it(client, viewer, monkeypatch):
+    """The page's opacity and colours (sent with the request; the page's default opacity is
+    the export's), and the labelled distances of the similar images."""
+    drawn = []
+    monkeypatch.setattr(
+        "repinterp.web.viewer.save_case_study_figure",
+        lambda study, path, title, cmap, alpha: drawn.append((study, cmap, alpha)),
+    )
+    assert client.get("/api/info").json()["default_opacity"] == DEFAULT_OPACITY == 55
+    assert client.get("/api/export/r7.png").status_code == 200
+    assert client.get("/api/export/r7.png?opacity=30&cmap=viridis").status_code == 200
+    assert [(cmap, alpha) for _, cmap, alpha in drawn] == [("inferno", 0.55), ("viridis", 0.3)]
+    study = drawn[0][0]
+    entry = viewer.explanation("r7", limit="8")["similar"]["items"]
+    assert study.metric == "semantic"
+    assert study.distances == pytest.approx([item["distance"] for item in entry])
+    assert study.titles[1:] == [f"#{n + 1} ref {item['reference']}" for n, item in enumerate(entry)]
+    for query in ("opacity=101", "opacity=-5", "opacity=half", "cmap=rainbow"):
+        response = client.get(f"/api/export/r7.png?{query}")
+        assert response.status_code == 400 and response.json()["error"], query
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")

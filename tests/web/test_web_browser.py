@@ -21,10 +21,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
 from repinterp.core.interpretation import METRIC_MEANINGS
+from repinterp.core.regions import RegionSet
+from repinterp.store.regions_file import save_regions
+from repinterp.web import create_app
+from repinterp.workspace import open_index
 
-from .test_web import N_REGIONS, as_uploaded, png_bytes, running, small_app
+from .test_web import N_REGIONS, as_uploaded, png_bytes, running, saved_copy, small_app
 
 pytestmark = [pytest.mark.usefixtures("one_thread"), pytest.mark.slow]  # headless Chromium
 
@@ -427,10 +432,16 @@ def test_export_png_and_json(session, tmp_path):
     download.value.save_as(path)
     assert download.value.suggested_filename == "repinterp-r7.json"
     assert json.loads(path.read_text()) == _api(session, "/api/export/r7.json")
-    with page.expect_download() as download:
+    assert page.input_value("#opacity") == str(_api(session, "/api/info")["default_opacity"])
+    page.fill("#opacity", "30")
+    page.select_option("#cmap", "viridis")
+    with page.expect_download() as download, page.expect_request("**/api/export/**") as sent:
         page.click("#export-png")
     download.value.save_as(tmp_path / "r7.png")
     assert (tmp_path / "r7.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert sent.value.url.endswith("/api/export/r7.png?opacity=30&cmap=viridis")  # as shown
+    page.fill("#opacity", "55")
+    page.select_option("#cmap", "inferno")
 
 
 # ----------------------------------------------------------------------------- uploads, errors
@@ -550,6 +561,50 @@ def test_phone_width_screenshots(browser, server, tmp_path):
     context.close()
     expected = "Failed to load resource: the server responded with a status of 400"
     assert [error for error in tab.errors if not error.startswith(expected)] == []
+
+
+@pytest.fixture(scope="module")
+def long_lists(tmp_path_factory) -> Iterator[str]:
+    """A viewer whose 40 regions are the inputs of 3 polytopes of 3 classes (k-means regions
+    kept in the index folder, here chosen): 3 cards, each with 13 or 14 regions."""
+    folder = saved_copy(small_app().state.viewer.workspace, tmp_path_factory.mktemp("long"))
+    workspace = open_index(folder, progress=False)
+    ri = workspace.interpreter
+    predictions = ri.fitted_index.predictions
+    firsts = [int((predictions == c).nonzero()[0]) for c in predictions.unique()[:3].tolist()]
+    inputs = torch.tensor(firsts).repeat_interleave(torch.tensor([14, 13, 13]))
+    save_regions(RegionSet.from_centres(ri, ri.reference_features[inputs], inputs), folder, 0)
+    with running(create_app(workspace, n_regions=len(inputs))) as base:
+        yield base
+
+
+# How far the page is wider than the window (horizontal scroll if > 0), and the parts of the
+# gallery's cards wider than their box or sticking out of their card.
+OVERFLOW = """() => {
+  const page = document.documentElement;
+  const parts = [...document.querySelectorAll(".region, .region > *, .region .num")];
+  const out = parts.filter(e => {
+    const card = e.closest(".region").getBoundingClientRect(), box = e.getBoundingClientRect();
+    return e.scrollWidth > e.clientWidth + 1 || box.left < card.left || box.right > card.right;
+  });
+  return {wider: page.scrollWidth - page.clientWidth, out: out.map(e => e.outerHTML.slice(0, 60))};
+}"""
+
+
+def test_long_region_lists_fit_their_cards_at_phone_and_desktop_width(
+    browser, long_lists, tmp_path
+):
+    for viewport in (PHONE, DESKTOP):
+        context, tab = _tab(browser, long_lists, tmp_path, viewport)
+        tab.page.goto("/")
+        cards = _regions_ready(tab)
+        assert sorted(len(card["regions"]) for card in cards) == [13, 13, 14]
+        for view in ("overlay", "side"):
+            tab.page.check(f"input[name=view][value={view}]")
+            found = tab.page.evaluate(OVERFLOW)
+            assert found["wider"] <= 0 and found["out"] == [], (viewport, view, found)
+            tab.shot(f"long-lists-{viewport['width']}-{view}", keep=True)
+        context.close()
 
 
 # ----------------------------------------------------------------------------- safety

@@ -118,8 +118,9 @@ class Interpretation:
         greedy_representativeness: (exact) what Algorithm 1 covers for the same input.
         features: (K h w,) the input's flattened feature map, kept when the interpreter keeps
             the reference feature maps (for ``similar(metric="euclidean" | "cosine")``).
-        image: the input as ``explain`` was given it (C x H x W, the caller's tensor, not a
-            copy), to draw it (`show`); None for ``explain_reference``.
+        image: the input as ``explain`` took it (C x H x W: the caller's tensor, not a copy,
+            or the tensor made of a NumPy array or PIL image), to draw it (`show`); None for
+            ``explain_reference``.
     """
 
     predicted_class: int

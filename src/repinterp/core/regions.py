@@ -8,13 +8,14 @@ region predicts the class of its input, which makes the set a surrogate classifi
 
 from __future__ import annotations
 
+import heapq
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
-from sklearn.cluster import KMeans
 from torch import Tensor
 
 from ..runtime.precision import exact_float32
@@ -26,7 +27,53 @@ from .heatmap import DEFAULT_COLORMAP, polytope_heatmaps
 from .interpretation import Explainer, Interpretation
 from .nearest import nearest_rows
 
-__all__ = ["Assignment", "Polytope", "RegionSet", "distinct_polytopes"]
+__all__ = [
+    "REGIONS_FILE",
+    "Assignment",
+    "Polytope",
+    "RegionSet",
+    "class_shares",
+    "distinct_polytopes",
+]
+
+REGIONS_FILE = "regions.safetensors"
+"""The k-means result kept in an index folder (see :mod:`repinterp.store.regions_file`)."""
+
+
+def class_shares(sizes: list[int], k: int) -> list[int]:
+    """How ``RegionSet.build(by_class=True)`` shares ``k`` regions among classes of ``sizes``
+    reference images: one region each, then the others one at a time to the class with the
+    most images per region so far (ties: the first), never more regions than images.
+
+    Raises:
+        ValueError: ``k`` is less than the number of classes, or more than their images.
+    """
+    if k < len(sizes):
+        raise ValueError(
+            f"{k} regions cannot give each of the {len(sizes)} classes predicted on the "
+            f"reference set one: ask for at least {len(sizes)}"
+        )
+    if k > sum(sizes):
+        raise ValueError(f"{k} regions are more than the {sum(sizes)} images of the classes")
+    shares = [1] * len(sizes)
+    queue = [(-size, c) for c, size in enumerate(sizes) if size > 1]
+    heapq.heapify(queue)
+    for _ in range(k - len(sizes)):
+        _, c = heapq.heappop(queue)
+        shares[c] += 1
+        if shares[c] < sizes[c]:
+            heapq.heappush(queue, (-sizes[c] / shares[c], c))
+    return shares
+
+
+def _kmeans(features: Tensor, k: int, seed: int) -> tuple[Tensor, Tensor]:
+    """k-means of the rows of ``features`` (N x D, CPU): the k x D centres and the row
+    nearest each (k long)."""
+    from sklearn.cluster import KMeans  # here: scikit-learn takes seconds to import
+
+    kmeans = KMeans(n_clusters=k, random_state=seed, n_init=3).fit(np.asarray(features))
+    centres = torch.from_numpy(kmeans.cluster_centers_).float()
+    return centres, nearest_rows(centres, features)[0][:, 0]
 
 
 @dataclass
@@ -75,21 +122,82 @@ class RegionSet:
 
     @classmethod
     def build(
-        cls, interpreter: Explainer, n_regions: int | None = None, seed: int = 0
+        cls,
+        interpreter: Explainer,
+        n_regions: int | None = None,
+        seed: int = 0,
+        by_class: bool = False,
     ) -> RegionSet:
-        """k-means (``k = n_regions``, default 10 x classes) on the reference feature maps.
+        """k-means (``k = n_regions``, default 10 x classes) on the reference feature maps
+        (`from_centres` rebuilds the set from its centres and inputs).
+
+        Args:
+            by_class: k-means within each class that the model predicts on the reference set
+                instead, the ``k`` regions shared among those classes by :func:`class_shares`
+                (at least one each, the rest in proportion to their images), so that every
+                predicted class has a region; the centres come class by class.
 
         Raises:
-            ValueError: the interpreter was fitted without ``keep_features=True``.
+            ValueError: the interpreter was fitted without ``keep_features=True``; with
+                ``by_class``, fewer regions than predicted classes.
         """
         index = interpreter.fitted_index
         features = interpreter.reference_features
         k = n_regions if n_regions is not None else 10 * index.n_classes
         if not 1 <= k <= len(index):
             raise ValueError(f"n_regions must lie in [1, |R| = {len(index)}], got {k}")
-        kmeans = KMeans(n_clusters=k, random_state=seed, n_init=3).fit(np.asarray(features))
-        centres = torch.from_numpy(kmeans.cluster_centers_).float()
-        inputs = nearest_rows(centres, features)[0][:, 0]
+        if not by_class:
+            return cls.from_centres(interpreter, *_kmeans(features, k, seed))
+        predictions = index.predictions.cpu()
+        classes, sizes = predictions.unique(return_counts=True)
+        parts = []
+        for c, share in zip(classes.tolist(), class_shares(sizes.tolist(), k), strict=True):
+            rows = (predictions == c).nonzero().flatten()
+            centres, nearest = _kmeans(features[rows], share, seed)
+            parts.append((centres, rows[nearest]))
+        return cls.from_centres(
+            interpreter, torch.cat([c for c, _ in parts]), torch.cat([i for _, i in parts])
+        )
+
+    @classmethod
+    def from_centres(cls, interpreter: Explainer, centres: Tensor, inputs: Tensor) -> RegionSet:
+        """The region set of k-means ``centres`` whose inputs are ``inputs``, as `build` made
+        it (or a saved one, see :mod:`repinterp.store.regions_file`), without k-means: the
+        regions' interpretations come from the index (``explain_reference``).
+
+        Args:
+            centres: k x (K h w) float k-means centres.
+            inputs: k reference indices, the images nearest the centres.
+
+        Raises:
+            ValueError: centres that are not k x (K h w) finite floats for k >= 1, or inputs
+                that are not k whole numbers in [0, |R|).
+        """
+        index = interpreter.fitted_index
+        size = math.prod(index.feature_shape)
+        if not (
+            centres.ndim == 2
+            and centres.shape[0] >= 1
+            and centres.shape[1] == size
+            and centres.is_floating_point()
+            and bool(centres.isfinite().all())
+        ):
+            raise ValueError(
+                f"centres must be k x {size} finite floats, got {centres.dtype} "
+                f"{tuple(centres.shape)}"
+            )
+        k = centres.shape[0]
+        if not (
+            inputs.shape == (k,)
+            and inputs.dtype in (torch.int32, torch.int64)
+            and bool(((inputs >= 0) & (inputs < len(index))).all())
+        ):
+            raise ValueError(
+                f"inputs must be {k} reference indices in [0, {len(index)}), got "
+                f"{inputs.dtype} {tuple(inputs.shape)}"
+            )
+        inputs = inputs.long().cpu()
+        centres = centres.float().cpu()
         return cls(interpreter, inputs, interpreter.explain_reference(inputs), centres)
 
     def __len__(self) -> int:

@@ -2,6 +2,7 @@
 
 Owns crash-safe file writes (``files``), the index folder format with its checksums
 (``index_folder``), the streaming build of an index in one pass over the reference set, also
-under ``torchrun`` (``index_build``), resumable shards (``shards``) and the rule of where a
-command may write (``outputs``). May import ``runtime``, ``data``, ``models`` and ``core``.
+under ``torchrun`` (``index_build``), resumable shards (``shards``), the k-means regions kept
+with an index (``regions_file``) and the rule of where a command may write (``outputs``). May
+import ``runtime``, ``data``, ``models`` and ``core``.
 """

@@ -1,8 +1,9 @@
 """The index folder: a :class:`~repinterp.core.reference_index.ReferenceIndex` on disk.
 
 The folder holds ``manifest.json`` and ``index.safetensors`` (and ``features.npy`` when the
-feature maps are kept), every file with its checksum. This module owns the format (the tensors,
-the manifest, the checksums, saving and loading);
+feature maps are kept, with ``regions.safetensors``, the viewer's k-means regions, see
+:mod:`repinterp.store.regions_file`), every file with its checksum. This module owns the format
+(the tensors, the manifest, the checksums, saving, adding a file and loading);
 :mod:`repinterp.store.index_build` builds an index, :mod:`repinterp.store.shards` keeps a
 build resumable.
 """
@@ -16,6 +17,7 @@ import os
 import re
 import reprlib
 import secrets
+import warnings
 from collections.abc import Iterator
 from contextlib import ExitStack, suppress
 from pathlib import Path
@@ -29,10 +31,11 @@ from torch import Tensor
 
 from ..core.boundaries import Boundaries
 from ..core.reference_index import ReferenceIndex
+from ..core.regions import REGIONS_FILE
 from ..data.image_files import MAX_SIDE
 from ..runtime.checksums import file_sha256
 from .files import replace_file, write_file
-from .outputs import OutputError, claim, record, remove_listed
+from .outputs import OutputError, claim, listed, record, remove_listed
 
 __all__ = [
     "FORMAT_VERSION",
@@ -40,6 +43,7 @@ __all__ = [
     "MAX_CLASSES",
     "MAX_INPUT_VALUES",
     "IndexLoadError",
+    "add_file",
     "load_index",
     "manifest_sha256",
     "read_manifest",
@@ -110,6 +114,50 @@ def save_index(
         _Save(path, index, index.files if extra_files is None else extra_files).run()
 
 
+def add_file(
+    path: str | Path, name: str, data: bytes, expected: dict[str, str] | None = None
+) -> str:
+    """Add a data file to a saved index folder, or replace one, with its checksum in the
+    manifest, so that a crash at any point leaves the folder with the old file or the new one
+    (as :func:`save_index`: written beside, then the manifest replaced in one atomic rename).
+    The index's other files are not touched, and the marker lists the new one.
+
+    Args:
+        path: the index folder; its lock is held meanwhile.
+        name: the file's name in the folder (not the manifest's or ``index.safetensors``).
+        data: its bytes.
+        expected: checksums, by file name, that the folder's manifest must still list: those
+            of the files ``data`` was computed from.
+
+    Returns:
+        The SHA-256 of ``data``.
+
+    Raises:
+        OutputError: ``path`` is not the project's index folder (a user's folder an index was
+            saved into with ``overwrite``), another process is writing to it, or it holds a
+            file ``name`` that the project did not write.
+        IndexLoadError: no index at ``path``, a damaged manifest, or one that no longer lists
+            the ``expected`` checksums (another index was saved there since).
+        ValueError: a bad ``name``.
+    """
+    path = Path(path)
+    if not _plain(name) or name in (_MANIFEST, _TENSOR_FILE):
+        raise ValueError(f"cannot add a file named {name!r} to an index")
+    with claim(path, "index"):
+        base = read_manifest(path)
+        changed = [k for k, v in (expected or {}).items() if base["sha256"].get(k) != v]
+        if changed:
+            raise IndexLoadError(
+                f"the index at {path} is not the one {name} was computed from (its "
+                f"{', '.join(changed)} changed): another index was saved there since"
+            )
+        if (path / name).exists() and name not in base["sha256"] and name not in listed(path):
+            raise OutputError(
+                f"{path / name} was not written by repinterp: remove or rename it first"
+            )
+        return _Add(path, name, data, base).run()[name]
+
+
 def read_manifest(path: str | Path) -> dict[str, Any]:
     """The manifest of an index folder, its own checksum and the types and ranges of its
     fields checked.
@@ -156,6 +204,10 @@ def manifest_sha256(manifest: dict[str, Any]) -> str:
 def load_index(path: str | Path, device: torch.device | str = "cpu") -> ReferenceIndex:
     """Read an index folder, verifying every file's checksum, the format and the shapes.
 
+    A missing or damaged regions file (``regions.safetensors``, the k-means result kept for
+    the viewer, see :mod:`repinterp.store.regions_file`) does not refuse the index: it is left
+    out of the index's files, with a warning, and the regions are computed again.
+
     Raises:
         IndexLoadError: missing files, a damaged file, an unknown format version, or
             tensors that do not fit together or the manifest.
@@ -164,16 +216,25 @@ def load_index(path: str | Path, device: torch.device | str = "cpu") -> Referenc
     manifest = read_manifest(path)
     files = _resolve(path, manifest)
     tensor_bytes = b""
-    for name, file in files.items():
+    for name, file in list(files.items()):
+        problem = None
         if not file.is_file():
-            raise IndexLoadError(f"{path / name} is missing")
-        if name == _TENSOR_FILE:
-            tensor_bytes = file.read_bytes()
-            digest = hashlib.sha256(tensor_bytes).hexdigest()
+            problem = f"{path / name} is missing"
         else:
-            digest = file_sha256(file)
-        if digest != manifest["sha256"][name]:
-            raise IndexLoadError(f"{file} is damaged: its checksum differs from the manifest")
+            if name == _TENSOR_FILE:
+                tensor_bytes = file.read_bytes()
+                digest = hashlib.sha256(tensor_bytes).hexdigest()
+            else:
+                digest = file_sha256(file)
+            if digest != manifest["sha256"][name]:
+                problem = f"{file} is damaged: its checksum differs from the manifest"
+        if problem is not None:
+            if name != REGIONS_FILE:
+                raise IndexLoadError(problem)
+            warnings.warn(
+                f"{problem}: it is not used (the regions are computed again)", stacklevel=2
+            )
+            del files[name]
     try:
         t = {k: v.to(device) for k, v in load_bytes(tensor_bytes).items()}
     except (SafetensorError, OSError) as exc:
@@ -191,7 +252,7 @@ def load_index(path: str | Path, device: torch.device | str = "cpu") -> Referenc
         input_shape=tuple(manifest["input_shape"]),
         meta={k: v for k, v in manifest.items() if k not in _RESERVED},
         files={name: file for name, file in files.items() if name != _TENSOR_FILE},
-        checksums={k: v for k, v in manifest["sha256"].items() if k != _TENSOR_FILE},
+        checksums={k: manifest["sha256"][k] for k in files if k != _TENSOR_FILE},
     )
 
 
@@ -304,23 +365,100 @@ def _sweep(path: Path) -> None:
     remove_listed(path, keep={_MANIFEST, *(f.name for f in _resolve(path, manifest).values())})
 
 
-class _Save:
-    """One save of ``index`` into ``path`` (see :meth:`ReferenceIndex.save`)."""
+class _Commit:
+    """One commit of data files into the index folder ``path``: each is written under its own
+    name, or beside the live one when that exists; then the manifest that lists them replaces
+    the old one in one atomic rename (the commit); only then do the files take their own names
+    (and the manifest says so), and what earlier saves left is swept. A failure before the
+    commit removes what it wrote; after it, the folder holds the new files."""
 
-    def __init__(self, path: Path, index: ReferenceIndex, extra_files: dict[str, Path]) -> None:
-        self.path, self.index, self.extra = path, index, extra_files
+    def __init__(self, path: Path, names: list[str]) -> None:
+        self.path, self.names = path, names
         self.token = secrets.token_hex(4)
         self.committed = False
 
-    def _contents(self) -> Iterator[tuple[str, Iterator[bytes], str | None]]:
-        """``(name, its bytes, the checksum they must have or None)`` of each data file."""
-        yield _TENSOR_FILE, iter([save_bytes(self.index.tensors())]), None
+    def _contents(self) -> Iterator[tuple[str, Iterator[bytes]]]:
+        """``(name, its bytes)`` of each data file, in ``names``' order."""
+        raise NotImplementedError
+
+    def _check(self, name: str, checksum: str) -> None:
+        """Called once ``name`` is written with ``checksum``: raise to abandon the commit."""
+
+    def _manifest(self, checksums: dict[str, str], names: dict[str, str]) -> dict[str, Any]:
+        """The manifest (without its own checksum) that lists the files written
+        (``checksums``), ``names`` mapping those written beside a live file to their names."""
+        raise NotImplementedError
+
+    def _sealed(self, checksums: dict[str, str], names: dict[str, str]) -> bytes:
+        manifest = self._manifest(checksums, names)
+        problem = _manifest_problem(manifest)
+        if problem:  # what loading would refuse is not saved
+            raise ValueError(f"cannot save the index to {self.path}: {problem}")
+        manifest[_SELF_SHA] = manifest_sha256(json.loads(json.dumps(manifest)))  # as read back
+        return (json.dumps(manifest, indent=2) + "\n").encode()
+
+    def _commit(self, manifest: bytes) -> None:
+        replace_file(self.path / _MANIFEST, manifest)
+        self.committed = True
+
+    def run(self) -> dict[str, str]:
+        """Commit the files; their checksums, by name."""
+        path, written = self.path, []
+        checksums, moved = {}, {}
+        targets = {  # each data file under its own name, or beside the live one
+            name: path / (_variant(name, self.token) if (path / name).exists() else name)
+            for name in self.names
+        }
+        record(path, [_MANIFEST, *(t.name for t in targets.values() if _plain(t.name))])
+        try:
+            for name, blocks in self._contents():
+                target = targets[name]
+                written.append(target)
+                checksums[name] = write_file(target, blocks)
+                self._check(name, checksums[name])
+                if target.name != name:
+                    moved[name] = target.name
+            self._commit(self._sealed(checksums, moved))
+        except BaseException:
+            if not self.committed:
+                for file in written:
+                    with suppress(OSError):
+                        file.unlink(missing_ok=True)
+            raise
+        try:
+            if moved:  # settle: the data files take their own names, then the manifest says so
+                for name, variant in moved.items():
+                    os.replace(path / variant, path / name)
+                self._commit(self._sealed(checksums, {}))
+        finally:
+            _sweep(path)
+        return checksums
+
+
+class _Save(_Commit):
+    """One save of ``index`` into ``path`` (see :meth:`ReferenceIndex.save`)."""
+
+    def __init__(self, path: Path, index: ReferenceIndex, extra_files: dict[str, Path]) -> None:
+        super().__init__(path, [_TENSOR_FILE, *extra_files])
+        self.index, self.extra = index, extra_files
+
+    def _contents(self) -> Iterator[tuple[str, Iterator[bytes]]]:
+        yield _TENSOR_FILE, iter([save_bytes(self.index.tensors())])
         for name, source in self.extra.items():
             if not _plain(name):
                 raise ValueError(f"cannot save a file named {name!r} with the index")
-            yield name, _blocks(Path(source)), self.index.checksums.get(name)
+            yield name, _blocks(Path(source))
 
-    def _manifest(self, checksums: dict[str, str], names: dict[str, str]) -> bytes:
+    def _check(self, name: str, checksum: str) -> None:
+        expected = self.index.checksums.get(name) if name in self.extra else None
+        if expected is not None and checksum != expected:
+            raise IndexLoadError(
+                f"{self.extra[name]} changed while the index was being saved (another "
+                "process writing to it?): its checksum differs from the one it was "
+                "written with"
+            )
+
+    def _manifest(self, checksums: dict[str, str], names: dict[str, str]) -> dict[str, Any]:
         index = self.index
         manifest = {
             "format_version": FORMAT_VERSION,
@@ -335,53 +473,33 @@ class _Save:
         }
         if names:
             manifest["files"] = names
-        problem = _manifest_problem(manifest)
-        if problem:  # what loading would refuse is not saved
-            raise ValueError(f"cannot save the index to {self.path}: {problem}")
-        manifest[_SELF_SHA] = manifest_sha256(json.loads(json.dumps(manifest)))  # as read back
-        return (json.dumps(manifest, indent=2) + "\n").encode()
+        return manifest
 
-    def _commit(self, manifest: bytes) -> None:
-        replace_file(self.path / _MANIFEST, manifest)
-        self.committed = True
-
-    def run(self) -> None:
-        path, written = self.path, []
-        checksums, moved = {}, {}
-        targets = {  # each data file under its own name, or beside the live one
-            name: path / (_variant(name, self.token) if (path / name).exists() else name)
-            for name in (_TENSOR_FILE, *self.extra)
-        }
-        record(path, [_MANIFEST, *(t.name for t in targets.values() if _plain(t.name))])
-        try:
-            for name, blocks, expected in self._contents():
-                target = targets[name]
-                written.append(target)
-                checksums[name] = write_file(target, blocks)
-                if expected is not None and checksums[name] != expected:
-                    raise IndexLoadError(
-                        f"{self.extra[name]} changed while the index was being saved (another "
-                        "process writing to it?): its checksum differs from the one it was "
-                        "written with"
-                    )
-                if target.name != name:
-                    moved[name] = target.name
-            self._commit(self._manifest(checksums, moved))
-        except BaseException:
-            if not self.committed:
-                for file in written:
-                    with suppress(OSError):
-                        file.unlink(missing_ok=True)
-            raise
-        try:
-            if moved:  # settle: the data files take their own names, then the manifest says so
-                for name, variant in moved.items():
-                    os.replace(path / variant, path / name)
-                self._commit(self._manifest(checksums, {}))
-        finally:
-            _sweep(path)
-        self.index.files = {name: path / name for name in self.extra}
+    def run(self) -> dict[str, str]:
+        checksums = super().run()
+        self.index.files = {name: self.path / name for name in self.extra}
         self.index.checksums = {k: v for k, v in checksums.items() if k != _TENSOR_FILE}
+        return checksums
+
+
+class _Add(_Commit):
+    """One data file added to (or replaced in) the index folder ``path`` whose manifest is
+    ``base``: the other files and fields stay as they are."""
+
+    def __init__(self, path: Path, name: str, data: bytes, base: dict[str, Any]) -> None:
+        super().__init__(path, [name])
+        self.data, self.base = data, base
+
+    def _contents(self) -> Iterator[tuple[str, Iterator[bytes]]]:
+        yield self.names[0], iter([self.data])
+
+    def _manifest(self, checksums: dict[str, str], names: dict[str, str]) -> dict[str, Any]:
+        manifest = {k: v for k, v in self.base.items() if k not in (_SELF_SHA, "files")}
+        manifest["sha256"] = {**self.base["sha256"], **checksums}
+        settling = {k: v for k, v in self.base.get("files", {}).items() if k not in checksums}
+        if settling or names:  # a save that did not settle still needs its names
+            manifest["files"] = {**settling, **names}
+        return manifest
 
 
 def _blocks(source: Path) -> Iterator[bytes]:

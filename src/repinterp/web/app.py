@@ -253,10 +253,13 @@ def create_app(
 
     def export(kind: str, media_type: str) -> Callable[[Request], Awaitable[Response]]:
         async def endpoint(request: Request) -> Response:
-            key = request.path_params["key"]
+            key, query = request.path_params["key"], request.query_params
             name = f"repinterp-{key}.{kind}"
+            work = functools.partial(
+                viewer.export, key, kind, query.get("opacity"), query.get("cmap")
+            )
             return Response(
-                await compute.run(request.receive, functools.partial(viewer.export, key, kind)),
+                await compute.run(request.receive, work),
                 media_type=media_type,
                 headers={"Content-Disposition": f'attachment; filename="{name}"'},
             )

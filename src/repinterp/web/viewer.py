@@ -20,6 +20,7 @@ import functools
 import hashlib
 import io
 import json
+import logging
 import secrets
 import threading
 import time
@@ -32,6 +33,7 @@ from torch import Tensor
 
 from ..core.heatmap import COLORMAPS, DEFAULT_COLORMAP, SCALE, colorize, normalize_maps
 from ..core.interpretation import METRIC_MEANINGS, Interpretation
+from ..core.regions import RegionSet
 from ..data.datasets import ImageFolderSet
 from ..data.image_files import read_image
 from ..report.figures import (
@@ -43,23 +45,31 @@ from ..report.figures import (
     save_case_study_figure,
 )
 from ..report.html import colorbar_css
+from ..store.regions_file import (
+    DEFAULT_REGIONS,
+    DEFAULT_SEED,
+    REGIONS_FILE,
+    load_regions,
+    save_regions,
+)
 from ..workspace import Workspace
 from .compare import METHODS, CamWeights
 from .gallery import Polytope, distinct_polytopes
 from .image_codec import MAX_UPLOAD_BYTES, MAX_UPLOAD_PIXELS, decode_upload, encode_png
 from .parameters import NotFound, choice, reference_index, whole_number
 
-__all__ = ["METRIC", "Changed", "Entry", "Viewer"]
+__all__ = ["DEFAULT_OPACITY", "DEFAULT_REGIONS", "METRIC", "Changed", "Entry", "Viewer"]
 
+logger = logging.getLogger(__name__)
 PAGE_SIZE = 12
 MAX_PAGE = 60
 MAX_OFFSET = 10**9
 COVERED_SHOWN = 4
-DEFAULT_REGIONS = 20
 CACHED_EXPLANATIONS = 256
 COMPARE_K = 4
 MAX_COMPARE_K = 8
 EXPORT_K = 8
+DEFAULT_OPACITY = 55  # the overlay's opacity (%) on the page and in the exported figure
 METRIC = "semantic"  # the distance that ranks similar images: the paper's Dist (§5.2)
 
 
@@ -97,8 +107,10 @@ class Entry:
 class Viewer:
     """The state of the viewer for one workspace; thread-safe.
 
-    Regions (k-means on the reference feature maps) are computed once, in a background thread
-    started here; until they are ready the gallery says so.
+    Regions (k-means on the reference feature maps) are read from the index folder when it
+    keeps them for these settings (see :mod:`repinterp.store.regions_file`), else computed
+    once and kept there; either in a background thread started here. Until they are ready the
+    gallery says so.
 
     Args:
         workspace: the fitted interpreter and its data.
@@ -112,7 +124,7 @@ class Viewer:
         self,
         workspace: Workspace,
         n_regions: int = DEFAULT_REGIONS,
-        seed: int = 0,
+        seed: int = DEFAULT_SEED,
         max_uploads: int = 32,
         cache_size: int = 2048,
     ) -> None:
@@ -134,6 +146,10 @@ class Viewer:
         self._gallery: dict[str, Any] | None = None
         self._gallery_error: str | None = None
         self.n_regions = min(n_regions, len(self.index))
+        self.folder = workspace.folder  # where computed regions are kept, as it is now
+        self._computing = f"computing {self.n_regions} regions (k-means on the reference features)"
+        kept = f"reading the {self.n_regions} regions kept with the index"
+        self._progress = kept if REGIONS_FILE in self.index.files else self._computing
         self._regions_thread = threading.Thread(
             target=self._build_gallery, args=(seed,), name="repinterp-regions", daemon=True
         )
@@ -233,6 +249,7 @@ class Viewer:
             "metric_meaning": METRIC_MEANINGS[METRIC],
             "colormaps": {name: colorbar_css(name) for name in COLORMAPS},
             "default_colormap": DEFAULT_COLORMAP,
+            "default_opacity": DEFAULT_OPACITY,
             "scale": SCALE,
             "version": self.version,
         }
@@ -438,25 +455,40 @@ class Viewer:
             titles,
             self.workspace.normalization,
             class_name,
+            references=refs,
+            metric=METRIC,
         )
 
-    def export(self, key: str, kind: str) -> bytes:
+    def export(
+        self, key: str, kind: str, opacity: str | None = None, cmap: str | None = None
+    ) -> bytes:
         """The explanation of image ``key`` as a file: ``png``, the case-study figure of the
-        command line (the input and its ``EXPORT_K`` most similar images, heat maps, scores,
-        colour bar and legend); ``json``, its numbers.
+        command line (the input and its ``EXPORT_K`` most similar images with their
+        :data:`METRIC` distances, heat maps, scores, colour bar and legend), drawn as the page
+        shows it; ``json``, its numbers.
+
+        Args:
+            key: the image.
+            kind: ``png`` or ``json``.
+            opacity: the overlay's opacity in percent, 0 to 100 (default
+                :data:`DEFAULT_OPACITY`, the page's).
+            cmap: one of :data:`~repinterp.core.heatmap.COLORMAPS` (default ``inferno``).
 
         Raises:
             NotFound: no such image, or another kind.
+            BadRequest: a bad opacity or an unknown colormap.
         """
         if kind not in ("png", "json"):
             raise NotFound(f"no export as {kind!r}: png or json")
+        percent = whole_number(opacity, "opacity", DEFAULT_OPACITY, 0, 100)
+        cmap = choice(cmap, "colormap", COLORMAPS, DEFAULT_COLORMAP)
         with self._lock:
             entry = self._entry(key)
             study = self._case_study(key)
             if kind == "png":
                 buffer = io.BytesIO()
                 title = entry.key if entry.key[0] == "u" else f"reference image {entry.key[1:]}"
-                save_case_study_figure(study, buffer, title)
+                save_case_study_figure(study, buffer, title, cmap, percent / 100)
                 return buffer.getvalue()
             summary = self._summary(entry)
             similar = self._similar(entry, 0, EXPORT_K)
@@ -489,10 +521,28 @@ class Viewer:
             "covered": self._similar(entry, 0, COVERED_SHOWN),
         }
 
+    def _regions(self, seed: int) -> RegionSet:
+        """The regions kept in the index folder for these settings, else k-means (then kept
+        there, when the folder can be written)."""
+        try:
+            regions = load_regions(self.interpreter, self.n_regions, seed)
+        except ValueError as exc:  # never used: computed again, and replaced
+            logger.warning("%s: the regions are computed again", exc)
+            regions = None
+        if regions is not None:
+            return regions
+        self._progress = self._computing
+        regions = self.interpreter.regions(n_regions=self.n_regions, seed=seed)
+        if self.folder is not None:
+            try:
+                save_regions(regions, self.folder, seed)
+            except (OSError, ValueError) as exc:  # OutputError, IndexLoadError among them
+                logger.warning("the regions are not kept in %s: %s", self.folder, exc)
+        return regions
+
     def _build_gallery(self, seed: int) -> None:
         try:
-            regions = self.interpreter.regions(n_regions=self.n_regions, seed=seed)
-            polytopes = distinct_polytopes(regions)
+            polytopes = distinct_polytopes(self._regions(seed))
         except Exception as exc:  # whatever it is, the page must hear of it
             self._gallery_error = f"no regions: {exc}"
             return
@@ -511,6 +561,5 @@ class Viewer:
         if self._gallery_error is not None:
             return {"status": "unavailable", "message": self._gallery_error, **done, "regions": []}
         if self._gallery is None:
-            message = f"computing {self.n_regions} regions (k-means on the reference features)"
-            return {"status": "computing", "message": message, **done, "regions": []}
+            return {"status": "computing", "message": self._progress, **done, "regions": []}
         return {"status": "ready", "message": None, **done, "regions": self._gallery["cards"]}

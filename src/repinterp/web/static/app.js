@@ -324,7 +324,9 @@ async function exportAs(kind) {
   const button = $(`export-${kind}`);
   button.disabled = true;
   try {
-    const response = await fetch(`/api/export/${encodeURIComponent(state.key)}.${kind}`);
+    // the figure is drawn as the page shows it: the overlay's opacity and the colours
+    const drawn = new URLSearchParams({ opacity: $("opacity").value, cmap: state.cmap });
+    const response = await fetch(`/api/export/${encodeURIComponent(state.key)}.${kind}?${drawn}`);
     if (!response.ok) {
       const body = await response.json().catch(() => ({}));
       throw new Error(body.error || `${response.status} ${response.statusText}`);
@@ -607,7 +609,8 @@ async function start() {
   );
   wire();
   setColormap(info.default_colormap);
-  setOpacity(Number($("opacity").value));
+  $("opacity").value = String(info.default_opacity);
+  setOpacity(info.default_opacity);
   setView("overlay");
   loadRegions();
   route();

@@ -38,9 +38,10 @@ from starlette.applications import Starlette
 
 from repinterp.cli.parser import build_parser
 from repinterp.core.config import FitConfig
+from repinterp.core.groups import polytope_key
 from repinterp.core.heatmap import colorize, normalize_maps, overlay
 from repinterp.core.interpretation import METRIC_MEANINGS
-from repinterp.core.regions import RegionSet
+from repinterp.core.regions import RegionSet, distinct_polytopes
 from repinterp.evaluation.baselines import ReusableCAM
 from repinterp.evaluation.metrics import keep_top_pixels
 from repinterp.store.index_folder import read_manifest
@@ -49,7 +50,6 @@ from repinterp.store.regions_file import REGIONS_FILE, load_regions
 from repinterp.web import create_app, server_config
 from repinterp.web.app import host_name
 from repinterp.web.compare import METHODS
-from repinterp.web.gallery import distinct_polytopes, polytope_key
 from repinterp.web.image_codec import MAX_UPLOAD_BYTES, MAX_UPLOAD_PIXELS, MIN_SIDE
 from repinterp.web.viewer import DEFAULT_OPACITY, Viewer
 from repinterp.workspace import BUNDLED_WEIGHTS, Workspace, fit_workspace, open_index

@@ -1,9 +1,10 @@
 """``Interpretation``: the representative interpretation ``P(x)`` of one input.
 
 An interpretation refers back to the interpreter that made it through the small
-:class:`Explainer` protocol (its index, its feature maps and forward pass), so that this module
-and :mod:`repinterp.core.regions` never import :mod:`repinterp.interpreter`;
-:class:`repinterp.interpreter.RepresentativeInterpreter` is the explainer in practice.
+`Explainer` protocol (its index, its feature maps and forward pass), so that this module
+and [`regions`][repinterp.core.regions] never import `interpreter`;
+[`RepresentativeInterpreter`][repinterp.interpreter.RepresentativeInterpreter] is the explainer in
+practice.
 """
 
 from __future__ import annotations
@@ -43,15 +44,15 @@ SOLVERS = ("greedy", "exact")
 
 
 def check_solver(solver: str) -> str:
-    """``solver`` if it is one of :data:`SOLVERS`, else ``ValueError``."""
+    """``solver`` if it is one of `SOLVERS`, else ``ValueError``."""
     if solver not in SOLVERS:
         raise ValueError(f"unknown solver {solver!r}; choose one of {', '.join(SOLVERS)}")
     return solver
 
 
 class Explainer(Protocol):
-    """What an :class:`Interpretation` (and a :class:`repinterp.core.regions.RegionSet`) uses of the
-    fitted interpreter behind it.
+    """What an [`Interpretation`][repinterp.core.interpretation.Interpretation] (and a
+    [`RegionSet`][repinterp.core.regions.RegionSet]) uses of the fitted interpreter behind it.
 
     Attributes:
         device: where the interpreter computes.
@@ -229,7 +230,7 @@ class Interpretation:
             metric: ``"semantic"`` (the default, whether or not the feature maps were kept),
                 the paper's ``Dist`` (§5.2); or, on request, ``"euclidean"`` / ``"cosine"``,
                 the distance of the feature maps (see `feature_distances`; they need
-                ``keep_features=True``). :data:`METRIC_MEANINGS` says what each is.
+                ``keep_features=True``). `METRIC_MEANINGS` says what each is.
 
         Raises:
             ValueError: a negative ``k`` or an unknown metric.
@@ -249,7 +250,8 @@ class Interpretation:
             N x H x W in [0, 1] on the interpreter's device.
 
         Raises:
-            ValueError: ``P(x)`` is empty (see :attr:`message`).
+            ValueError: ``P(x)`` is empty (see
+                [`message`][repinterp.core.interpretation.Interpretation.message]).
         """
         if not self.has_heatmap:
             raise ValueError(self.message)
@@ -291,7 +293,8 @@ class Interpretation:
     @exact_float32()
     def feature_heatmap(self, features: Tensor) -> Tensor:
         """`heatmap` from flattened feature maps, as ``fit(..., keep_features=True)`` keeps
-        them (:attr:`features`, the interpreter's ``reference_features``): no forward pass.
+        them ([`features`][repinterp.core.reference_index.ReferenceIndex.features], the
+            interpreter's ``reference_features``): no forward pass.
 
         Args:
             features: N x (K h w), any device.
@@ -300,7 +303,8 @@ class Interpretation:
             N x H x W in [0, 1] (the index's image size) on the interpreter's device.
 
         Raises:
-            ValueError: ``P(x)`` is empty (see :attr:`message`).
+            ValueError: ``P(x)`` is empty (see
+                [`message`][repinterp.core.interpretation.Interpretation.message]).
         """
         if not self.has_heatmap:
             raise ValueError(self.message)
@@ -349,13 +353,13 @@ class Interpretation:
         Args:
             reference: the reference set the interpreter was fitted on (anything ``fit``
                 takes), for the similar images' pixels; None: the set it holds, if any.
-            image: the input (C x H x W, as the model takes it); None: :attr:`image`.
+            image: the input (C x H x W, as the model takes it); None: `image`.
             k: how many similar images (>= 0).
             metric: their distance (see `similar`).
-            cmap: the heat maps' colormap (see :func:`repinterp.core.heatmap.colorize`).
+            cmap: the heat maps' colormap (see [`colorize`][repinterp.core.heatmap.colorize]).
 
         Returns:
-            An :class:`repinterp.core.display.HtmlView`; ``.html`` is the string.
+            An `HtmlView`; ``.html`` is the string.
 
         Raises:
             ValueError: a negative ``k``, an unknown metric or colormap, or a ``reference`` of

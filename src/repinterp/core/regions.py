@@ -37,7 +37,7 @@ __all__ = [
 ]
 
 REGIONS_FILE = "regions.safetensors"
-"""The k-means result kept in an index folder (see :mod:`repinterp.store.regions_file`)."""
+"""The k-means result kept in an index folder (see `regions_file`)."""
 
 
 def class_shares(sizes: list[int], k: int) -> list[int]:
@@ -133,9 +133,10 @@ class RegionSet:
 
         Args:
             by_class: k-means within each class that the model predicts on the reference set
-                instead, the ``k`` regions shared among those classes by :func:`class_shares`
-                (at least one each, the rest in proportion to their images), so that every
-                predicted class has a region; the centres come class by class.
+                instead, the ``k`` regions shared among those classes by
+                [`class_shares`][repinterp.core.regions.class_shares] (at least one each, the rest
+                in proportion to their images), so that every predicted class has a region; the
+                centres come class by class.
 
         Raises:
             ValueError: the interpreter was fitted without ``keep_features=True``; with
@@ -162,7 +163,7 @@ class RegionSet:
     @classmethod
     def from_centres(cls, interpreter: Explainer, centres: Tensor, inputs: Tensor) -> RegionSet:
         """The region set of k-means ``centres`` whose inputs are ``inputs``, as `build` made
-        it (or a saved one, see :mod:`repinterp.store.regions_file`), without k-means: the
+        it (or a saved one, see `regions_file`), without k-means: the
         regions' interpretations come from the index (``explain_reference``).
 
         Args:
@@ -254,7 +255,8 @@ class RegionSet:
         self, region: Tensor | None = None, subconcepts: Tensor | None = None
     ) -> GroupStats:
         """Images grouped by the polytope of the region interpreting them
-        (:func:`repinterp.core.groups.polytope_groups`; regions of one polytope are one group).
+        ([`polytope_groups`][repinterp.core.groups.polytope_groups]; regions of one polytope are one
+        group).
 
         Args:
             region: (N,) the region of each image (`Assignment.region`); None: the reference
@@ -291,10 +293,10 @@ class RegionSet:
         Args:
             reference: the reference set the interpreter was fitted on (anything ``fit``
                 takes), for the inputs' pixels; None: the set it holds, if any.
-            cmap: the heat maps' colormap (see :func:`repinterp.core.heatmap.colorize`).
+            cmap: the heat maps' colormap (see [`colorize`][repinterp.core.heatmap.colorize]).
 
         Returns:
-            An :class:`repinterp.core.display.HtmlView`; ``.html`` is the string.
+            An `HtmlView`; ``.html`` is the string.
 
         Raises:
             ValueError: an unknown colormap, or a ``reference`` of another size than the
@@ -359,15 +361,15 @@ class RegionSet:
 @dataclass
 class Polytope:
     """One distinct polytope of a region set: regions whose inputs share the predicted class,
-    the boundaries ``P`` and the sides of them (:func:`repinterp.core.groups.polytope_key`),
-    hence the covered images.
+    the boundaries ``P`` and the sides of them
+    ([`polytope_key`][repinterp.core.groups.polytope_key]), hence the covered images.
 
     Attributes:
         regions: the regions (indices into the region set) that share it.
         inputs: their input reference images, in the same order.
         explanation: the interpretation of ``inputs[0]``.
         interpreted: reference images its regions interpret
-            (:meth:`RegionSet.reference_assignment`).
+            ([`RegionSet.reference_assignment`][repinterp.core.regions.RegionSet.reference_assignment]).
     """
 
     regions: list[int]

@@ -1,10 +1,10 @@
 """Crash-safe file writes: what the project's indexes, shards, markers and weights are written
 with.
 
-:func:`write_file` writes and flushes a file (or a part of one); :func:`replace_file` replaces
+`write_file` writes and flushes a file (or a part of one); `replace_file` replaces
 a whole file in one atomic rename, so that a crash leaves the old file or the new one, never a
 mix. Both return the SHA-256 of the bytes as they were written. The temporary file of a
-replacement is named ``.NAME.tmp-TOKEN`` beside ``NAME`` (:func:`temporary_of` tells one).
+replacement is named ``.NAME.tmp-TOKEN`` beside ``NAME`` (`temporary_of` tells one).
 
 This module imports nothing from repinterp.
 """
@@ -88,7 +88,7 @@ def replace_file(path: str | Path, data: bytes) -> str:
 
 
 def temporary_of(name: str) -> str | None:
-    """The name of the file that ``name`` is a temporary file of (see :func:`replace_file`),
+    """The name of the file that ``name`` is a temporary file of (see `replace_file`),
     or None if it is not one."""
     match = _TEMPORARY.fullmatch(name)
     return match.group(1) if match else None

@@ -1,10 +1,10 @@
 """Building the reference index in one streaming pass over the reference set.
 
-:func:`build_index` samples ``Q`` (Eq. 2 at ``|Q|`` reference images drawn by
-:mod:`repinterp.core.boundaries`), then streams the reference set once, keeping per image its
-projections on ``Q``, logits, prediction and label; optionally in shards
-(:mod:`repinterp.store.shards`) and across ``torch.distributed`` ranks. The feature maps of ``Q``'s
-sources are computed once, for Eq. 2, and the pass takes their rows from them.
+[`build_index`][repinterp.store.index_build.build_index] samples ``Q`` (Eq. 2 at ``|Q|`` reference
+images drawn by [`boundaries`][repinterp.core.boundaries]), then streams the reference set once,
+keeping per image its projections on ``Q``, logits, prediction and label; optionally in shards
+([`shards`][repinterp.store.shards]) and across ``torch.distributed`` ranks. The feature maps of
+``Q``'s sources are computed once, for Eq. 2, and the pass takes their rows from them.
 """
 
 from __future__ import annotations
@@ -145,7 +145,7 @@ class _Sources:
 
     Attributes:
         positions: |Q| long, their ascending positions in the reference set (CPU).
-        rows: what :func:`_rows` gives for them (CPU).
+        rows: what `_rows` gives for them (CPU).
         features: their flattened feature maps (|Q| x d float32), if the index keeps them.
     """
 
@@ -272,7 +272,7 @@ def _index_shards(
     dtype: torch.dtype,
 ) -> Iterator[ShardResult]:
     """Index ``shard_ids`` in one stream of batches: per shard, its id and what
-    :func:`_index_shard` returns (not kept here once yielded, so that one shard of feature maps
+    `_index_shard` returns (not kept here once yielded, so that one shard of feature maps
     is alive at a time)."""
     ranges = plan.batches(shard_ids)
     batches = iter_batches(reference, plan.batch, num_workers, ranges, device.type == "cuda")
@@ -313,7 +313,7 @@ def build_index(
     dtype: torch.dtype = torch.float32,
 ) -> ReferenceIndex:
     """Sample ``Q`` from ``reference`` and stream it once to build the index, in full float32
-    (or wider) precision (:func:`repinterp.runtime.precision.exact_float32`).
+    (or wider) precision ([`exact_float32`][repinterp.runtime.precision.exact_float32]).
 
     Memory: besides the model, one batch of feature maps, the |Q| boundaries, one shard of
     results (and of flattened feature maps, if they are written); what is kept grows as
@@ -327,16 +327,17 @@ def build_index(
 
     Args:
         split: the model split at the target layer, on ``device``.
-        reference: a reference set (see :func:`repinterp.data.reference.as_reference`): a tensor, a
-            NumPy array, a Dataset, a DataLoader or a list of images.
-        config: how ``Q`` is sampled and the reference set read (see :class:`FitConfig`); the
-            progress bar shows on rank 0 only.
+        reference: a reference set (see [`as_reference`][repinterp.data.reference.as_reference]): a
+            tensor, a NumPy array, a Dataset, a DataLoader or a list of images.
+        config: how ``Q`` is sampled and the reference set read (see
+            [`FitConfig`][repinterp.core.config.FitConfig]); the progress bar shows on rank 0 only.
         device: where the model and the index live.
         feature_file: if given, the flattened reference feature maps are also written there
             (by rank 0) as a |R| x (K h w) float32 ``.npy``, never all in RAM, for the
             protocols that need them (k-means regions, Euclidean neighbours).
         shards: write the index in shards as it goes, to resume a killed build (see
-            :class:`Shards`); keep ``feature_file`` in the same folder so that it survives too.
+            [`Shards`][repinterp.store.index_build.Shards]); keep ``feature_file`` in the same
+            folder so that it survives too.
         dtype: the model's floating dtype; images of any floating dtype are converted to it.
 
     Raises:

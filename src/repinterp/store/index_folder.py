@@ -1,11 +1,11 @@
-"""The index folder: a :class:`~repinterp.core.reference_index.ReferenceIndex` on disk.
+"""The index folder: a [`ReferenceIndex`][repinterp.core.reference_index.ReferenceIndex] on disk.
 
 The folder holds ``manifest.json`` and ``index.safetensors`` (and ``features.npy`` when the
 feature maps are kept, with ``regions.safetensors``, the viewer's k-means regions, see
-:mod:`repinterp.store.regions_file`), every file with its checksum. This module owns the format
+`regions_file`), every file with its checksum. This module owns the format
 (the tensors, the manifest, the checksums, saving, adding a file and loading);
-:mod:`repinterp.store.index_build` builds an index, :mod:`repinterp.store.shards` keeps a
-build resumable.
+[`index_build`][repinterp.store.index_build] builds an index, [`shards`][repinterp.store.shards]
+keeps a build resumable.
 """
 
 from __future__ import annotations
@@ -86,11 +86,12 @@ def save_index(
     The data files are written under names the current manifest does not use, then the
     manifest is replaced in one atomic rename (the commit); only then are the files of the
     old index removed. Checksums are those of the bytes as they were written; the manifest
-    holds its own too (``manifest_sha256``, see :func:`manifest_sha256`).
+    holds its own too (``manifest_sha256``, see
+    [`manifest_sha256`][repinterp.store.index_folder.manifest_sha256]).
 
     Args:
         path: the folder: new, empty, or a repinterp index (which is replaced); its
-            lock is held meanwhile (see :func:`repinterp.store.outputs.claim`).
+            lock is held meanwhile (see `claim`).
         extra_files: files copied into the folder under the given names, with checksums
             (default: ``index.files``); a file with a known checksum (``index.checksums``)
             that differs is refused.
@@ -119,8 +120,9 @@ def add_file(
 ) -> str:
     """Add a data file to a saved index folder, or replace one, with its checksum in the
     manifest, so that a crash at any point leaves the folder with the old file or the new one
-    (as :func:`save_index`: written beside, then the manifest replaced in one atomic rename).
-    The index's other files are not touched, and the marker lists the new one.
+    (as [`save_index`][repinterp.store.index_folder.save_index]: written beside, then the manifest
+    replaced in one atomic rename). The index's other files are not touched, and the marker lists
+    the new one.
 
     Args:
         path: the index folder; its lock is held meanwhile.
@@ -205,7 +207,7 @@ def load_index(path: str | Path, device: torch.device | str = "cpu") -> Referenc
     """Read an index folder, verifying every file's checksum, the format and the shapes.
 
     A missing or damaged regions file (``regions.safetensors``, the k-means result kept for
-    the viewer, see :mod:`repinterp.store.regions_file`) does not refuse the index: it is left
+    the viewer, see `regions_file`) does not refuse the index: it is left
     out of the index's files, with a warning, and the regions are computed again.
 
     Raises:
@@ -355,7 +357,7 @@ def _resolve(path: Path, manifest: dict[str, Any]) -> dict[str, Path]:
 
 def _sweep(path: Path) -> None:
     """Remove what saves leave when they fail or are killed: the files that the project wrote
-    in the folder (its marker lists them, see :func:`repinterp.store.outputs.record`: earlier
+    in the folder (its marker lists them, see `record`: earlier
     indexes, data files under their variant names, temporary manifests) and that the committed
     manifest does not use. No other file is ever removed, whatever its name."""
     try:
@@ -436,7 +438,7 @@ class _Commit:
 
 
 class _Save(_Commit):
-    """One save of ``index`` into ``path`` (see :meth:`ReferenceIndex.save`)."""
+    """One save of ``index`` into ``path`` (see `ReferenceIndex.save`)."""
 
     def __init__(self, path: Path, index: ReferenceIndex, extra_files: dict[str, Path]) -> None:
         super().__init__(path, [_TENSOR_FILE, *extra_files])

@@ -2,22 +2,22 @@
 
 The rule: a command writes only into a folder that does not exist, is empty, or is the
 project's own output of the same kind (an index, a partial fit, an explain / report / demo /
-evaluation folder); any other folder is refused with :class:`OutputError`, which names it,
+evaluation folder); any other folder is refused with `OutputError`, which names it,
 unless the caller says ``overwrite`` (and even then nothing but the files the command writes
 is touched). An index folder is never the output folder of another kind, ``overwrite`` or not,
 and no output folder holds one of the command's inputs or lies inside a folder of them
-(:func:`refuse_inputs`).
+(`refuse_inputs`).
 
 The project's own folders are known by their marker file alone, ``.repinterp-output.json``:
-it records their kind and the files the project wrote there (:func:`listed`), and only those
-are ever removed (:func:`remove_listed`); :func:`record` lists a file before it is written, so
-that what a killed command leaves is known too. A folder that the project did not make never
-gets a marker, ``overwrite`` or not; an index saved before markers existed (repinterp 0.2) is
-recognised by its manifest, whose checksums of its files must hold. A command that fails
-before it wrote a new file leaves the marker as it found it, and removes the folders it made.
-A folder is claimed under a lock (:func:`lock`): a second writer fails at once.
+it records their kind and the files the project wrote there (`listed`), and only those
+are ever removed (`remove_listed`); [`record`][repinterp.store.shards.FeatureFile.record] lists a
+file before it is written, so that what a killed command leaves is known too. A folder that the
+project did not make never gets a marker, ``overwrite`` or not; an index saved before markers
+existed (repinterp 0.2) is recognised by its manifest, whose checksums of its files must hold. A
+command that fails before it wrote a new file leaves the marker as it found it, and removes the
+folders it made. A folder is claimed under a lock (`lock`): a second writer fails at once.
 
-Imports from repinterp only :mod:`repinterp.store.files` and the runtime's checksums.
+Imports from repinterp only `files` and the runtime's checksums.
 """
 
 from __future__ import annotations
@@ -127,7 +127,7 @@ def record(folder: str | Path, names: Iterable[str]) -> None:
 
 def remove_listed(folder: str | Path, keep: Iterable[str]) -> None:
     """Remove from ``folder`` the files that its marker lists but ``keep`` does not name, and
-    the temporary files of the files it lists (see :func:`repinterp.store.files.replace_file`):
+    the temporary files of the files it lists (see `replace_file`):
     what the project wrote there and no longer uses. Nothing else is ever removed."""
     folder, keep = Path(folder), set(keep)
     ours = listed(folder)
@@ -196,7 +196,7 @@ def _check_bookkeeping(folder: Path) -> None:
 
 
 def folder_kind(path: str | Path) -> str | None:
-    """What a folder holds, for :func:`claim`.
+    """What a folder holds, for `claim`.
 
     Returns:
         None for a folder that does not exist or holds nothing but this module's bookkeeping;
@@ -331,8 +331,8 @@ def _refusal(folder: Path, kind: str, found: str) -> str:
 
 
 def _check(folder: Path, kind: str, overwrite: bool) -> str | None:
-    """What ``folder`` holds (see :func:`folder_kind`), if a command of ``kind`` may write
-    there; raises :class:`OutputError` otherwise."""
+    """What ``folder`` holds (see `folder_kind`), if a command of ``kind`` may write
+    there; raises `OutputError` otherwise."""
     found = folder_kind(folder)
     if kind != "index" and found not in (None, "index") and _holds_index(folder):
         found = "index"  # what looks like an index is one, to every other kind
@@ -371,7 +371,7 @@ def claim(
         folder: the output folder.
         kind: one of ``index``, ``partial``, ``explain``, ``report``, ``demo``, ``evaluation``.
         overwrite: accept a folder of another kind or with other files (not an index).
-        inputs: the files and folders the command reads (see :func:`refuse_inputs`).
+        inputs: the files and folders the command reads (see `refuse_inputs`).
 
     Yields:
         ``folder`` as a Path.

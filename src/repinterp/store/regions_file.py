@@ -1,12 +1,12 @@
 """The k-means regions kept in an index folder, so that the viewer's gallery is ready at once.
 
-Building a :class:`~repinterp.core.regions.RegionSet` is mostly k-means. What k-means finds, the
-``k`` centres and their inputs (the reference images nearest them), is kept in the index folder
+Building a [`RegionSet`][repinterp.core.regions.RegionSet] is mostly k-means. What k-means finds,
+the ``k`` centres and their inputs (the reference images nearest them), is kept in the index folder
 as ``regions.safetensors`` (checksummed in the manifest like the other files), with the k-means
 settings and the SHA-256 of the feature maps it ran on; the regions' interpretations are
-recomputed from the index (:meth:`~repinterp.core.regions.RegionSet.from_centres`). The command
-line's ``fit`` and ``demo`` keep the viewer's default regions; the viewer keeps those it had to
-compute. A file made with other settings is not used; one made from other feature maps, or
+recomputed from the index ([`from_centres`][repinterp.core.regions.RegionSet.from_centres]). The
+command line's ``fit`` and ``demo`` keep the viewer's default regions; the viewer keeps those it had
+to compute. A file made with other settings is not used; one made from other feature maps, or
 changed since the index was loaded, is refused.
 """
 
@@ -75,8 +75,8 @@ def regions_bytes(regions: RegionSet, seed: int) -> bytes:
 
 def save_regions(regions: RegionSet, folder: str | Path, seed: int) -> None:
     """Keep ``regions`` (k-means with ``seed``) in the index folder ``folder``, replacing any
-    regions file there (:func:`repinterp.store.index_folder.add_file`); the interpreter's index
-    then lists the file with its checksum.
+    regions file there ([`add_file`][repinterp.store.index_folder.add_file]); the interpreter's
+    index then lists the file with its checksum.
 
     Raises:
         OutputError: the folder cannot be written, is not the project's, or another process

@@ -1,8 +1,8 @@
 """Resumable builds: the index written shard by shard to a partial folder, with checksums.
 
-:class:`Shards` is what a caller passes to :func:`repinterp.store.index_build.build_index`;
-the rest is the build's bookkeeping: how |R| is cut into shards of whole batches (``ShardPlan``),
-the partial
+[`Shards`][repinterp.store.shards.Shards] is what a caller passes to
+[`build_index`][repinterp.store.index_build.build_index]; the rest is the build's bookkeeping: how
+|R| is cut into shards of whole batches (``ShardPlan``), the partial
 folder (``PartialBuild``: settings, ``Q``, shards and their log) and the feature file written a
 block of rows at a time (``FeatureFile``).
 """
@@ -44,7 +44,8 @@ def _shard_name(k: int) -> str:
 
 @dataclass(frozen=True)
 class Shards:
-    """Where :func:`build_index` writes the index shard by shard, so that a killed build resumes.
+    """Where [`build_index`][repinterp.interpreter.build_index] writes the index shard by shard, so
+    that a killed build resumes.
 
     After every ``size`` images, the shard's projections, logits, predictions (and labels) go to
     ``directory`` as a safetensors file, and a line with its SHA-256 (and that of its rows of
@@ -126,8 +127,9 @@ class FeatureFile:
     The rows go through plain file writes, so they sit in the page cache, not in this
     process's resident memory as they would through a writable memmap. The checksum of every
     block is kept as it is written (or as it was recorded by an interrupted build), and that of
-    the whole file too when it is written in one pass: :meth:`file_sha256` refuses a file
-    that another process changed meanwhile.
+    the whole file too when it is written in one pass:
+    [`file_sha256`][repinterp.store.shards.FeatureFile.file_sha256] refuses a file that another
+    process changed meanwhile.
     """
 
     def __init__(self, path: Path, n_rows: int, dim: int, reuse: bool) -> None:

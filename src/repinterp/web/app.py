@@ -5,7 +5,7 @@ request's ``Host`` must be on an allow-list (DNS rebinding), a request that chan
 upload) must come from the viewer's own page, not from another site's (CSRF), and a browser
 must not send an API request from another site's page (a foreign ``<img>`` must not make the
 viewer compute). Costly requests (comparisons, CAM heat maps, exports) wait their turn in a
-bounded :class:`~repinterp.web.limits.ComputeQueue`; the page and the cheap routes need no
+bounded `ComputeQueue`; the page and the cheap routes need no
 thread, so a queue of them never delays the page.
 """
 
@@ -73,7 +73,7 @@ def host_name(value: str) -> str:
 
 
 class SecurityHeaders:
-    """Adds :data:`SECURITY_HEADERS` to every response; the CSP keeps the page from loading
+    """Adds `SECURITY_HEADERS` to every response; the CSP keeps the page from loading
     anything from another origin."""
 
     def __init__(self, app: ASGIApp) -> None:
@@ -100,7 +100,7 @@ class OriginCheck:
 
     Args:
         app: the app behind.
-        allowed_hosts: host names accepted in ``Host`` (see :func:`host_name`); ``"*"`` accepts
+        allowed_hosts: host names accepted in ``Host`` (see `host_name`); ``"*"`` accepts
             any.
     """
 
@@ -150,7 +150,7 @@ async def _disconnected(request: Request, exc: Exception) -> Response:
 
 
 async def _read_upload(request: Request) -> bytes:
-    """The request body, refused as soon as it passes :data:`MAX_UPLOAD_BYTES`."""
+    """The request body, refused as soon as it passes `MAX_UPLOAD_BYTES`."""
     if request.headers.get("content-type", "").startswith("multipart/"):
         raise BadRequest(
             "send the image file itself as the request body "
@@ -180,7 +180,7 @@ def create_app(
     """The viewer's ASGI app for a workspace or an index folder.
 
     Args:
-        source: a :class:`~repinterp.workspace.Workspace`, or an index folder to open.
+        source: a [`Workspace`][repinterp.workspace.Workspace], or an index folder to open.
         n_regions: k-means regions behind the gallery (computed once in the background).
         seed: seed of the k-means.
         device: torch device when opening a folder; None for CPU.
@@ -188,8 +188,8 @@ def create_app(
             rebinding), with or without a port; ``("*",)`` accepts any.
         weights: the model's weights file when opening a moved index folder.
 
-    ``app.state.viewer`` is the :class:`~repinterp.web.viewer.Viewer` behind the routes,
-    ``app.state.compute`` the :class:`~repinterp.web.limits.ComputeQueue` of costly requests.
+    ``app.state.viewer`` is the `Viewer` behind the routes,
+    ``app.state.compute`` the `ComputeQueue` of costly requests.
     """
     if not isinstance(source, Workspace):
         source = open_index(source, device=device, progress=False, weights=weights)

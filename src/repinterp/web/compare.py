@@ -1,7 +1,7 @@
 """RI's heat maps next to the CAM baselines' (the paper's Fig. 2, live), without HTTP.
 
 Each CAM method computes its channel weights on the input, once, through pytorch-grad-cam
-(:mod:`repinterp.evaluation.baselines`), and reuses them unchanged on the input's similar
+([`baselines`][repinterp.evaluation.baselines]), and reuses them unchanged on the input's similar
 images, as the paper's comparison does. Weights are kept per (input, method) in a small LRU;
 Score-CAM's (one forward pass per channel) is the slow one, so callers ask for it last.
 """
@@ -44,7 +44,7 @@ class CamWeights:
         self._lock = threading.Lock()
 
     def weights(self, method: str, key: str, pixels: Tensor, target_class: int) -> Tensor:
-        """K channel weights of ``method`` (a CAM id of :data:`METHODS`) for ``target_class``
+        """K channel weights of ``method`` (a CAM id of `METHODS`) for ``target_class``
         on the input ``key`` (C x H x W pixels in [0, 1])."""
         if method not in CAMS:
             raise ValueError(f"not a CAM method: {method!r}; expected one of {', '.join(CAMS)}")
@@ -68,7 +68,7 @@ class CamWeights:
         """Heat maps of ``method`` on N images, with the weights of input ``key`` reused.
 
         Args:
-            method: a CAM id of :data:`METHODS`.
+            method: a CAM id of `METHODS`.
             key: names the input whose weights are reused.
             input_pixels: the input, C x H x W in [0, 1].
             target_class: the class explained (the input's predicted class).

@@ -51,13 +51,13 @@ def encode_png(image: np.ndarray) -> bytes:
 def decode_upload(data: bytes, shape: tuple[int, int, int]) -> Tensor:
     """An uploaded PNG or JPEG as C x H x W pixels in [0, 1], fitted to the index's input size.
 
-    The decoding holds ``DECODE_BYTES_PER_PIXEL`` bytes per pixel of :data:`DECODING` (it waits
+    The decoding holds ``DECODE_BYTES_PER_PIXEL`` bytes per pixel of `DECODING` (it waits
     while other uploads hold them).
 
     Raises:
         BadRequest: too many bytes or pixels, another format, or a broken file.
         Busy: other uploads held the decoding budget too long (see
-            :class:`~repinterp.web.limits.ByteBudget`).
+            `ByteBudget`).
     """
     if not data:
         raise BadRequest("the upload is empty")

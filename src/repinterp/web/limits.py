@@ -1,10 +1,10 @@
-"""What the viewer's clients can hold of it, beyond a connection (see :mod:`.server` for those):
+"""What the viewer's clients can hold of it, beyond a connection (see `.server` for those):
 the queue of requests that compute, and the memory that decoding uploads may take.
 
-:class:`ComputeQueue` runs the costly requests (comparisons, CAM heat maps, exports) one at a
+`ComputeQueue` runs the costly requests (comparisons, CAM heat maps, exports) one at a
 time, in async code: a waiting request holds no thread, the queue is bounded and its wait has a
 deadline (HTTP 503 past either), and a request whose client has gone leaves the queue unrun.
-:class:`ByteBudget` bounds the bytes of uploads being decoded at once, across threads.
+`ByteBudget` bounds the bytes of uploads being decoded at once, across threads.
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ class ComputeQueue:
 
     async def _wait_for_turn(self, receive: Receive) -> None:
         """Take the turn, waiting as one of at most ``length``, for at most ``timeout`` s, and
-        only while the client stays (see :meth:`run`)."""
+        only while the client stays (see `run`)."""
         if self.waiting >= self.length:
             raise Busy(f"{self.waiting} costly requests are already waiting: try again later")
         self.waiting += 1

@@ -3,7 +3,7 @@
 uvicorn times out idle keep-alive connections, but waits forever for a request that never
 finishes arriving (headers or body sent a byte at a time, or not at all) and for a client that
 never reads what it is sent (pipelined requests whose responses are never read), and accepts any
-number of connections. :class:`GuardedH11Protocol` closes a connection whose request is not
+number of connections. `GuardedH11Protocol` closes a connection whose request is not
 complete ``request_timeout`` seconds after it began (answering 408 when it still can), cuts off
 one whose client has left data unread for ``write_timeout`` seconds, and answers 503 to any
 connection beyond ``max_connections``. A refused connection is closed gracefully: its answer,
@@ -53,7 +53,7 @@ _BIND_ERRORS = {
 
 class GuardedH11Protocol(H11Protocol):
     """uvicorn's h11 protocol with a deadline on each request's arrival, one on the client's
-    reading and a connection cap (the class attributes; :func:`server_config` sets them)."""
+    reading and a connection cap (the class attributes; `server_config` sets them)."""
 
     request_timeout: float = REQUEST_TIMEOUT
     write_timeout: float = WRITE_TIMEOUT
@@ -144,10 +144,10 @@ def server_config(
     max_connections: int = MAX_CONNECTIONS,
     write_timeout: float = WRITE_TIMEOUT,
 ) -> uvicorn.Config:
-    """A uvicorn configuration for the viewer's app, with :class:`GuardedH11Protocol`.
+    """A uvicorn configuration for the viewer's app, with `GuardedH11Protocol`.
 
     Args:
-        app: the app (see :func:`repinterp.web.create_app`).
+        app: the app (see `create_app`).
         quiet: log warnings only.
         request_timeout: seconds a request (headers and body) may take to arrive.
         max_connections: connections held at once; more are answered 503 and closed.
@@ -173,7 +173,7 @@ def server_config(
 
 def allowed_names(host: str, extra: Iterable[str] = ()) -> list[str]:
     """The host names a server bound to ``host`` accepts in ``Host``: ``host`` itself,
-    :data:`~repinterp.web.app.LOCAL_HOSTS` and ``extra`` (IPv6 addresses in brackets)."""
+    `LOCAL_HOSTS` and ``extra`` (IPv6 addresses in brackets)."""
     return list(dict.fromkeys([host_name(host), *LOCAL_HOSTS, *map(host_name, extra)]))
 
 

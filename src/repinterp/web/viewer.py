@@ -1,5 +1,5 @@
 """What the web viewer shows, without HTTP: explanations of reference and uploaded images, their
-similar images ranked by ``Dist`` (the :data:`METRIC` distance), heat maps as PNGs (RI's, or a
+similar images ranked by ``Dist`` (the `METRIC` distance), heat maps as PNGs (RI's, or a
 CAM baseline's reused on the same images), the comparison of the four, exports, and a gallery of
 distinct regions.
 
@@ -33,7 +33,7 @@ from torch import Tensor
 
 from ..core.heatmap import COLORMAPS, DEFAULT_COLORMAP, SCALE, colorize, normalize_maps
 from ..core.interpretation import METRIC_MEANINGS, Interpretation
-from ..core.regions import RegionSet
+from ..core.regions import Polytope, RegionSet, distinct_polytopes
 from ..data.datasets import ImageFolderSet
 from ..data.image_files import read_image
 from ..report.figures import (
@@ -54,7 +54,6 @@ from ..store.regions_file import (
 )
 from ..workspace import Workspace
 from .compare import METHODS, CamWeights
-from .gallery import Polytope, distinct_polytopes
 from .image_codec import MAX_UPLOAD_BYTES, MAX_UPLOAD_PIXELS, decode_upload, encode_png
 from .parameters import NotFound, choice, reference_index, whole_number
 
@@ -81,7 +80,7 @@ class Changed(RuntimeError):
 @dataclass(frozen=True)
 class Entry:
     """An explained image: its pixels (C x H x W in [0, 1]), its interpretation, and the
-    reference images it covers, most similar first by :data:`METRIC`, with their distances; a
+    reference images it covers, most similar first by `METRIC`, with their distances; a
     reference image itself is left out of its own list."""
 
     key: str
@@ -108,7 +107,7 @@ class Viewer:
     """The state of the viewer for one workspace; thread-safe.
 
     Regions (k-means on the reference feature maps) are read from the index folder when it
-    keeps them for these settings (see :mod:`repinterp.store.regions_file`), else computed
+    keeps them for these settings (see `regions_file`), else computed
     once and kept there; either in a background thread started here. Until they are ready the
     gallery says so.
 
@@ -196,7 +195,7 @@ class Viewer:
         return self._upload(key).pixels if i is None else self._reference_pixels(i)
 
     def _known(self, key: str) -> None:
-        """Raise :class:`NotFound` unless ``key`` names a reference image or an upload still
+        """Raise `NotFound` unless ``key`` names a reference image or an upload still
         kept; asked before a cache is, which may still hold what a forgotten upload gave."""
         if self._reference(key) is None:
             self._upload(key)
@@ -368,9 +367,9 @@ class Viewer:
         Args:
             key: the image.
             heat: the explanation whose heat map is drawn; None for the image itself.
-            method: ``ri`` (default), or a CAM (see :data:`~repinterp.web.compare.METHODS`)
+            method: ``ri`` (default), or a CAM (see `METHODS`)
                 whose channel weights on image ``heat`` are reused on image ``key``.
-            cmap: one of :data:`~repinterp.core.heatmap.COLORMAPS` (default ``inferno``).
+            cmap: one of `COLORMAPS` (default ``inferno``).
 
         Raises:
             NotFound: no such image or explanation, or RI's heat map of it does not exist.
@@ -464,15 +463,15 @@ class Viewer:
     ) -> bytes:
         """The explanation of image ``key`` as a file: ``png``, the case-study figure of the
         command line (the input and its ``EXPORT_K`` most similar images with their
-        :data:`METRIC` distances, heat maps, scores, colour bar and legend), drawn as the page
+        `METRIC` distances, heat maps, scores, colour bar and legend), drawn as the page
         shows it; ``json``, its numbers.
 
         Args:
             key: the image.
             kind: ``png`` or ``json``.
             opacity: the overlay's opacity in percent, 0 to 100 (default
-                :data:`DEFAULT_OPACITY`, the page's).
-            cmap: one of :data:`~repinterp.core.heatmap.COLORMAPS` (default ``inferno``).
+                `DEFAULT_OPACITY`, the page's).
+            cmap: one of `COLORMAPS` (default ``inferno``).
 
         Raises:
             NotFound: no such image, or another kind.
@@ -556,7 +555,7 @@ class Viewer:
 
     def regions(self) -> dict[str, Any]:
         """The gallery: ``status`` is ``computing``, ``ready`` or ``unavailable``; one card per
-        distinct polytope (see :mod:`repinterp.web.gallery`)."""
+        distinct polytope (see `repinterp.core.regions.distinct_polytopes`)."""
         done = {"n_regions": self.n_regions, "n_reference": len(self.index)}
         if self._gallery_error is not None:
             return {"status": "unavailable", "message": self._gallery_error, **done, "regions": []}

@@ -88,3 +88,18 @@ def test_cited_names_exist() -> None:
 def test_cited_test_files_exist(page: Path) -> None:
     missing = [p for p in TEST_PATH.findall(page.read_text()) if not list(ROOT.glob(p))]
     assert not missing, missing
+
+
+SPHINX_ROLE = re.compile(r":(?:py:)?(?:func|class|mod|meth|attr|data|exc|obj):`")
+
+
+def test_docstrings_use_cross_references_the_site_renders() -> None:
+    """mkdocstrings renders Markdown: a Sphinx role (``:func:`x```) would show as raw text on the
+    API pages, so docstrings cite ``[`x`][repinterp.a.x]`` or plain code."""
+    found = [
+        f"{path.relative_to(ROOT)}:{number}"
+        for path in sorted((ROOT / "src" / "repinterp").rglob("*.py"))
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if SPHINX_ROLE.search(line)
+    ]
+    assert not found, "Sphinx roles in docstrings: " + ", ".join(found[:10])

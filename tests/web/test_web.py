@@ -470,6 +470,8 @@ def test_regions_gallery_has_one_card_per_polytope_and_its_counts_add_up(client,
     ).region
     for card in cards:
         assert card["interpreted"] == sum(int((interpreted == v).sum()) for v in card["regions"])
+    assert data["finds"] == regions.group_stats(interpreted).sentence()
+    assert data["finds"].startswith(f"{len(cards)} polytopes for ")
 
 
 def test_regions_with_the_same_polytope_are_one_card(viewer):

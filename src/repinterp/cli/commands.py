@@ -353,8 +353,10 @@ def _report(args: argparse.Namespace) -> None:
                 " Classes without a region (the model predicts none of the reference images "
                 f"as them): {', '.join(repr(class_names[c]) for c in unpredicted)}."
             )
+        finds = regions.group_stats().sentence()
+        intro += f" Over the reference set, {finds}."
         write_report(out / "index.html", "repinterp regions", intro, entries)
-    print(f"report of {len(regions)} regions: open {out / 'index.html'}")
+    print(f"report of {len(regions)} regions ({finds}): open {out / 'index.html'}")
 
 
 # ----------------------------------------------------------------------------- serve

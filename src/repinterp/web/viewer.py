@@ -541,12 +541,14 @@ class Viewer:
 
     def _build_gallery(self, seed: int) -> None:
         try:
-            polytopes = distinct_polytopes(self._regions(seed))
+            regions = self._regions(seed)
+            polytopes = distinct_polytopes(regions)
+            finds = regions.group_stats().sentence()
         except Exception as exc:  # whatever it is, the page must hear of it
             self._gallery_error = f"no regions: {exc}"
             return
         with self._lock:
-            self._gallery = {"cards": [self._card(polytope) for polytope in polytopes]}
+            self._gallery = {"cards": [self._card(p) for p in polytopes], "finds": finds}
 
     def wait_for_regions(self, timeout: float | None = None) -> bool:
         """Block until the thread computing the regions has ended; False on timeout."""
@@ -555,10 +557,19 @@ class Viewer:
 
     def regions(self) -> dict[str, Any]:
         """The gallery: ``status`` is ``computing``, ``ready`` or ``unavailable``; one card per
-        distinct polytope (see `repinterp.core.regions.distinct_polytopes`)."""
+        distinct polytope (see `repinterp.core.regions.distinct_polytopes`); when ready,
+        ``finds`` says in one sentence what RI finds over the reference set
+        (`repinterp.core.groups.GroupStats.sentence`)."""
         done = {"n_regions": self.n_regions, "n_reference": len(self.index)}
         if self._gallery_error is not None:
             return {"status": "unavailable", "message": self._gallery_error, **done, "regions": []}
         if self._gallery is None:
             return {"status": "computing", "message": self._progress, **done, "regions": []}
-        return {"status": "ready", "message": None, **done, "regions": self._gallery["cards"]}
+        gallery = self._gallery
+        return {
+            "status": "ready",
+            "message": None,
+            **done,
+            "regions": gallery["cards"],
+            "finds": gallery["finds"],
+        }

@@ -461,7 +461,8 @@ function renderRegions() {
   const scope = chosen === "" ? "" : ` of class ${className(Number(chosen))}`;
   $("regions-status").textContent =
     `${shown.length} distinct polytopes${scope} (cards) stand for ${regionCount} of the ${data.n_regions} k-means ` +
-    `regions and interpret ${interpreted} of the ${data.n_reference} reference images.`;
+    `regions and interpret ${interpreted} of the ${data.n_reference} reference images.` +
+    (chosen === "" && data.finds ? ` ${data.finds}.` : "");
   $("regions-status").title = "k-means regions with the same polytope are one card; each reference image is interpreted by one region";
   $("gallery").replaceChildren(...shown.map(regionCard));
 }

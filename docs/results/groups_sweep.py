@@ -1,0 +1,395 @@
+"""Where does RI find sub-class groups? A sweep over the target layer, |Q|, Q's sampling and
+the model's saturation, on ``shapes`` (sub-concepts known) and ``mnist5k``, 3 seeds a point.
+
+Each point changes one setting of the default (the bundled CNN's last conv ReLU, |Q| = 50,
+uniform sampling, the bundled weights). Each seed (0, 1, 2) draws its own stratified 3,000
+reference and 500 unseen images from the data-seed-0 split (as ``repinterp evaluate`` does,
+so the unseen images stay unseen by the model) and samples Q; the interpreter explains each
+unseen image by its own P(x), and `repinterp.core.groups.polytope_groups` groups those. Beside
+the sub-concept purity of the groups and of one group per class (the baseline), the purity of
+a chance split: the same groups with the sub-concept labels shuffled within each predicted
+class (small groups are pure by chance). CVR: the share of the unseen images that one of
+|V| = 10 x classes k-means regions covers (`RegionSet.assign`); the k-means runs on the
+reference feature maps' first 64 principal components (a full-dimensional k-means takes
+minutes at the early layers), and at the default point also in full, as the protocols run it.
+Why: for each class c, the share of Q's boundaries whose two classes include c, the share of
+c's reference images on c's side of every one of them, and the share in the largest cell of
+the whole arrangement Q (the images no boundary of Q separates), averaged over the classes.
+
+Saturation: the logits divided by a temperature T = 4 (a wrapper module), and the CNN trained
+anew for a few epochs with and without label smoothing 0.1 (same seed and recipe).
+
+Run: ``OMP_NUM_THREADS=1 PYTHONPATH=src python docs/results/groups_sweep.py`` (about 15
+minutes on one core). Writes ``docs/results/groups-sweep/results.json`` (every point, every
+seed, the weights' SHA-256, the command) and ``results.md``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import platform
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from sklearn.cluster import KMeans
+from torch import Tensor, nn
+
+from repinterp.core.groups import polytope_groups, polytope_key
+from repinterp.core.nearest import nearest_rows
+from repinterp.core.regions import RegionSet
+from repinterp.data.datasets import load_dataset
+from repinterp.evaluation.setup import Setup, load_setup
+from repinterp.interpreter import RepresentativeInterpreter
+from repinterp.models.train import train
+from repinterp.models.zoo import DataShape, model_for, weights_bytes
+
+OUT = Path(__file__).resolve().parent / "groups-sweep"
+SEEDS = (0, 1, 2)
+DRAW = (0.75, 0.5)  # of the 4,000 reference and 1,000 unseen images: 3,000 and 500
+PCA_DIMS = 64
+LAYERS = {
+    "mnist5k": ("features.1", "features.4", "features.7"),
+    "shapes": ("features.1", "features.4", "features.7", "features.10"),
+}
+EPOCHS = {"mnist5k": 8, "shapes": 10}  # the retrained models' epochs (Adam, lr 1e-3, seed 0)
+TEMPERATURE = 4.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Point:
+    """One setting: the target layer, |Q|, Q's sampling and the model."""
+
+    layer: str
+    n_boundaries: int = 50
+    sampling: str = "uniform"
+    model: str = "bundled"
+
+    def name(self, default: Point) -> str:
+        """What differs from ``default`` (``"default"`` when nothing does)."""
+        changed = [
+            f"{field.name} {getattr(self, field.name)}"
+            for field in dataclasses.fields(self)
+            if getattr(self, field.name) != getattr(default, field.name)
+        ]
+        return ", ".join(changed) or "default"
+
+
+class Tempered(nn.Module):
+    """``model``'s logits divided by ``temperature`` (same argmax, same polytopes)."""
+
+    def __init__(self, model: nn.Module, temperature: float) -> None:
+        super().__init__()
+        self.model = model
+        self.temperature = temperature
+
+    def forward(self, images: Tensor) -> Tensor:
+        return self.model(images) / self.temperature
+
+
+def grid(dataset: str) -> list[Point]:
+    """The points of a data set: every conv ReLU, then |Q|, sampling and model at the last."""
+    *early, last = LAYERS[dataset]
+    default = Point(last)
+    return [
+        default,
+        *(Point(layer) for layer in early),
+        *(Point(last, n_boundaries=q) for q in (10, 200, 500)),
+        *(Point(last, sampling=s) for s in ("balanced", "pairs")),
+        *(Point(last, model=m) for m in (f"T={TEMPERATURE:g}", "retrained", "retrained+ls0.1")),
+    ]
+
+
+def retrain(dataset: str, label_smoothing: float) -> tuple[nn.Module, dict[str, Any]]:
+    """The bundled architecture trained anew on the data-seed-0 reference part (seed 0), and
+    what the training measured."""
+    data = load_dataset(dataset, seed=0)
+    arch = {"mnist5k": "mnist_cnn", "shapes": "shapes_cnn"}[dataset]
+    model = model_for(arch, DataShape.of(data.reference), None, seed=0)
+    start = time.perf_counter()
+    result = train(
+        model,
+        data.reference,
+        data.unseen,
+        epochs=EPOCHS[dataset],
+        seed=0,
+        progress=False,
+        label_smoothing=label_smoothing,
+    )
+    return model.eval(), {
+        "arch": arch,
+        "recipe": f"models.train.train: Adam lr 1e-3, batch 64, {EPOCHS[dataset]} epochs, "
+        f"seed 0, label smoothing {label_smoothing}",
+        "sha256": hashlib.sha256(weights_bytes(model)).hexdigest(),
+        "losses": result.losses,
+        "held_out_accuracy": 100 * result.held_out_accuracy,
+        "train_s": time.perf_counter() - start,
+    }
+
+
+def pca_regions(ri: RepresentativeInterpreter, seed: int) -> RegionSet:
+    """|V| = 10 x classes regions as `RegionSet.build` makes them, with k-means (3 starts) on
+    the reference feature maps' first ``PCA_DIMS`` principal components; the centres are the
+    clusters' means in the full space."""
+    features = torch.from_numpy(np.asarray(ri.reference_features)).float()
+    k = 10 * ri.fitted_index.n_classes
+    torch.manual_seed(seed)
+    _, _, v = torch.pca_lowrank(features, q=min(PCA_DIMS, *features.shape), center=True)
+    coords = (features - features.mean(0)) @ v
+    labels = KMeans(n_clusters=k, random_state=seed, n_init=3).fit(coords.numpy()).labels_
+    labels = torch.from_numpy(labels).long()
+    sums = torch.zeros(k, features.shape[1]).index_add_(0, labels, features)
+    centres = sums / torch.bincount(labels, minlength=k).clamp(min=1)[:, None]
+    inputs = nearest_rows(centres, features)[0][:, 0]
+    return RegionSet(ri, inputs, ri.explain_reference(inputs), centres)
+
+
+def cvr(regions: RegionSet, inputs: Tensor) -> float:
+    """The share (%) of ``inputs`` that some region covers."""
+    return 100 * float(regions.assign(inputs).covered.double().mean())
+
+
+def carving(ri: RepresentativeInterpreter) -> dict[str, float]:
+    """How much of each predicted class c Q can carve (in %): ``boundaries_with_class_min``
+    and ``_max``: the least and most over the classes of Q's boundaries whose two classes
+    include c (their mean is 2 / classes); averaged over the classes, ``same_side``: c's
+    reference images on c's side of every one of those, and ``largest_cell``: c's reference
+    images in the most common sign pattern over all of Q."""
+    index = ri.fitted_index
+    top, sides, predicted = index.boundaries.top_classes, index.sides, index.predictions
+    out: dict[str, list[float]] = {"boundaries_with_class": [], "same_side": [], "largest_cell": []}
+    for c in predicted.unique().tolist():
+        members = sides[predicted == c]
+        involved = (top == c).any(1)
+        side = torch.where(top[involved, 0] == c, 1, -1).to(members.dtype)
+        out["boundaries_with_class"].append(float(involved.double().mean()))
+        out["same_side"].append(float((members[:, involved] == side).all(1).double().mean()))
+        counts = torch.unique(members, dim=0, return_counts=True)[1]
+        out["largest_cell"].append(float(counts.max()) / len(members))
+    share = out.pop("boundaries_with_class")
+    return {
+        "boundaries_with_class_min": 100 * min(share),
+        "boundaries_with_class_max": 100 * max(share),
+        **{key: 100 * float(np.mean(values)) for key, values in out.items()},
+    }
+
+
+def shuffled_purity(explanations: list, concepts: Tensor, seed: int) -> float:
+    """Sub-concept purity (%) of the same groups with the labels shuffled within each
+    predicted class, averaged over 10 shuffles: what groups of these sizes reach by chance."""
+    predicted = torch.tensor([e.predicted_class for e in explanations])
+    generator = torch.Generator().manual_seed(seed)
+    values = []
+    for _ in range(10):
+        labels = concepts.clone()
+        for c in predicted.unique():
+            rows = (predicted == c).nonzero().flatten()
+            labels[rows] = concepts[rows[torch.randperm(len(rows), generator=generator)]]
+        values.append(polytope_groups(explanations, labels).subconcept_purity)
+    return 100 * float(np.mean(values))
+
+
+def measure(setup: Setup, point: Point, seed: int, full_kmeans: bool) -> dict[str, Any]:
+    """One seed of one point: fit, explain the unseen images, group, cover, carve."""
+    start = time.perf_counter()
+    drawn = setup.draw(seed, DRAW)
+    ri = RepresentativeInterpreter(
+        drawn.model,
+        drawn.target_layer,
+        n_boundaries=point.n_boundaries,
+        seed=seed,
+        sampling=point.sampling,
+        progress=False,
+    )
+    ri.fit(drawn.reference.inputs(), list(drawn.reference.class_names), keep_features=True)
+    unseen = drawn.unseen.inputs()
+    explanations = ri.explain_batch(unseen)
+    concepts = drawn.unseen.concepts
+    row: dict[str, Any] = {"seed": seed, "feature_shape": list(ri.fitted_index.feature_shape)}
+    row |= polytope_groups(explanations, concepts).to_dict()
+    if concepts is not None:
+        row["subconcept_purity_shuffled"] = shuffled_purity(explanations, concepts, seed)
+    row["boundaries_in_P"] = float(np.mean([e.boundaries.numel() for e in explanations]))
+    row["delta"] = float(np.mean([e.delta for e in explanations]))
+    row["representativeness"] = float(np.mean([e.representativeness for e in explanations]))
+    correct = drawn.predictions["unseen"] == drawn.labels("unseen")
+    row["accuracy"] = 100 * float(correct.double().mean())
+    regions = pca_regions(ri, seed)
+    row["CVR"] = cvr(regions, unseen)
+    grouped = regions.group_stats(regions.assign(unseen).region, concepts).to_dict()
+    row |= {f"regions_{key}": value for key, value in grouped.items()}
+    if full_kmeans:
+        row["CVR_full_kmeans"] = cvr(ri.regions(seed=seed), unseen)
+    row |= carving(ri)
+    row["keys"] = [repr(polytope_key(e)) for e in explanations]
+    row["delta_each"] = [e.delta for e in explanations]
+    row["seconds"] = time.perf_counter() - start
+    return row
+
+
+def summary(rows: list[dict[str, Any]]) -> dict[str, list[float]]:
+    """Mean and sample std over the seeds of every number of the rows."""
+    keys = [k for k, v in rows[0].items() if isinstance(v, float)]
+    return {
+        k: [float(np.mean([r[k] for r in rows])), float(np.std([r[k] for r in rows], ddof=1))]
+        for k in keys
+    }
+
+
+def run() -> dict[str, Any]:
+    """The whole sweep (the results.json object)."""
+    torch.set_num_threads(1)
+    started = time.perf_counter()
+    out: dict[str, Any] = {
+        "command": "OMP_NUM_THREADS=1 PYTHONPATH=src python " + " ".join(sys.argv),
+        "machine": f"{platform.platform()}, torch {torch.__version__}, 1 thread",
+        "seeds": list(SEEDS),
+        "draw": {"reference": 3000, "unseen": 500},
+        "pca_dims": PCA_DIMS,
+        "models": {},
+        "points": {},
+    }
+    for dataset in LAYERS:
+        setup = load_setup(dataset)
+        models: dict[str, nn.Module] = {"bundled": setup.model}
+        out["models"][f"{dataset}/bundled"] = {
+            "arch": setup.arch,
+            "weights": Path(setup.weights).name,
+            "sha256": hashlib.sha256(Path(setup.weights).read_bytes()).hexdigest(),
+        }
+        models[f"T={TEMPERATURE:g}"] = Tempered(setup.model, TEMPERATURE).eval()
+        for name, smoothing in (("retrained", 0.0), ("retrained+ls0.1", 0.1)):
+            models[name], out["models"][f"{dataset}/{name}"] = retrain(dataset, smoothing)
+        points = grid(dataset)
+        base: dict[int, tuple[list[str], list[int]]] = {}  # the default point's, per seed
+        for point in points:
+            prefix = "model." if isinstance(models[point.model], Tempered) else ""
+            at = dataclasses.replace(
+                setup, model=models[point.model], target_layer=prefix + point.layer
+            )
+            rows = []
+            for seed in SEEDS:
+                row = measure(at, point, seed, full_kmeans=point == points[0])
+                keys, deltas = row.pop("keys"), row.pop("delta_each")
+                if point == points[0]:
+                    base[seed] = keys, deltas
+                elif point.model.startswith("T="):
+                    same = [a == b for a, b in zip(keys, base[seed][0], strict=True)]
+                    row["same_polytope_as_T1"] = 100 * float(np.mean(same))
+                    row["same_delta_as_T1"] = 100 * float(np.mean(np.equal(deltas, base[seed][1])))
+                rows.append(row)
+                print(
+                    f"{dataset} {point.name(points[0])} seed {seed}: {row['seconds']:.0f} s",
+                    flush=True,
+                )
+            out["points"][f"{dataset}: {point.name(points[0])}"] = {
+                "dataset": dataset,
+                **dataclasses.asdict(point),
+                "seeds": rows,
+                "mean_std": summary(rows),
+            }
+    out["seconds"] = time.perf_counter() - started
+    return out
+
+
+def cell(stats: dict[str, list[float]], key: str, digits: int = 1) -> str:
+    """``mean ± std`` of a key, or n/a."""
+    if key not in stats:
+        return "n/a"
+    mean, std = stats[key]
+    return f"{mean:.{digits}f} ± {std:.{digits}f}"
+
+
+def markdown(results: dict[str, Any]) -> str:
+    """results.md: a groups table and a carving table per data set."""
+    lines = [
+        "# Where RI finds sub-class groups: the sweep",
+        "",
+        f"Made by `{results['command']}` in {results['seconds'] / 60:.1f} min "
+        f"({results['machine']}). Every cell is mean ± sample std over seeds "
+        f"{results['seeds']}; each seed draws its own 3,000 reference and 500 unseen images and "
+        "samples its own Q. The default point: the last conv ReLU, |Q| = 50, uniform, the "
+        "bundled weights; every other row changes one setting. Groups: the unseen images "
+        "grouped by their own P(x) (`repinterp.core.groups`). Purity: sub-concept purity of "
+        "the groups / of one group per class / of the same groups with the labels shuffled "
+        "within each class (chance). CVR: unseen images covered by one of 10 x classes "
+        f"k-means regions (k-means on {results['pca_dims']} principal components).",
+        "",
+        "Weights (SHA-256):",
+        "",
+    ]
+    for name, model in results["models"].items():
+        extra = ""
+        if "recipe" in model:
+            extra = f" ({model['recipe']}; held-out accuracy {model['held_out_accuracy']:.1f}%)"
+        lines.append(f"- `{name}`: `{model['sha256']}`{extra}")
+    for dataset in LAYERS:
+        points = {k: v for k, v in results["points"].items() if v["dataset"] == dataset}
+        lines += [
+            "",
+            f"## `{dataset}`",
+            "",
+            "| point | feature map | distinct polytopes | effective groups | largest-group "
+            "share (%) | singletons | purity: groups / class / chance (%) | CVR (%) | "
+            "accuracy (%) |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
+        for name, point in points.items():
+            s = point["mean_std"]
+            shape = "x".join(map(str, point["seeds"][0]["feature_shape"]))
+            purity = " / ".join(
+                cell(s, k)
+                for k in (
+                    "subconcept_purity",
+                    "subconcept_purity_class",
+                    "subconcept_purity_shuffled",
+                )
+            )
+            lines.append(
+                f"| {name.split(': ', 1)[1]} | {shape} | {cell(s, 'distinct_polytopes')} | "
+                f"{cell(s, 'effective_groups')} | {cell(s, 'largest_group_share')} | "
+                f"{cell(s, 'singletons')} | {purity if 'subconcept_purity' in s else 'n/a'} | "
+                f"{cell(s, 'CVR')} | {cell(s, 'accuracy')} |"
+            )
+        lines += [
+            "",
+            "Why (per predicted class c, %): Q's boundaries between c and another class (the "
+            "least and the most over the classes; their mean is 2 / classes); averaged over "
+            "the classes, c's reference images on c's side of every one of them, and c's "
+            "reference images in the largest cell of all of Q (no boundary of Q separates "
+            "them). Mean |P(x)|, tau(x) and representativeness of the unseen images' P(x).",
+            "",
+            "| point | boundaries with c, least (%) | most (%) | on c's side of all (%) | "
+            "largest cell (%) | \\|P\\| | tau | representativeness |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        for name, point in points.items():
+            s = point["mean_std"]
+            lines.append(
+                f"| {name.split(': ', 1)[1]} | {cell(s, 'boundaries_with_class_min')} | "
+                f"{cell(s, 'boundaries_with_class_max')} | "
+                f"{cell(s, 'same_side')} | {cell(s, 'largest_cell')} | "
+                f"{cell(s, 'boundaries_in_P')} | {cell(s, 'delta')} | "
+                f"{cell(s, 'representativeness', 0)} |"
+            )
+        tempered = next(p["mean_std"] for p in points.values() if p["model"].startswith("T="))
+        lines += [
+            "",
+            f"Logits / T = {TEMPERATURE:g}: the same P(x) as at T = 1 for "
+            f"{cell(tempered, 'same_polytope_as_T1')} % of the unseen images, the same tau(x) "
+            f"for {cell(tempered, 'same_delta_as_T1')} %.",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    results = run()
+    OUT.mkdir(exist_ok=True)
+    (OUT / "results.json").write_text(json.dumps(results, indent=1) + "\n")
+    (OUT / "results.md").write_text(markdown(results))
+    print(markdown(results))

@@ -189,9 +189,11 @@ def test_gallery_has_one_card_per_polytope_sorted_and_filtered_by_class(session)
     assert f"interprets {cards[0]['interpreted']}" in first.inner_text()
     assert first.locator(".covered .pic").count() == len(cards[0]["covered"])
     status = page.inner_text("#regions-status")
+    finds = _api(session, "/api/regions")["finds"]  # what RI finds, in one sentence
+    assert finds.startswith(f"{len(cards)} polytopes for ")
     assert status == (
         f"{len(cards)} distinct polytopes (cards) stand for {N_REGIONS} of the {N_REGIONS} "
-        "k-means regions and interpret 4000 of the 4000 reference images."
+        f"k-means regions and interpret 4000 of the 4000 reference images. {finds}."
     )
 
     by_class: dict[str, list[dict[str, Any]]] = {}

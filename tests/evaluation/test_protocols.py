@@ -12,7 +12,7 @@ from PIL import Image
 from repinterp.core.groups import polytope_groups
 from repinterp.core.polytope_weights import covered_sample, with_score_weights
 from repinterp.data.datasets import shapes
-from repinterp.evaluation import average_drop_increase_from_mask
+from repinterp.evaluation import average_drop_increase_from_mask, protocols
 from repinterp.evaluation.baselines import channel_weights, reused_cam
 from repinterp.evaluation.methods import METHODS, Method
 from repinterp.evaluation.metrics import energy_in_mask, purity_at_k
@@ -20,7 +20,7 @@ from repinterp.evaluation.options import Options
 from repinterp.evaluation.perturbation import deletion_insertion, road
 from repinterp.evaluation.protocols import evaluate
 from repinterp.evaluation.run import Run, self_first
-from repinterp.evaluation.scoring import drop_increase
+from repinterp.evaluation.scoring import drop_increase, score
 from repinterp.evaluation.setup import WEIGHTS_DIR, Setup, load_setup, stratified
 from repinterp.models.zoo import build_model, default_target_layer, save_weights
 from repinterp.report.tables import overview_markdown, results_markdown
@@ -247,6 +247,45 @@ def test_methods_of_ones_own_may_give_kept_pixels(mnist: Setup) -> None:
     assert results["methods"]["corner"]["mAI"] == pytest.approx(expected.ai)
     results = evaluate(mnist, "reference", replace(SMALL, methods=(corner,)))
     assert results["methods"]["corner"]["similar"] == [1.0, 3.0]
+
+
+def test_reference_common_reading_scores_ris_covered_images_for_every_method(
+    mnist: Setup, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    options = replace(
+        SMALL,
+        methods=("RI", "RI+cosine", "Grad-CAM", _Corner()),
+        n_inputs=3,
+        ks=(1, 3, 40),
+        metrics=("AD", "insertion"),
+    )
+    scored: list[torch.Tensor] = []
+
+    def recording(setup: Setup, images01: torch.Tensor, *args):
+        scored.append(images01.clone())
+        return score(setup, images01, *args)
+
+    monkeypatch.setattr(protocols, "score", recording)
+    results = evaluate(mnist, "reference", options)
+    own, common = results["methods"], results["common"]
+    assert list(common) == ["RI", "RI+cosine", "Grad-CAM"]  # corner cannot reuse: left out
+    run_ = Run(mnist, 0, options)
+    inputs = run_.inputs.tolist()
+    covered = [run_.interpreter.explain_reference([i])[0].similar().cpu() for i in inputs]
+    expected = [self_first(c, i, 40) for c, i in zip(covered, inputs, strict=True)]
+    assert len(scored) == len(own) * len(inputs) + len(common) * len(inputs)
+    per_method = scored[len(own) * len(inputs) :]  # the common reading comes last, input-wise
+    for m in range(len(common)):
+        for j, images in enumerate(expected):
+            assert torch.equal(per_method[m * len(inputs) + j], mnist.pixels("reference", images))
+    sizes = [float(np.mean([min(k, len(s)) for s in expected])) for k in options.ks]
+    assert all(block["similar"] == sizes for block in common.values())
+    assert own["Grad-CAM"]["similar"][2] == 40 > sizes[2]  # its own S: of any class
+    for key in ("mAD", "mAI", "insertion", "similar"):
+        np.testing.assert_array_equal(common["RI"][key], own["RI"][key])  # RI's S: the common S
+    assert common["Grad-CAM"]["mAD"][0] == own["Grad-CAM"]["mAD"][0]  # K = 1: the input alone
+    markdown = results_markdown(results)
+    assert "every method on one common S" in markdown and "choose): corner." in markdown
 
 
 def test_q_sweep_reports_one_value_per_q_and_sampling(mnist: Setup) -> None:

@@ -58,3 +58,34 @@ def test_a_best_value_of_its_own_is_bold_and_a_tie_for_best_is_not() -> None:
         {"imgs": {**_unseen(methods), "model_acc": {"unseen": 50.0, "unseen_std": 0.0}}}
     )
     assert overview.count("**") == 2 and "| **20.00** |" in overview
+
+
+def test_reference_tables_show_each_reading_with_the_images_it_scores() -> None:
+    def block(mad: list[float], sizes: list[float]) -> dict:
+        zeros = [0.0, 0.0]
+        return {
+            **{"mAD": mad, "mAD_std": zeros, "mAI": zeros, "mAI_std": zeros},
+            **{"similar": sizes, "time_s": 1.0},
+        }
+
+    results = _unseen(
+        {
+            "RI": block([20.0, 30.0], [1.0, 2.5]),
+            "Grad-CAM": block([25.0, 40.0], [1.0, 3.0]),
+            "ACE": block([50.0, 60.0], [1.0, 3.0]),
+        }
+    )
+    results["protocol"] = "reference"
+    results["options"] |= {"ks": [1, 3], "curve_k": 2, "curve_inputs": 2}
+    without = results_markdown(results)  # results of before the common reading
+    assert "common S" not in without and "each method on its own S" in without
+    results["common"] = {
+        "RI": block([20.0, 30.0], [1.0, 2.5]),
+        "Grad-CAM": block([25.0, 35.0], [1.0, 2.5]),
+    }
+    markdown = results_markdown(results)
+    assert markdown.startswith(without.rstrip())  # reading (a) as it was, then (b)
+    own, common = markdown.split("Common S, mean size per K: 1.0, 2.5.")
+    assert "| Grad-CAM | 25.00 | 40.00 |" in own and "| Grad-CAM | 25.00 | 35.00 |" in common
+    assert "choose): ACE." in common and "| ACE |" not in common
+    assert common.count("every method on one common S (the images the paper's RI's P(x)") == 2

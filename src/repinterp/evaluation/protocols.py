@@ -27,7 +27,12 @@ Protocols (each a function of a `Setup` and `Options`, see `evaluate`):
   Euclidean nearest neighbours in feature space; the input always comes first, so K = 1
   evaluates the input alone. The perturbation metrics score the top-``curve_k`` images of the
   first ``curve_inputs`` inputs (reported for K <= ``curve_k``). RI's variants also report
-  the polytope groups of the inputs' own ``P(x)``.
+  the polytope groups of the inputs' own ``P(x)``. Two readings: ``methods``, each method on
+  its own similar images S (so methods are scored on different images: RI's S is one
+  predicted class, at most the covered images); ``common``, every method's explanation of the
+  input (``Method.reuse``) on one S, the paper's RI's (`COMMON_S_METHOD`), cut to K, so RI's
+  numbers are the same in both; a method that cannot reuse its explanation on given images
+  (``reuse`` gives None) is left out of ``common``.
 - ``q-sweep`` (Appendix E): ACU-GT, ACU-MD and CVR of the regions for several ``|Q|``, for
   each way of drawing ``Q`` (``samplings``), with the time each fit took.
 - ``similar`` (the case studies, made measurable): purity@k of the similar-image rankings by
@@ -65,7 +70,7 @@ from tqdm import tqdm
 from ..core.groups import polytope_groups
 from ..core.nearest import nearest_rows
 from ..core.regions import RegionSet
-from .methods import Method
+from .methods import Method, RIMethod
 from .metrics import coverage_metrics, energy_in_mask, purity_at_k
 from .options import Options, check_protocol
 from .run import Run
@@ -73,7 +78,10 @@ from .sanity import sanity
 from .scoring import score
 from .setup import Setup
 
-__all__ = ["RANKINGS", "evaluate"]
+__all__ = ["COMMON_S_METHOD", "RANKINGS", "evaluate"]
+
+# Whose similar images are the common S of the ``reference`` protocol: the paper's RI.
+COMMON_S_METHOD = RIMethod()
 
 
 def _timed(function: Callable[..., Any], *args: Any) -> tuple[Any, float]:
@@ -153,48 +161,76 @@ def _over_k(per_input: list[Tensor], ks: tuple[int, ...], limit: int | None = No
     return out
 
 
-def _reference(run: Run) -> dict[str, Any]:
+def _scores_over_k(
+    run: Run, method: Method, common_s: dict[int, Tensor] | None = None
+) -> dict[str, Any] | None:
+    """The ``reference`` scores per K (``options.ks``) of a method's explanations of each input
+    reused on its own similar images (``Method.reference``) or, given ``common_s``, on
+    ``common_s[index]`` (``Method.reuse``).
+
+    Returns:
+        ``mAD``, ``mAI`` (%), the perturbation metrics (for K <= ``curve_k``), ``similar`` (the
+        mean size of the images scored per K) and ``time_s`` (the seconds the method took);
+        None when the method cannot reuse its explanations on ``common_s``.
+    """
     setup, options = run.setup, run.options
     ks, inputs = options.ks, run.inputs.tolist()
-    run.neighbours(max(ks))  # shared by the baselines, left out of their seconds
-    methods = {}
-    for name, method in options.resolve_methods().items():
-        _prepare(run, [method])
-        per_image: dict[str, list[Tensor]] = {"drop": [], "increase": []}
-        sizes, seconds = [], 0.0
-        for i, index in enumerate(tqdm(inputs, name, leave=False, disable=not options.progress)):
+    label = method.name if common_s is None else f"{method.name} on RI's S"
+    per_image: dict[str, list[Tensor]] = {"drop": [], "increase": []}
+    sizes, seconds = [], 0.0
+    for i, index in enumerate(tqdm(inputs, label, leave=False, disable=not options.progress)):
+        if common_s is None:
             (similar, explanations), spent = _timed(method.reference, run, index, max(ks))
-            seconds += spent
-            rows = torch.arange(
-                min(options.curve_k, len(similar)) if i < options.curve_inputs else 0
-            )
-            scores = score(
-                setup,
-                setup.pixels("reference", similar),
-                explanations,
-                options.metrics,
-                rows,
-                run.seed,
-            )
-            for key, values in {
-                "drop": scores.drop,
-                "increase": scores.increase,
-                **scores.curves,
-            }.items():
-                per_image.setdefault(key, []).append(values)
-            sizes.append(len(similar))
-        block = {
-            "mAD": [100 * v for v in _over_k(per_image.pop("drop"), ks)],
-            "mAI": [100 * v for v in _over_k(per_image.pop("increase"), ks)],
-        }
-        block |= {key: _over_k(values, ks, options.curve_k) for key, values in per_image.items()}
-        block["similar"] = [float(np.mean([min(k, s) for s in sizes])) for k in ks]
+        else:
+            similar = common_s[index]
+            explanations, spent = _timed(method.reuse, run, index, similar)
+            if explanations is None:
+                return None
+        seconds += spent
+        rows = torch.arange(min(options.curve_k, len(similar)) if i < options.curve_inputs else 0)
+        scores = score(
+            setup,
+            setup.pixels("reference", similar),
+            explanations,
+            options.metrics,
+            rows,
+            run.seed,
+        )
+        for key, values in {
+            "drop": scores.drop,
+            "increase": scores.increase,
+            **scores.curves,
+        }.items():
+            per_image.setdefault(key, []).append(values)
+        sizes.append(len(similar))
+    block = {
+        "mAD": [100 * v for v in _over_k(per_image.pop("drop"), ks)],
+        "mAI": [100 * v for v in _over_k(per_image.pop("increase"), ks)],
+    }
+    block |= {key: _over_k(values, ks, options.curve_k) for key, values in per_image.items()}
+    block["similar"] = [float(np.mean([min(k, s) for s in sizes])) for k in ks]
+    return block | {"time_s": seconds}
+
+
+def _reference(run: Run) -> dict[str, Any]:
+    setup, options = run.setup, run.options
+    k, inputs = max(options.ks), run.inputs.tolist()
+    run.neighbours(k)  # shared by the baselines, left out of their seconds
+    methods, resolved = {}, options.resolve_methods()
+    for name, method in resolved.items():
+        _prepare(run, [method])
+        block = _scores_over_k(run, method)
         found = method.reference_polytopes(run, inputs)
         if found is not None:
-            concepts = _concepts(setup, "reference", inputs)
-            block |= polytope_groups(found, concepts).to_dict()
-        methods[name] = block | {"time_s": seconds}
-    return {"methods": methods}
+            block |= polytope_groups(found, _concepts(setup, "reference", inputs)).to_dict()
+        methods[name] = block
+    # The common reading, after the methods' own (whose seconds it leaves as they were).
+    common_s = {index: COMMON_S_METHOD.similar_to(run, index, k) for index in inputs}
+    common = {name: _scores_over_k(run, method, common_s) for name, method in resolved.items()}
+    return {
+        "methods": methods,
+        "common": {name: block for name, block in common.items() if block is not None},
+    }
 
 
 def _q_sweep(run: Run) -> dict[str, Any]:
@@ -328,7 +364,8 @@ def evaluate(setup: Setup, protocol: str, options: Options | None = None) -> dic
         ``options``, ``time_s``, ``model_acc`` (the model's accuracy on each part of the runs'
         images), ``fit_s`` (seconds per fit of each sampling used), ``per_run`` (each run's
         numbers, for paired comparisons), and the protocol's numbers (mean, and ``KEY_std``):
-        ``methods`` (``unseen``, ``reference``, ``similar``, ``sanity``), ``reference`` /
+        ``methods`` (``unseen``, ``reference``, ``similar``, ``sanity``), ``common``
+        (``reference``: the methods on RI's similar images), ``reference`` /
         ``unseen`` (``coverage``), ``samplings`` (``q-sweep``), ``rankings`` (``similar``).
     """
     options = options or Options()

@@ -223,30 +223,63 @@ def _md_coverage(results: dict[str, Any]) -> list[str]:
     )
 
 
-def _md_reference(results: dict[str, Any]) -> list[str]:
-    """Appendix C: each score per K, then run times and the mean size of the similar sets."""
-    methods = _with_runs(results, results["methods"])
+# Which images each reading of ``reference`` scores (the S of each method).
+_OWN_S = (
+    "each method on its own S (RI: the images P(x) covers, ranked by its Dist; the others: "
+    "the K nearest reference images of any class)"
+)
+_COMMON_S = (
+    "every method on one common S (the images the paper's RI's P(x) covers, ranked by its Dist, "
+    "cut to K), each reusing its own explanation of the input"
+)
+
+
+def _per_k_tables(results: dict[str, Any], blocks: dict[str, Any], which: str) -> list[str]:
+    """One table per score the blocks have, a row per block and a column per K, titled with
+    ``which`` images were scored."""
     ks, options = results["options"]["ks"], results["options"]
     lines = []
     named = [("mAD", "mAD (%)", False), ("mAI", "mAI (%)", True), *_CURVE_COLUMNS]
     for key, label, higher in named:
-        if not any(key in m for m in methods.values()):
+        if not any(key in m for m in blocks.values()):
             continue
         shown = [i for i, k in enumerate(ks) if key in ("mAD", "mAI") or k <= options["curve_k"]]
-        best = {i: _best(methods, key, higher, i) for i in shown}
+        best = {i: _best(blocks, key, higher, i) for i in shown}
         rows = [
             [method_label(name), *[cell(m, key, i, best[i] == name) for i in shown]]
-            for name, m in methods.items()
+            for name, m in blocks.items()
         ]
         where = "" if key in ("mAD", "mAI") else (f" (the first {options['curve_inputs']} inputs)")
-        lines += [f"{label} over the top-K similar reference images{where}:", ""]
+        lines += [f"{label} over the top-K similar reference images{where}, {which}:", ""]
         lines += [*_table(["Method", *[f"K = {ks[i]}" for i in shown]], rows), ""]
+    return lines
+
+
+def _md_reference(results: dict[str, Any]) -> list[str]:
+    """Appendix C: each score per K with each method on its own similar images, then run times
+    and the mean size of the similar sets; then, if there, each score per K with every method
+    on RI's similar images (``common``)."""
+    methods = _with_runs(results, results["methods"])
+    lines = _per_k_tables(results, methods, _OWN_S)
     rows = [
         [method_label(name), f"{m['time_s']:.1f}", ", ".join(f"{s:.1f}" for s in m["similar"])]
         for name, m in methods.items()
     ]
     lines += _table(["Method", "time (s)", "mean size of S per K"], rows)
-    return lines + _groups_table(methods, "Method", "the inputs") + _legend(results)
+    lines += _groups_table(methods, "Method", "the inputs")
+    common = _with_runs(results, results.get("common", {}))
+    if common:
+        sizes = ", ".join(f"{s:.1f}" for s in next(iter(common.values()))["similar"])
+        left_out = [method_label(name) for name in methods if name not in common]
+        lines += ["", f"Common S, mean size per K: {sizes}.", ""]
+        if left_out:
+            lines += [
+                f"Left out of the common S (cannot reuse its explanation on images it did not "
+                f"choose): {', '.join(left_out)}.",
+                "",
+            ]
+        lines += _per_k_tables(results, common, _COMMON_S)[:-1]
+    return lines + _legend(results)
 
 
 def _md_q_sweep(results: dict[str, Any]) -> list[str]:

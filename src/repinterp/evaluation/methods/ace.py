@@ -41,10 +41,15 @@ class ACEMethod(Method):
             keep[rows] = ace.keep_masks(images01[rows])
         return keep
 
-    def reference(self, run: Run, index: int, k: int) -> tuple[Tensor, Tensor]:
+    def reuse(self, run: Run, index: int, images: Tensor) -> Tensor:
+        """Kept pixels of ``images`` by the fit on the input's ``ace_images`` nearest reference
+        images (its predicted class; fitted once per run and input)."""
         row = run.inputs.tolist().index(index)
-        similar = run.neighbours(k)[row]
         discovery = run.neighbours(run.options.ace_images)[row]
         target = int(run.setup.predictions["reference"][index])
-        ace = self._fit(run, discovery, target)
-        return similar, ace.keep_masks(run.setup.pixels("reference", similar))
+        ace = run.cached(("ace", index), lambda: self._fit(run, discovery, target))
+        return ace.keep_masks(run.setup.pixels("reference", images))
+
+    def reference(self, run: Run, index: int, k: int) -> tuple[Tensor, Tensor]:
+        similar = run.neighbours(k)[run.inputs.tolist().index(index)]
+        return similar, self.reuse(run, index, similar)

@@ -41,6 +41,22 @@ class Method(ABC):
             (the similar images' reference indices, ``index`` first; their explanations).
         """
 
+    def reuse(self, run: Run, index: int, images: Tensor) -> Tensor | None:
+        """The interpretation of reference image ``index`` reused on the given reference
+        images, as ``reference`` reuses it on its own similar images (the ``reference``
+        protocol's common reading: every method on one set).
+
+        Args:
+            run: the run.
+            index: the input's reference index.
+            images: (N,) reference indices (CPU long), ``index`` first.
+
+        Returns:
+            Their explanations (N x H x W); None (the default): the method cannot explain
+            images it did not choose itself.
+        """
+        return None
+
     def groups(self, run: Run) -> Tensor:
         """(N,) the interpretation explaining each unseen image, for the average per
         interpretation: by default its nearest k-means centre (CPU long)."""

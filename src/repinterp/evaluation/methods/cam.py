@@ -90,17 +90,20 @@ class CAMMethod(Method):
             groups.append(draw_indices(members, n, rng))
         return self._mean_weights(run, groups).heatmaps(inputs, run.unseen_centre)
 
-    def reference(self, run: Run, index: int, k: int) -> tuple[Tensor, Tensor]:
-        row = run.inputs.tolist().index(index)
-        similar = run.neighbours(k)[row]
+    def reuse(self, run: Run, index: int, images: Tensor) -> Tensor:
         if self.average == "cluster":
+            row = run.inputs.tolist().index(index)
             cam = self._mean_weights(run, [run.neighbours(run.options.score_images)[row]])
         elif self.average == "class":
             members = self._of_class(run, int(run.setup.predictions["reference"][index]))
             rng = np.random.default_rng(run.seed)
-            drawn = draw_indices(members, run.options.score_images, rng, index, similar)
+            drawn = draw_indices(members, run.options.score_images, rng, index, images)
             cam = self._mean_weights(run, [drawn])
         else:
             cam = self._cam(run)
             cam.fit(run.setup.inputs("reference", [index]))
-        return similar, cam.heatmaps(run.setup.inputs("reference", similar), [0] * len(similar))
+        return cam.heatmaps(run.setup.inputs("reference", images), [0] * len(images))
+
+    def reference(self, run: Run, index: int, k: int) -> tuple[Tensor, Tensor]:
+        similar = run.neighbours(k)[run.inputs.tolist().index(index)]
+        return similar, self.reuse(run, index, similar)

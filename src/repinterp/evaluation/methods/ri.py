@@ -115,12 +115,19 @@ class RIMethod(Method):
             lambda: ri.explain_reference([index], solver=solver)[0],
         )
 
+    def similar_to(self, run: Run, index: int, k: int) -> Tensor:
+        """The top-``k`` of the reference images ``P(x)`` of reference image ``index`` covers,
+        ranked by this variant's ``similar``, ``index`` first (CPU long, at most ``k``)."""
+        ranking = self._explanation(run, index).similar(metric=self.knobs["similar"]).cpu()
+        return self_first(ranking, index, k)
+
+    def reuse(self, run: Run, index: int, images: Tensor) -> Tensor:
+        explanation = self._weighted(run, self._explanation(run, index), index, images)
+        return explanation.heatmap(run.setup.inputs("reference", images))
+
     def reference(self, run: Run, index: int, k: int) -> tuple[Tensor, Tensor]:
-        explanation = self._explanation(run, index)
-        ranking = explanation.similar(metric=self.knobs["similar"]).cpu()
-        similar = self_first(ranking, index, k)
-        explanation = self._weighted(run, explanation, index, similar)
-        return similar, explanation.heatmap(run.setup.inputs("reference", similar))
+        similar = self.similar_to(run, index, k)
+        return similar, self.reuse(run, index, similar)
 
     def reference_polytopes(self, run: Run, indices: list[int]) -> list[Interpretation]:
         return [self._explanation(run, index) for index in indices]

@@ -239,13 +239,15 @@ class RepresentativeInterpreter:
                 rules.
             class_names: optional names of the classes, kept in the index.
             keep_features: also keep the reference feature maps, in a memory-mapped file on
-                disk (needed by [`regions`][repinterp.core.regions] and the evaluation protocols).
+                disk (needed by
+                [`regions`][repinterp.interpreter.RepresentativeInterpreter.regions] and the
+                evaluation protocols).
             shards: write the index in shards to ``shards.directory`` as it goes (the feature
                 maps too), so that a killed fit resumes (see
                 [`Shards`][repinterp.store.shards.Shards]).
 
         Returns:
-            self, which keeps ``reference`` (as [`reference`][repinterp.data.reference], not a copy)
+            self, which keeps ``reference`` (as its attribute ``reference``, not a copy)
             to draw its images
             ([`reference_images`][repinterp.interpreter.RepresentativeInterpreter.reference_images],
             ``Interpretation.show``).
@@ -345,7 +347,7 @@ class RepresentativeInterpreter:
         Args:
             indices: N reference indices.
             reference: the reference set the index was fitted on (anything `fit` takes);
-                None: the one of the last `fit` ([`reference`][repinterp.data.reference]), if any.
+                None: the one of the last `fit` (the attribute ``reference``), if any.
 
         Returns:
             N x C x H x W, as the model takes them (the set's device), or None when no

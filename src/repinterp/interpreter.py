@@ -51,7 +51,7 @@ class RepresentativeInterpreter:
     ``fit`` samples ``|Q|`` linear boundaries of the head ``G`` from the reference set and indexes
     every reference image's side of them; ``explain`` solves the cover problem (Eq. 3) for an input
     and returns its polytope ``P(x)`` as an
-    [`Interpretation`][repinterp.interpreter.Interpretation].
+    [`Interpretation`][repinterp.core.interpretation.Interpretation].
 
     Everything it computes (feature maps, ``G``, Eq. 2's gradients, projections, heat maps) runs
     in full float32 precision, also on GPUs that would use TF32, and the user's precision
@@ -88,7 +88,7 @@ class RepresentativeInterpreter:
             only select, not compute (it is traced into ``G``).
         input_shape: C x H x W of the images, to check the target layer (or find it, when
             ``target_layer`` is None) here rather than at ``fit``.
-        config: the fit's settings as one [`FitConfig`][repinterp.interpreter.FitConfig], instead of
+        config: the fit's settings as one [`FitConfig`][repinterp.core.config.FitConfig], instead of
             the six keywords above (which must then be left at their defaults); they are read back
             as attributes.
         transform: how ``explain`` reads an image given as it comes (a PIL image, a NumPy

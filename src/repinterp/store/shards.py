@@ -44,8 +44,8 @@ def _shard_name(k: int) -> str:
 
 @dataclass(frozen=True)
 class Shards:
-    """Where [`build_index`][repinterp.interpreter.build_index] writes the index shard by shard, so
-    that a killed build resumes.
+    """Where [`build_index`][repinterp.store.index_build.build_index] writes the index shard by
+    shard, so that a killed build resumes.
 
     After every ``size`` images, the shard's projections, logits, predictions (and labels) go to
     ``directory`` as a safetensors file, and a line with its SHA-256 (and that of its rows of

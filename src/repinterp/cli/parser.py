@@ -29,13 +29,14 @@ __all__ = ["main"]
 SHARD_SIZE = 1024  # repinterp.store.shards.DEFAULT_SHARD_SIZE, without importing torch for --help
 # The optional packages behind the extras: a missing one is named with its pip command.
 EXTRAS = {
-    "mlxtend": "demo",
-    "starlette": "web",
-    "uvicorn": "web",
-    "pytorch_grad_cam": "eval",
-    "skimage": "eval",
-    "timm": "timm",
-    "quantus": "quantus",
+    "mlxtend": "pip install 'repinterp[demo]'",
+    "starlette": "pip install 'repinterp[web]'",
+    "uvicorn": "pip install 'repinterp[web]'",
+    "pytorch_grad_cam": "pip install 'repinterp[eval]'",
+    "skimage": "pip install 'repinterp[eval]'",
+    "timm": "pip install 'repinterp[timm]'",
+    # Quantus asks for opencv-python, which clashes with grad-cam's opencv-python-headless
+    "quantus": "pip install --no-deps quantus pandas cachetools",
 }
 
 
@@ -273,12 +274,11 @@ def main(argv: list[str] | None = None) -> None:
         print(f"repinterp: error: {message}", file=sys.stderr)
         raise SystemExit(2) from None
     except ModuleNotFoundError as exc:
-        extra = EXTRAS.get((exc.name or "").split(".")[0])
-        if extra is None:
+        install = EXTRAS.get((exc.name or "").split(".")[0])
+        if install is None:
             raise
         print(
-            f"repinterp: error: {args.command} needs {exc.name}, which is not installed: "
-            f"pip install 'repinterp[{extra}]'",
+            f"repinterp: error: {args.command} needs {exc.name}, which is not installed: {install}",
             file=sys.stderr,
         )
         raise SystemExit(2) from None

@@ -1,15 +1,18 @@
 """Train a torchvision VGG from scratch on ``shapes`` drawn at 224 px, then run the ``coverage``
-and ``unseen`` protocols on it: one time-bounded run for a lent GPU (issue 15 §4b).
+and ``unseen`` protocols on it: one time-bounded run for a lent GPU (issue 15 §4b), or, with
+``TRAIN_SECONDS=`` (empty), a fixed number of epochs for any ``SEED`` (issue 23: the CPU runs of
+``docs/results/shapes64-vgg11bn-seeds``).
 
 The paper's VGG-19 has a 14 x 14 x 512 target map; our bundled CNNs have 7 x 7 or less. This
 trains ``MODEL`` (VGG-16-BN: 14 x 14 x 512 at 224 px) on the reference part of
 ``shapes:SIZE`` (4,000 of 5,000 images, data seed 0, as ``repinterp train`` and ``repinterp
 evaluate --dataset shapes:SIZE`` cut it) with the recipe below, measures its accuracy on the
 unseen part, and evaluates it with the protocols in the same process (the images are drawn
-once; each ``repinterp evaluate`` call would draw them again). The number of epochs is what
-fits in the training budget, from a timed probe of a few batches, at most ``EPOCHS``: the
-budget is ``TRAIN_SECONDS``, or less where the whole run would last over ``TOTAL_SECONDS``
-with ``EVAL_SECONDS`` left for the protocols (at least one epoch is trained).
+once; each ``repinterp evaluate`` call would draw them again). The number of epochs is
+``EPOCHS`` when ``TRAIN_SECONDS`` is empty; otherwise what fits in the training budget, from a
+timed probe of a few batches, at most ``EPOCHS``: the budget is ``TRAIN_SECONDS``, or less
+where the whole run would last over ``TOTAL_SECONDS`` with ``EVAL_SECONDS`` left for the
+protocols (at least one epoch is trained).
 
 Recipe (the defaults; most are environment variables): SGD with momentum 0.9, lr 0.01, batch
 32, weight decay 5e-4, linear warm-up over 2 epochs then cosine decay per step, label smoothing
@@ -26,18 +29,23 @@ floor), hence at most 8 epochs by default. A first try here (VGG-16-BN, AdamW 3e
 Environment (default):
 - OUT (required): the output folder;
 - MODEL (vgg16_bn), SHAPES_SIZE (224), DEVICE (cuda if available, else cpu);
+- SEED (0): the seed of the model's initial weights and of training's batch order and mirroring
+  (the data, its split and the protocols' runs keep seed 0);
 - N_TRAIN (4000: all), N_UNSEEN (1000: all): the first images of each part;
 - EVAL_REFERENCE (1000): the reference images the protocols get (stratified by class, seed
   0; each run draws 75 % of them): k-means of the regions runs in scikit-learn on the CPU over
   the 100,352-dimensional feature maps, and its k-means++ start alone grows with their number
   (the CLI has no such option: ``repinterp evaluate`` gives all 4,000);
-- TOTAL_SECONDS (240), EVAL_SECONDS (90), TRAIN_SECONDS (120): the time budget;
+- TOTAL_SECONDS (240), EVAL_SECONDS (90), TRAIN_SECONDS (120; empty: no budget, exactly
+  EPOCHS): the time budget;
 - EPOCHS (8: at most), BATCH (32), OPTIMIZER (sgd), LR (0.01), WEIGHT_DECAY (5e-4),
   WARMUP_EPOCHS (2), LABEL_SMOOTHING (0.1), DROPOUT (0: while training);
 - PROTOCOLS (coverage,unseen), METHODS (RI,Grad-CAM,Grad-CAM++,Score-CAM), RUNS (1),
   N_REGIONS (0: 10 x classes), METRICS (deletion,insertion: besides AD/AI; ROAD costs a
   sparse solve per image, percentile and order on the CPU, minutes at 224 px; "none"),
-  CURVE_IMAGES (100: unseen images per run the deletion/insertion curves score);
+  CURVE_IMAGES (100: unseen images per run the deletion/insertion curves score),
+  SCORE_IMAGES (16: the images whose Score-CAM weights ``RI+score`` and the ``+class`` and
+  ``+cluster`` controls average; each costs one forward pass per channel of the layer);
 - WEIGHTS_DIR (a new folder /tmp/gpu_vgg_shapes-*): an empty folder outside OUT for the
   weights (VGG-16's are over 500 MB).
 
@@ -160,7 +168,8 @@ def main() -> None:
     summary.save()
     say(f"data: {summary['data']}")
 
-    model = build_model(arch, num_classes=len(reference.class_names), seed=0).to(device)
+    seed = int(env("SEED", "0"))
+    model = build_model(arch, num_classes=len(reference.class_names), seed=seed).to(device)
     if cuda:
         model = model.to(memory_format=torch.channels_last)
         torch.backends.cudnn.benchmark = True
@@ -177,15 +186,18 @@ def main() -> None:
         "hflip": True,
         "dropout": float(env("DROPOUT", "0")),
         "autocast": torch.bfloat16 if cuda else None,
-        "seed": 0,
+        "seed": seed,
         "device": device,
         "progress": False,
     }
-    per_image = seconds_per_image(model, train_data, recipe)
-    total, evaluation = float(env("TOTAL_SECONDS", "240")), float(env("EVAL_SECONDS", "90"))
-    budget = min(float(env("TRAIN_SECONDS", "120")), total - evaluation - elapsed())
-    epochs = max(1, min(int(env("EPOCHS", "8")), math.floor(budget / (per_image * len(reference)))))
-    say(f"probe: {1 / per_image:.0f} images/s in training; {epochs} epoch(s) fit in {budget} s")
+    epochs = int(env("EPOCHS", "8"))
+    per_image = None
+    if env("TRAIN_SECONDS", "120"):
+        per_image = seconds_per_image(model, train_data, recipe)
+        total, evaluation = float(env("TOTAL_SECONDS", "240")), float(env("EVAL_SECONDS", "90"))
+        budget = min(float(env("TRAIN_SECONDS", "120")), total - evaluation - elapsed())
+        epochs = max(1, min(epochs, math.floor(budget / (per_image * len(reference)))))
+        say(f"probe: {1 / per_image:.0f} images/s in training; {epochs} epoch(s) fit in {budget} s")
 
     start = time.perf_counter()
     result = train(model, train_data, unseen_data, epochs=epochs, **recipe)
@@ -198,7 +210,8 @@ def main() -> None:
         "recipe": {k: str(v) if k in ("autocast", "device") else v for k, v in recipe.items()},
         "channels_last": cuda,
         "epochs": epochs,
-        "images_per_s_probe": round(1 / per_image, 1),
+        "images_per_s_probe": per_image and round(1 / per_image, 1),
+        "epochs_fixed": per_image is None,
         "seconds": round(train_s, 1),
         "losses": [round(loss, 4) for loss in result.losses],
         "last_lr": result.learning_rates[-1],
@@ -255,11 +268,13 @@ def evaluate_protocols(
     )
     methods, metrics = env("METHODS", PAPER), env("METRICS", "deletion,insertion")
     runs, curve_images = int(env("RUNS", "1")), int(env("CURVE_IMAGES", "100"))
+    score_images = int(env("SCORE_IMAGES", "16"))
     options = Options(
         runs=runs,
         methods=tuple(methods.split(",")),
         metrics=("AD", *metrics.split(",")) if metrics != "none" else ("AD",),
         curve_images=curve_images,
+        score_images=score_images,
         n_regions=int(env("N_REGIONS", "0")) or None,
         progress=False,
     )
@@ -277,7 +292,9 @@ def evaluate_protocols(
         results["command"] = (
             f"repinterp evaluate --dataset {dataset} --protocol {protocol} --runs {runs} "
             f"--seed 0 --model {arch} --weights {weights.name} --methods {methods} "
-            f"--metrics {metrics} --curve-images {curve_images} --device {device.type}"
+            f"--metrics {metrics} --curve-images {curve_images} --score-images {score_images} "
+            f"--device {device.type}"
+            + (f" --regions {options.n_regions}" if options.n_regions else "")
         )
         results["model_accuracy_unseen_percent"] = summary["training"]["unseen_accuracy_percent"]
         files = write_results(results, out / protocol)

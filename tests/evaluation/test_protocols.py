@@ -420,6 +420,7 @@ def test_cli_evaluate_spells_out_the_new_options(tmp_path, capsys) -> None:
     out = tmp_path / "eval"
     argv = ["evaluate", "--dataset", "mnist5k", "--protocol", "unseen", "--quick", "--runs", "1"]
     argv += ["--methods", "RI,Grad-CAM", "--metrics", "deletion", "--curve-images", "5"]
+    argv += ["--score-images", "3", "--regions", "4"]
     code, _, _ = run([*argv, "--boundaries", "20", "--out", str(out), "--quiet"], capsys)
     assert code == 0
     results = json.loads((out / "results.json").read_text())
@@ -429,8 +430,11 @@ def test_cli_evaluate_spells_out_the_new_options(tmp_path, capsys) -> None:
         5,
         20,
     )
+    assert (options["score_images"], options["n_regions"]) == (3, 4)
+    assert results["n_regions"] == 4
     assert results["command"].endswith(
-        "--quick --methods RI,Grad-CAM --metrics deletion --boundaries 20 --curve-images 5"
+        "--quick --methods RI,Grad-CAM --metrics deletion --boundaries 20 --curve-images 5 "
+        "--score-images 3 --regions 4"
     )
     text = (out / "results.md").read_text()
     assert "deletion AUC (%)" in text and "ROAD" not in text

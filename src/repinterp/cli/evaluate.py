@@ -78,6 +78,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="unseen images per run ROAD/deletion/insertion score (200; 20)",
     )
     add("--sanity-images", type=int, help="unseen images per run of sanity (100; 8)")
+    add(
+        "--score-images",
+        type=int,
+        help="images whose Score-CAM weights RI+score and the +class/+cluster controls average "
+        "(16); each costs a forward pass per channel of the layer",
+    )
+    add("--regions", type=int, help="k-means regions |V| of unseen/coverage (10 x classes)")
     add("--time-limit", type=float, help="seconds per input of RI+exact's solver (5)")
     add("--out", help="output folder (evaluation/DATASET-PROTOCOL)")
     add("--model", help=f"architecture (default: the data set's bundled one): {MODELS}")
@@ -127,8 +134,11 @@ def prepare(args: argparse.Namespace) -> tuple[Setup, Options, str]:
         chosen["samplings"] = tuple(args.samplings.split(","))
     if args.boundaries is not None:
         chosen["n_boundaries"] = args.boundaries
-    if args.time_limit is not None:
-        chosen["time_limit"] = args.time_limit
+    for flag in ("time_limit", "score_images"):
+        if getattr(args, flag) is not None:
+            chosen[flag] = getattr(args, flag)
+    if args.regions is not None:
+        chosen["n_regions"] = args.regions
     options = Options(seed=args.seed, progress=not args.quiet, **chosen)
     setup = load_setup(
         args.dataset,
@@ -156,7 +166,8 @@ def _command(args: argparse.Namespace, options: Options) -> str:
     for flag in ("model", "weights", "layer", "methods", "metrics", "ks", "q_values", "samplings"):
         if getattr(args, flag):
             parts.append(f"--{flag.replace('_', '-')} {getattr(args, flag)}")
-    for flag in ("boundaries", "curve_images", "sanity_images", "time_limit", "image_size"):
+    flags = ("boundaries", "curve_images", "sanity_images", "score_images", "regions")
+    for flag in (*flags, "time_limit", "image_size"):
         if getattr(args, flag) is not None:
             parts.append(f"--{flag.replace('_', '-')} {getattr(args, flag)}")
     for flag in ("mean", "std"):

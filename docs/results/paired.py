@@ -3,7 +3,10 @@
 per metric (per K of ``reference``), and in how many of the runs ``a`` is better (lower mAD
 and deletion AUC, higher mAI, ROAD and insertion AUC; an equal run counts for neither).
 
-Run: ``python docs/results/paired.py docs/results/DATASET-unseen-controls/results.json A B``.
+Run: ``python docs/results/paired.py RESULTS.json [RESULTS.json ...] A B [--common]``, e.g.
+``docs/results/DATASET-unseen-controls/results.json RI Grad-CAM``. Several files pool their
+runs (the VGG's seeds, one run each); ``--common`` reads ``reference``'s common reading (every
+method on RI's S) instead of each method on its own S.
 """
 
 import json
@@ -11,9 +14,12 @@ import sys
 
 import numpy as np
 
-path, a, b = sys.argv[1:4]
-result = json.load(open(path))
-runs = result["per_run"]
+args = [arg for arg in sys.argv[1:] if arg != "--common"]
+block = "common" if "--common" in sys.argv[1:] else "methods"
+*paths, a, b = args
+results = [json.load(open(path)) for path in paths]
+result = results[0]
+runs = [{"methods": run[block]} for r in results for run in r["per_run"]]
 LOWER_IS_BETTER = {"mAD": True, "mAI": False, "mAD_interp": True}
 LOWER_IS_BETTER |= {"ROAD": False, "deletion": True, "insertion": False}
 for key, lower in LOWER_IS_BETTER.items():

@@ -1,4 +1,5 @@
-"""Image files decoded right: float and 32-bit integer TIFFs by their range, JPEGs upright."""
+"""Image files decoded right: float and 32-bit integer TIFFs by their range, JPEGs and TIFFs
+upright."""
 
 import numpy as np
 import pytest
@@ -70,6 +71,29 @@ def test_a_jpeg_is_read_upright_by_its_exif_orientation(tmp_path) -> None:
     assert left[2] > 0.9 and left[0] < 0.1  # blue
     assert right[0] > 0.9 and right[2] < 0.1  # red
     assert _read(tmp_path / "turned.jpg", 3, fast=True).shape[1:] == (5, 3)  # 1/8, upright
+
+
+@pytest.mark.parametrize(
+    ("orientation", "shape", "top_left"),
+    [(1, (20, 40), "red"), (3, (20, 40), "blue"), (6, (40, 20), "blue"), (8, (40, 20), "red")],
+)
+def test_a_tiff_is_read_upright_by_its_orientation_tag(
+    tmp_path, orientation: int, shape: tuple[int, int], top_left: str
+) -> None:
+    """The same 40 x 20 picture as `_turned_jpeg`, as a TIFF whose tag 274 says how to turn it
+    (3: half a turn, 6: 90° clockwise, 8: 90° anticlockwise), read upright and turned once."""
+    from PIL import TiffImagePlugin
+
+    pixels = np.zeros((20, 40, 3), np.uint8)
+    pixels[:10] = (255, 0, 0)
+    pixels[10:] = (0, 0, 255)
+    tags = TiffImagePlugin.ImageFileDirectory_v2()
+    tags[274] = orientation
+    Image.fromarray(pixels).save(tmp_path / "turned.tif", tiffinfo=tags)
+    read = _read(tmp_path / "turned.tif", 3)
+    assert read.shape == (3, *shape)
+    red, blue = read[0, 0, 0] > 0.9, read[2, 0, 0] > 0.9
+    assert (red, blue) == ((True, False) if top_left == "red" else (False, True))
 
 
 def test_an_image_folder_reads_its_images_upright_and_by_their_range(tmp_path) -> None:

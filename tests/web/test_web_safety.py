@@ -335,6 +335,39 @@ def test_costly_requests_wait_in_a_bounded_queue_and_never_delay_the_page(monkey
     assert ran[5:] == ["r1002"] and queue.waiting == 0
 
 
+def test_a_compare_whose_client_leaves_stops_at_the_next_forward_pass():
+    app = small_app()
+    model = app.state.viewer.interpreter.model
+    calls: list[str] = []
+    hooks_before = len(model._forward_pre_hooks)
+
+    def slow(module, args) -> None:  # runs before the queue's own hook, so counts each pass
+        calls.append(threading.current_thread().name)
+        time.sleep(0.25)
+
+    handle = model.register_forward_pre_hook(slow)
+    try:
+        with running(app) as base:
+            port = int(base.rsplit(":", 1)[1])
+            leaving = _connect(port, _get("/api/compare/r3?method=scorecam&k=2", close=True))
+            time.sleep(0.35)  # in the second of the compare's 4 passes (each >= 0.25 s)
+            leaving.close()
+            time.sleep(1.5)
+            stopped = len(calls)
+            time.sleep(1.0)
+            assert len(calls) == stopped, "the pass went on after its client left"
+            assert len(model._forward_pre_hooks) == hooks_before + 1  # the queue's hook is gone
+            # the queue is free, and a compare that stays is computed in full
+            calls.clear()
+            answer = httpx.get(base + "/api/compare/r4?method=scorecam&k=2", timeout=120)
+            assert answer.status_code == 200 and answer.json()["items"][0]["key"] == "r4"
+            full = len(calls)
+        print(f"forward passes: {stopped} before stopping, {full} for a whole compare")
+        assert stopped < full
+    finally:
+        handle.remove()
+
+
 # ----------------------------------------------------------------------------- uploads
 def test_uploads_decoded_at_once_are_bounded_in_bytes(monkeypatch):
     largest = image_codec.MAX_UPLOAD_PIXELS * image_codec.DECODE_BYTES_PER_PIXEL

@@ -194,7 +194,7 @@ def create_app(
     if not isinstance(source, Workspace):
         source = open_index(source, device=device, progress=False, weights=weights)
     viewer = Viewer(source, n_regions=n_regions, seed=seed)
-    compute = ComputeQueue()
+    compute = ComputeQueue(model=viewer.interpreter.model)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

@@ -1,4 +1,5 @@
-"""The evaluation tables bold a column's best only where it is one: a tie is bold nowhere."""
+"""The evaluation tables bold a column's best only where it is one: a tie is bold nowhere; the
+reference tables and plot show both readings."""
 
 from repinterp.report.tables import overview_markdown, results_markdown
 
@@ -89,3 +90,22 @@ def test_reference_tables_show_each_reading_with_the_images_it_scores() -> None:
     assert "| Grad-CAM | 25.00 | 40.00 |" in own and "| Grad-CAM | 25.00 | 35.00 |" in common
     assert "choose): ACE." in common and "| ACE |" not in common
     assert common.count("every method on one common S (the images the paper's RI's P(x)") == 2
+
+
+def test_the_reference_plot_has_a_row_for_each_reading(tmp_path) -> None:
+    from PIL import Image
+
+    from repinterp.report.plots import plot_reference
+
+    curve = {"mAD": [20.0, 30.0], "mAD_std": [1.0, 1.0], "mAI": [5.0, 4.0], "mAI_std": [0, 0]}
+    results = _unseen({"RI": curve, "RI+score": curve, "Grad-CAM": curve})
+    results["protocol"] = "reference"
+    results["options"] |= {"ks": [1, 3]}
+    sizes = []
+    for common in (None, {"RI": curve, "Grad-CAM": curve}):
+        if common is not None:
+            results["common"] = common
+        with Image.open(plot_reference(results, tmp_path / f"{len(sizes)}.png")) as image:
+            sizes.append(image.size)
+    (width, one), (same_width, two) = sizes
+    assert same_width == width and 1.8 * one < two < 2.2 * one  # own S, then RI's S below

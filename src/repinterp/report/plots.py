@@ -9,6 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from .names import method_label
+
 __all__ = ["sanity_steps", "save_plots"]
 
 DPI = 90
@@ -115,16 +117,23 @@ def _curves(
 
 
 def plot_reference(results: dict[str, Any], path: Path) -> Path:
-    """mAD and mAI against K, the number of similar reference images (Appendix C)."""
+    """mAD and mAI against K, the number of similar reference images (Appendix C): a row for
+    each method on its own S and, when ``results`` has it, a row for every method on RI's S
+    (``common``); the legend right of the plots."""
     plt = _pyplot()
     ks = results["options"]["ks"]
-    fig, axes = plt.subplots(1, 2, figsize=(7.5, 2.8))
-    for ax, key, better in zip(axes, ("mAD", "mAI"), ("lower", "higher"), strict=True):
-        _curves(ax, ks, results["methods"], key, f"{key} (%), {better} is better")
-        ax.set_xscale("log")
-        ax.set_xticks(ks, [str(k) for k in ks])
-        ax.set_xlabel("K (top-K similar images)", fontsize=8)
-    axes[1].legend(fontsize=7)
+    readings = {"own S": results["methods"]}
+    if results.get("common"):
+        readings["RI's S"] = results["common"]
+    fig, rows = plt.subplots(len(readings), 2, figsize=(10, 2.8 * len(readings)), squeeze=False)
+    for axes, (reading, series) in zip(rows, readings.items(), strict=True):
+        labelled = {method_label(name): block for name, block in series.items()}
+        for ax, key, better in zip(axes, ("mAD", "mAI"), ("lower", "higher"), strict=True):
+            _curves(ax, ks, labelled, key, f"{key} (%) on {reading}, {better} is better")
+            ax.set_xscale("log")
+            ax.set_xticks(ks, [str(k) for k in ks])
+            ax.set_xlabel("K (top-K similar images)", fontsize=8)
+    rows[0][1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1))
     fig.suptitle(f"Reference images: {_title(results)}", fontsize=9)
     return _save(fig, path)
 

@@ -13,12 +13,11 @@ import math
 from pathlib import Path
 from typing import Any
 
+from .names import POLYTOPE_SCORE_CAM, method_label
 from .plots import sanity_steps, save_plots
 
 __all__ = [
-    "POLYTOPE_SCORE_CAM",
     "cell",
-    "method_label",
     "overview_markdown",
     "results_markdown",
     "write_results",
@@ -50,15 +49,6 @@ _GROUP_COLUMNS = [
     ("subconcept_purity", "sub-concept purity (%)"),
     ("subconcept_purity_class", "sub-concept purity of one group per class (%)"),
 ]
-POLYTOPE_SCORE_CAM = "polytope-averaged Score-CAM"
-
-
-def method_label(name: str) -> str:
-    """A method's name in the tables: RI's ``+score`` variants (RI's polytopes, Score-CAM's
-    weights averaged over images of each) are ``polytope-averaged Score-CAM (RI+score)``, apart
-    from the paper's RI; every other name as it is."""
-    head, *knobs = name.split("+")
-    return f"{POLYTOPE_SCORE_CAM} ({name})" if head == "RI" and "score" in knobs else name
 
 
 def cell(block: dict[str, Any], key: str, index: int | None = None, best: bool = False) -> str:

@@ -81,6 +81,21 @@ def test_the_cascade_randomises_one_more_layer_at_a_time_from_the_top(mnist: Set
     assert np.nanmean(steps[layers[-1]]) < 0.5
 
 
+def test_a_method_that_draws_nothing_on_a_randomised_model_scores_nan(mnist: Setup) -> None:
+    """RI on a randomised model that predicts one class has no boundary: all-zero maps, which
+    Quantus refuses; the cascade goes on and scores them NaN, like any constant map."""
+    model, (x, y) = mnist.model, _batch(mnist, 4)
+    explain = CAMExplainer("Grad-CAM", mnist.target_layer)
+
+    def nothing_once_randomised(model, inputs, targets, device=None) -> np.ndarray:
+        maps = explain(model, inputs, targets, device)
+        return maps if model is mnist.model else np.zeros_like(maps)
+
+    steps = cascade(model, x, y, nothing_once_randomised, seed=0)
+    np.testing.assert_allclose(steps["original"], 1, atol=1e-9)
+    assert len(steps) > 2 and all(np.isnan(v).all() for k, v in steps.items() if k != "original")
+
+
 def test_cam_explain_func_gives_the_librarys_own_maps(mnist: Setup) -> None:
     x, y = _batch(mnist, 5)
     maps = CAMExplainer("Grad-CAM", mnist.target_layer)(mnist.model, x, y)

@@ -18,8 +18,12 @@ each CAM, through Quantus (the ``sanity`` protocol).
 
 Both take the model's predictions on the images as targets. A map that is constant (a CAM's
 all-zero map, RI's map of an empty ``P(x)``) has no rank correlation or SSIM: its score is
-NaN, left out of the means and counted (``*_undefined``, % of the images). Quantus is
-imported when a check runs (the optional ``quantus`` extra).
+NaN, left out of the means and counted (``*_undefined``, % of the images). Quantus refuses a
+batch whose maps are all constant (RI on a randomised model that predicts one class has no
+boundary to draw: all zeros), so in the cascade such a batch reaches it with a different
+constant for each image, which leaves every rank correlation the same NaN
+(`ConstantMapsAllowed`); batches of one image are avoided. Quantus
+is imported when a check runs (the optional ``quantus`` extra).
 """
 
 from __future__ import annotations
@@ -38,7 +42,14 @@ from ..runtime.devices import model_device
 from .baselines import CAM_METHODS, channel_weights, reused_cam
 from .run import Run
 
-__all__ = ["SANITY_METHODS", "CAMExplainer", "cascade", "random_logit", "sanity"]
+__all__ = [
+    "SANITY_METHODS",
+    "CAMExplainer",
+    "ConstantMapsAllowed",
+    "cascade",
+    "random_logit",
+    "sanity",
+]
 
 SANITY_METHODS = ("RI", *CAM_METHODS)
 """The methods the sanity checks take."""
@@ -92,6 +103,33 @@ class CAMExplainer:
         weights = channel_weights(self.method, model, self.target_layer, images, classes)
         maps = reused_cam(self.method, model, self.target_layer, images, weights)
         return maps.cpu().numpy()[:, None]
+
+
+class ConstantMapsAllowed:
+    """An ``explain_func`` whose batches of constant maps reach Quantus as maps of the
+    constants 2, 3, 4, ... (one per image).
+
+    Quantus refuses a batch whose values are all 0, all 1 or all one value (an assertion in
+    every metric), which would end the whole cascade at the first randomised model on which a
+    method draws nothing. A constant map has no rank correlation whatever its constant, so
+    `cascade`'s scores are those of the maps as drawn: NaN, counted as undefined. (An SSIM
+    against a map that is not constant would depend on the constant: `random_logit` does
+    not use this.) A batch of one constant map cannot be passed; `sanity` makes no such batch.
+
+    Args:
+        explain: the method's ``explain_func``.
+    """
+
+    def __init__(self, explain: ExplainFunc) -> None:
+        self.explain = explain
+
+    def __call__(self, model: nn.Module, inputs: np.ndarray, targets: Any, **kwargs: Any) -> Any:
+        maps = np.asarray(self.explain(model, inputs, targets, **kwargs))
+        flat = maps.reshape(len(maps), -1)
+        if flat.size and bool((flat == flat[:, :1]).all()):
+            constants = np.arange(2, len(maps) + 2, dtype=maps.dtype)
+            return np.broadcast_to(constants.reshape(-1, *[1] * (maps.ndim - 1)), maps.shape).copy()
+        return maps
 
 
 def _quantus() -> Any:
@@ -150,7 +188,7 @@ def cascade(
         map).
     """
     mprt = _quantus().MPRT(layer_order="top_down", seed=seed, **_QUIET)
-    scores = _scores(mprt, model, x, y, explain, device, batch_size)
+    scores = _scores(mprt, model, x, y, ConstantMapsAllowed(explain), device, batch_size)
     return {layer: np.asarray(values, dtype=float) for layer, values in scores.items()}
 
 
@@ -216,6 +254,9 @@ def sanity(run: Run) -> dict[str, Any]:
             f"the sanity protocol checks {', '.join(SANITY_METHODS)}, not {', '.join(other)}"
         )
     rows = run.unseen_rows(options.sanity_images)
+    if len(rows) < 2:
+        raise ValueError(f"the sanity checks need at least 2 unseen images, got {len(rows)}")
+    batch_size = setup.batch_size if len(rows) % setup.batch_size != 1 else len(rows)
     x = setup.inputs("unseen", rows).cpu().numpy()
     y = setup.predictions["unseen"][rows].numpy()
     device = str(setup.device)
@@ -223,9 +264,9 @@ def sanity(run: Run) -> dict[str, Any]:
     for name in names:
         start = time.perf_counter()
         explain = _explainer(run, name)
-        steps = cascade(setup.model, x, y, explain, run.seed, device, setup.batch_size)
+        steps = cascade(setup.model, x, y, explain, run.seed, device, batch_size)
         logit = random_logit(
-            setup.model, x, y, explain, setup.n_classes, run.seed, device, setup.batch_size
+            setup.model, x, y, explain, setup.n_classes, run.seed, device, batch_size
         )
         methods[name] = {
             "MPRT": {layer: _mean(v) for layer, v in steps.items()},

@@ -131,7 +131,7 @@ def test_methods_other_than_ri_and_the_cams_are_refused(mnist: Setup) -> None:
     with pytest.raises(ValueError, match=r"checks RI, Grad-CAM, Grad-CAM\+\+, Score-CAM, not ACE$"):
         evaluate(mnist, "sanity", replace(SMALL, runs=1, methods=("RI", "ACE")))
     with pytest.raises(
-        ValueError, match="^the sanity checks need at least 2 unseen images, got 1$"
+        ValueError, match=r"^the sanity checks need at least 2 unseen images, got 1$"
     ):
         evaluate(mnist, "sanity", replace(SMALL, runs=1, sanity_images=1, methods=("RI",)))
 

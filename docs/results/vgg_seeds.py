@@ -12,6 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
+from repinterp.report.names import method_label
+
 FOLDER = Path(__file__).parent / "shapes64-vgg11bn-seeds"
 COLUMNS = (
     ("mAD", "mAD"),
@@ -39,7 +41,8 @@ def cell(values: list[float]) -> str:
 
 
 def main() -> None:
-    seeds = sorted(FOLDER.glob("seed-*"), key=lambda p: int(p.name.split("-")[1]))
+    finished = FOLDER.glob("seed-*/unseen/results.json")
+    seeds = sorted((p.parent.parent for p in finished), key=lambda p: int(p.name.split("-")[1]))
     summaries = [json.loads((s / "summary.json").read_text()) for s in seeds]
     results = [json.loads((s / "unseen" / "results.json").read_text()) for s in seeds]
     lines = [
@@ -71,7 +74,7 @@ def main() -> None:
         for key, _ in COLUMNS:
             values = [r["per_run"][0]["methods"][method].get(key) for r in results]
             row.append(cell([v for v in values if v is not None]))
-        lines.append(f"| {method} | " + " | ".join(row) + " |")
+        lines.append(f"| {method_label(method)} | " + " | ".join(row) + " |")
     text = "\n".join(lines) + "\n"
     (FOLDER / "results.md").write_text(text)
     print(text)

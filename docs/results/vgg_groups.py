@@ -76,7 +76,7 @@ def main() -> None:
             )
             start = time.perf_counter()
             row = measure(setup, Point(layer), seed=0, full_kmeans=False)
-            row.pop("keys"), row.pop("delta_each")
+            del row["keys"], row["delta_each"]
             rows.append({"model_seed": seed, "layer": layer} | row)
             print(f"seed {seed} {layer}: {time.perf_counter() - start:.0f} s", flush=True)
     (FOLDER / "groups.json").write_text(json.dumps(rows, indent=1) + "\n")

@@ -485,6 +485,14 @@ def test_cli_evaluate_bad_options(tmp_path, capsys) -> None:
         (["--dataset", f"imagefolder:{tmp_path / 'images'}", "--protocol", "unseen"], "--model"),
         (["--dataset", "mnist5k", "--protocol", "unseen", "--weights", "w.pt"], "--model"),
         (["--dataset", "cifar", "--protocol", "unseen"], "unknown data set"),
+        (
+            ["--dataset", "mnist5k", "--protocol", "unseen", "--score-images", "0"],
+            "score_images must be >= 1, got 0",
+        ),
+        (
+            ["--dataset", "mnist5k", "--protocol", "unseen", "--regions", "0"],
+            "n_regions must be >= 1, got 0",
+        ),
     ]
     for argv, pattern in cases:
         code, _, err = run([*base, *argv], capsys)

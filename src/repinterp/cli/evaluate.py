@@ -134,11 +134,9 @@ def prepare(args: argparse.Namespace) -> tuple[Setup, Options, str]:
         chosen["samplings"] = tuple(args.samplings.split(","))
     if args.boundaries is not None:
         chosen["n_boundaries"] = args.boundaries
-    for flag in ("time_limit", "score_images"):
+    for flag, key in (("time_limit",) * 2, ("score_images",) * 2, ("regions", "n_regions")):
         if getattr(args, flag) is not None:
-            chosen[flag] = getattr(args, flag)
-    if args.regions is not None:
-        chosen["n_regions"] = args.regions
+            chosen[key] = getattr(args, flag)
     options = Options(seed=args.seed, progress=not args.quiet, **chosen)
     setup = load_setup(
         args.dataset,

@@ -131,6 +131,7 @@ def _fit(args: argparse.Namespace) -> None:
         batch_size=args.batch_size,
         num_workers=args.workers,
         progress=not args.quiet,
+        granularity=args.granularity,
     )
     with ExitStack() as claims:
         try:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 PROTOCOLS = ("unseen", "coverage", "reference", "q-sweep", "similar", "sanity")
 SAMPLINGS = ("uniform", "balanced", "pairs")
 METRICS = ("AD", "ROAD", "deletion", "insertion")
-DATASETS = "mnist5k, digits, shapes, shapes:SIZE or imagefolder:PATH"
+DATASETS = "mnist5k, mnist-super, digits, shapes, shapes:SIZE, shapes-mix:P or imagefolder:PATH"
 MODELS = (
     "mnist_cnn, digits_cnn, shapes_cnn, a torchvision name (vgg16, resnet50, densenet121, ...; "
     "a wrong name lists them all) or timm:NAME"

@@ -26,7 +26,12 @@ from ..models.zoo import DataShape, check_model, model_for, target_layer_for
 
 __all__ = ["BUNDLED", "WEIGHTS_DIR", "Setup", "load_setup", "stratified"]
 
-BUNDLED = {"mnist5k": "mnist_cnn", "shapes": "shapes_cnn", "digits": "digits_cnn"}
+BUNDLED = {
+    "mnist5k": "mnist_cnn",
+    "mnist-super": "mnist_super_cnn",
+    "shapes": "shapes_cnn",
+    "digits": "digits_cnn",
+}
 WEIGHTS_DIR = Path(__file__).resolve().parent.parent / "weights"
 
 
@@ -183,8 +188,9 @@ def load_setup(
     """Load a data set and its model.
 
     Args:
-        dataset: ``mnist5k`` or ``shapes`` (bundled weights by default), ``digits`` or
-            ``imagefolder:PATH`` (need ``arch`` and ``weights``). The split is the one with
+        dataset: ``mnist5k``, ``mnist-super`` or ``shapes`` (bundled weights by default),
+            ``digits``, ``shapes-mix:P`` or ``imagefolder:PATH`` (need ``arch`` and
+            ``weights``). The split is the one with
             data seed 0, on which ``repinterp train`` trains by default.
         arch: an architecture of [`zoo`][repinterp.models.zoo]; None: the data set's bundled one.
         weights: a local weights file; None: the bundled weights.

@@ -77,6 +77,8 @@ class SmallCNN(nn.Sequential):
 _SMALL = {
     # 1 x 28 x 28 (MNIST): 28 → 14 → 7; 32 x 7 x 7 features.
     "mnist_cnn": ([16, "M", 32, "M", 32], 7, 128, 1),
+    # mnist_cnn's architecture, for mnist-super's 5 superclasses (its own bundled weights).
+    "mnist_super_cnn": ([16, "M", 32, "M", 32], 7, 128, 1),
     # 3 x 48..64 (shapes): 56 → 28 → 14 → 7; 64 x 7 x 7 features.
     "shapes_cnn": ([16, "M", 32, "M", 64, "M", 64], 7, 64, 3),
     # 1 x 8 x 8 (sklearn digits): 8 → 4; 32 x 4 x 4 features.
@@ -277,7 +279,8 @@ def build_model(
     """Build a model by name, optionally with weights from a local file; returned in eval mode.
 
     Args:
-        arch: one of `ARCHS`: ``mnist_cnn`` (1 x 28 x 28), ``shapes_cnn`` (3 x 48..64),
+        arch: one of `ARCHS`: ``mnist_cnn`` (1 x 28 x 28; ``mnist_super_cnn`` is the same,
+            named apart for its own bundled weights), ``shapes_cnn`` (3 x 48..64),
             ``digits_cnn`` (1 x 8 x 8), or a torchvision model name (``vgg16``, ``resnet50``,
             ...), built with ``weights=None`` and its last Linear layer replaced; or
             ``timm:NAME``, built by timm with ``pretrained=False`` and ``num_classes``.

@@ -174,3 +174,32 @@ def test_bad_settings_are_refused(setup) -> None:
         RepresentativeInterpreter(model, "relu2", granularity="logic", gamma=2.0)
     with pytest.raises(ValueError, match="gamma applies to granularity='logic' only"):
         RepresentativeInterpreter(model, "relu2", gamma=0.5)
+
+
+def test_a_sharded_and_resumed_logic_fit_equals_the_one_pass_fit(setup, tmp_path) -> None:
+    from repinterp.store.shards import Shards
+
+    model, images, _ = setup
+    plain = _fit(model, images, granularity="logic")
+    sharded = RepresentativeInterpreter(
+        model, "relu2", n_boundaries=Q, progress=False, granularity="logic"
+    ).fit(images, shards=Shards(tmp_path / "partial", size=128))
+    for name, tensor in plain.index.tensors().items():
+        assert torch.equal(tensor, sharded.index.tensors()[name]), name
+    assert sharded.index.meta["gamma"] == plain.index.meta["gamma"]
+    # a partial folder of a class fit is not resumed as a logic fit
+    _fit(model, images).fit(images, shards=Shards(tmp_path / "class", size=128))
+    again = RepresentativeInterpreter(
+        model, "relu2", n_boundaries=Q, progress=False, granularity="logic"
+    )
+    with pytest.raises(ValueError, match="granularity"):
+        again.fit(images, shards=Shards(tmp_path / "class", size=128, resume=True))
+
+
+def test_a_head_without_relu_has_no_logic() -> None:
+    from ..networks import images as pictures
+    from ..networks import tiny_cnn
+
+    ri = RepresentativeInterpreter(tiny_cnn().eval(), "3", progress=False, granularity="logic")
+    with pytest.raises(ValueError, match="granularity='logic' needs a ReLU in the head"):
+        ri.fit(pictures(20))

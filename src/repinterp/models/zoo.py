@@ -77,12 +77,12 @@ class SmallCNN(nn.Sequential):
 _SMALL = {
     # 1 x 28 x 28 (MNIST): 28 → 14 → 7; 32 x 7 x 7 features.
     "mnist_cnn": ([16, "M", 32, "M", 32], 7, 128, 1),
-    # mnist_cnn's architecture, for mnist-super's 5 superclasses (its own bundled weights).
-    "mnist_super_cnn": ([16, "M", 32, "M", 32], 7, 128, 1),
     # 3 x 48..64 (shapes): 56 → 28 → 14 → 7; 64 x 7 x 7 features.
     "shapes_cnn": ([16, "M", 32, "M", 64, "M", 64], 7, 64, 3),
     # 1 x 8 x 8 (sklearn digits): 8 → 4; 32 x 4 x 4 features.
     "digits_cnn": ([16, 32, "M", 32], 4, 64, 1),
+    # mnist_cnn's architecture, named apart for mnist-super's own bundled weights.
+    "mnist_super_cnn": ([16, "M", 32, "M", 32], 7, 128, 1),
 }
 
 # torchvision archs and their target layers: the ReLU after the last convolution for VGG and

@@ -182,9 +182,10 @@ class RepresentativeInterpreter:
             if self.index is not None
             else f"|Q| = {self.n_boundaries}, not fitted"
         )
+        logic = ", granularity 'logic'" if self.granularity == "logic" else ""
         return (
             f"RepresentativeInterpreter({type(self.model).__name__} at {layer}, {fitted}, "
-            f"seed {self.seed}, device {self.device}, solver {self.solver!r})"
+            f"seed {self.seed}, device {self.device}, solver {self.solver!r}{logic})"
         )
 
     @property

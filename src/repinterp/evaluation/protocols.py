@@ -48,7 +48,9 @@ Protocols (each a function of a `Setup` and `Options`, see `evaluate`):
 All numbers are percentages (ROAD: percentage points; ``sanity``: correlations and SSIM).
 Every run uses seed ``options.seed + r`` for ``Q``, k-means, the sampled inputs and, with
 ``split="per-run"``, its own stratified draw of reference and unseen images
-(`setup.Setup.draw`). The same seed gives the same numbers on CPU.
+(`setup.Setup.draw`) and, when the setup holds several trained models
+(``load_setup(model_seeds=N)``), model ``r`` (`setup.Setup.for_run`). The same seed gives the
+same numbers on CPU.
 
 The pieces: the model and data (`setup.Setup`), one seeded run (`run.Run`), the compared
 methods (`methods`), the scores (`scoring`). Reports of the results: `repinterp.report`.
@@ -363,20 +365,28 @@ def evaluate(setup: Setup, protocol: str, options: Options | None = None) -> dic
         A JSON-ready dict: ``dataset``, ``protocol``, ``runs``, ``seeds``, ``setup``,
         ``options``, ``time_s``, ``model_acc`` (the model's accuracy on each part of the runs'
         images), ``fit_s`` (seconds per fit of each sampling used), ``per_run`` (each run's
-        numbers, for paired comparisons), and the protocol's numbers (mean, and ``KEY_std``):
+        numbers, for paired comparisons, and its ``model``: `Setup.model_record`), and the
+        protocol's numbers (mean, and ``KEY_std``):
         ``methods`` (``unseen``, ``reference``, ``similar``, ``sanity``), ``common``
         (``reference``: the methods on RI's similar images), ``reference`` /
         ``unseen`` (``coverage``), ``samplings`` (``q-sweep``), ``rankings`` (``similar``).
     """
     options = options or Options()
     check_protocol(protocol)
+    if setup.models and options.runs != len(setup.models):
+        raise ValueError(
+            f"{options.runs} runs on {len(setup.models)} models: run r uses model r, so --runs "
+            "must equal --model-seeds"
+        )
     start = time.perf_counter()
     seeds = [options.seed + r for r in range(options.runs)]
-    per_run, fit_s, kmeans_s, sizes = [], [], [], []
-    for seed in tqdm(seeds, desc=protocol, unit="run", disable=not options.progress):
-        drawn = setup.draw(seed, options.draw) if options.split == "per-run" else setup
+    per_run, models, fit_s, kmeans_s, sizes = [], [], [], [], []
+    for r, seed in enumerate(tqdm(seeds, desc=protocol, unit="run", disable=not options.progress)):
+        on_model = setup.for_run(r)
+        drawn = on_model.draw(seed, options.draw) if options.split == "per-run" else on_model
         run = Run(drawn, seed, options)
         per_run.append(_RUNNERS[protocol](run) | {"model_acc": _accuracy(drawn)})
+        models.append(on_model.model_record())
         fit_s.append(run.fit_seconds)
         kmeans_s.append(run.kmeans_s)
         sizes.append((len(drawn.reference), len(drawn.unseen)))
@@ -388,7 +398,7 @@ def evaluate(setup: Setup, protocol: str, options: Options | None = None) -> dic
         "setup": setup.describe() | {"run_sizes": sorted(set(sizes))},
         "options": options.describe(),
         **_aggregate(per_run),
-        "per_run": per_run,
+        "per_run": [run | {"model": model} for run, model in zip(per_run, models, strict=True)],
         "ri_fit_s": float(np.mean([f["uniform"] for f in fit_s])),
         "fit_s": {key: float(np.mean([f[key] for f in fit_s])) for key in fit_s[0]},
         "kmeans_s": float(np.mean(kmeans_s)),

@@ -258,9 +258,8 @@ class Recipe:
     trained with seeds 0, 1, ... gives that many models.
 
     Attributes:
-        arch: the architecture ([`zoo`][repinterp.models.zoo]).
-        epochs, lr, batch_size, optimizer, weight_decay, momentum, schedule, warmup_epochs,
-            label_smoothing, hflip, dropout: as in `train`.
+        arch: the architecture ([`zoo`][repinterp.models.zoo]); the other fields are the
+            arguments of `train` of the same names.
     """
 
     arch: str

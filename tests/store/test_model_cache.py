@@ -15,6 +15,7 @@ from repinterp.evaluation.options import Options
 from repinterp.evaluation.protocols import evaluate
 from repinterp.evaluation.setup import RECIPES, WEIGHTS_DIR, load_setup
 from repinterp.models.train import Recipe
+from repinterp.report.tables import results_markdown
 from repinterp.runtime.checksums import file_sha256
 from repinterp.store import model_cache
 from repinterp.store.model_cache import trained_model
@@ -107,6 +108,7 @@ def test_each_run_uses_its_own_model_and_results_name_it(tmp_path) -> None:
         assert record["held_out_acc"] == pytest.approx(expected)
     assert results["setup"]["model_seeds"] == [0, 1]
     assert results["setup"]["recipe"] == TINY.settings()
+    assert "Each run on its own model" in results_markdown(results)
     with pytest.raises(ValueError, match="3 runs on 2 models"):
         evaluate(setup, "coverage", dataclasses.replace(options, runs=3))
 

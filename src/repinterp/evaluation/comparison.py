@@ -136,7 +136,8 @@ def compare(
         higher_is_better: of the score.
         units: per run, the differences of its units (`bootstrap_interval`); None: the
             interval resamples the runs alone.
-        draws, seed: of the bootstrap.
+        draws: bootstrap draws.
+        seed: their seed.
     """
     d = np.asarray(differences, dtype=float)
     interval = bootstrap_interval([[v] for v in d] if units is None else units, draws, seed)
@@ -175,9 +176,11 @@ def paired_comparisons(
 
     Args:
         per_run: a protocol's ``per_run`` (``unseen`` or ``reference``).
-        a, b: the methods.
+        a: the first method.
+        b: the method subtracted.
         reading: ``"methods"``, or ``reference``'s ``"common"``.
-        draws, seed: of the bootstrap.
+        draws: bootstrap draws.
+        seed: their seed.
 
     Returns:
         By score: `Comparison.to_dict` (``unseen``), or a list with one per K (``reference``;

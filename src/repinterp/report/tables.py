@@ -493,6 +493,13 @@ def _header(results: dict[str, Any]) -> str:
         else ""
     )
     spread = "mean ± std" if results["runs"] > 1 else "one run, no spread"
+    if setup.get("model_seeds"):
+        held_out = ", ".join(f"{run['model']['held_out_acc']:.1f}" for run in results["per_run"])
+        model_acc += (
+            f" Each run on its own model, trained by the recipe "
+            f"`{json.dumps(setup['recipe'])}` with seeds {setup['model_seeds']} (run r on "
+            f"model r; held-out accuracy {held_out}%)."
+        )
     return (
         f"Model `{setup['model']}` at layer `{setup['target_layer']}`; {images} images ({split}); "
         f"|Q| = {options['n_boundaries']}, |V| = {results['n_regions']}; "

@@ -39,7 +39,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "trained model's as layers are randomised from the top down, and random logit's SSIM "
         "of the maps of the predicted and another class, 1 for RI by construction)",
     )
-    add("--runs", type=int, help="seeded runs, mean ± std (5; 2 with --quick)")
+    add(
+        "--runs", type=int, help="seeded runs, mean ± std (5; 2 with --quick; N with --model-seeds)"
+    )
     add(
         "--quick",
         action="store_true",

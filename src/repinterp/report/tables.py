@@ -143,20 +143,20 @@ def _legend(results: dict[str, Any]) -> list[str]:
 
 def comparison_cell(comparison: dict[str, Any] | None) -> str:
     """A paired difference (`comparison.Comparison.to_dict`): ``mean ± std [low, high], k/n``
-    (k: the runs in which the first method is better), bold when it is a win; ``n/a`` without
-    one."""
+    (k: the runs in which the first method is better; no std for one run), bold when it is a
+    win; ``n/a`` without one."""
     if comparison is None or not math.isfinite(comparison["mean"]):
         return "n/a"
     c = comparison
+    spread = f" ± {c['std']:.2f}" if c["runs"] > 1 else ""
     text = (
-        f"{c['mean']:+.2f} ± {c['std']:.2f} [{c['low']:+.2f}, {c['high']:+.2f}], "
-        f"{c['better']}/{c['runs']}"
+        f"{c['mean']:+.2f}{spread} [{c['low']:+.2f}, {c['high']:+.2f}], {c['better']}/{c['runs']}"
     )
     return f"**{text}**" if c["win"] else text
 
 
 _WIN = (
-    "mean ± std over the runs [95% interval from a paired bootstrap over the runs and, within "
+    "{spread} [95% interval from a paired bootstrap over the runs and, within "
     "each, the {units}{alone}], k/n: the runs in which the first method is better. Bold: a win, "
     "the same sign in every run and an interval that excludes 0 (the first method's when k = n, "
     "the other's when k = 0)"
@@ -176,6 +176,7 @@ def _paired_tables(results: dict[str, Any], reading: str, which: str) -> list[st
     intro = (
         f"Paired differences {method_label(first)} − each other method, {which}; "
         + _WIN.format(
+            spread="mean ± std over the runs" if results["runs"] > 1 else "the difference",
             units=units,
             alone="; per interp.: the runs alone" if results["protocol"] == "unseen" else "",
         )

@@ -43,23 +43,43 @@ _CURVE_COLUMNS = [
 # Columns of the polytope groups (`repinterp.core.groups`): key, header.
 _GROUP_COLUMNS = [
     ("distinct_polytopes", "distinct polytopes"),
+    ("merged_groups", "merged groups (Jaccard >= 0.9)"),
     ("effective_groups", "effective groups"),
+    ("merged_effective_groups", "effective merged groups"),
     ("largest_group_share", "largest group of a class (%)"),
     ("singletons", "polytopes of one image"),
+]
+_SUBCONCEPT_COLUMNS = [
     ("subconcept_purity", "sub-concept purity (%)"),
     ("subconcept_purity_class", "sub-concept purity of one group per class (%)"),
+    ("ami", "within-class AMI"),
+    ("ami_null", "AMI, sub-concepts shuffled: mean"),
+    ("ami_null_p95", "95th percentile"),
+    ("ami_ceiling", "AMI of k-means (ceiling)"),
+]
+_OUTSIDE_COLUMNS = [
+    ("outside_share", "outside the main polytope (%)"),
+    ("margin_main", "logit margin: main"),
+    ("margin_outside", "outside"),
+    ("error_main", "errors (%): main"),
+    ("error_outside", "outside"),
+    ("jaccard_outside", "Jaccard with the main polytope's cover"),
 ]
 
 
-def cell(block: dict[str, Any], key: str, index: int | None = None, best: bool = False) -> str:
-    """``mean ± std`` of ``block[key]`` (its ``index``-th value for a list), the mean alone when
-    there is no spread to show (one run), ``n/a`` when missing; bold if ``best``."""
+def cell(
+    block: dict[str, Any], key: str, index: int | None = None, best: bool = False, digits: int = 2
+) -> str:
+    """``mean ± std`` of ``block[key]`` (its ``index``-th value for a list) with ``digits``
+    decimals, the mean alone when there is no spread to show (one run), ``n/a`` when missing;
+    bold if ``best``."""
     mean, std = block.get(key), block.get(f"{key}_std")
     if index is not None and mean is not None:
         mean, std = mean[index], std[index]
     if mean is None or not math.isfinite(mean):
         return "n/a"
-    text = f"{mean:.2f}" if block.get("_runs", 2) == 1 else f"{mean:.2f} ± {std:.2f}"
+    text = f"{mean:.{digits}f}"
+    text += "" if block.get("_runs", 2) == 1 else f" ± {std:.{digits}f}"
     return f"**{text}**" if best else text
 
 
@@ -105,23 +125,61 @@ def _columns_table(
     return _table(header, rows)
 
 
+def _digits(key: str) -> int:
+    """Decimals of a group column: 3 for the AMI (about 0.01 to 0.1 here), else 2."""
+    return 3 if key.startswith("ami") else 2
+
+
 def _groups_table(blocks: dict[str, Any], first: str, images: str) -> list[str]:
     """The polytope groups of the blocks that have them (none: no lines), under a sentence
-    saying which ``images`` were grouped."""
+    saying which ``images`` were grouped: the counts, the sub-concept measures (or why there
+    are none) and the images outside their class's main polytope."""
     found = {name: b for name, b in blocks.items() if "distinct_polytopes" in b}
     if not found:
         return []
-    columns = [c for c in _GROUP_COLUMNS if any(c[0] in b for b in found.values())]
-    rows = [
-        [method_label(name), *[cell(b, key) for key, _ in columns]] for name, b in found.items()
-    ]
-    return [
+
+    def table(columns: list[tuple[str, str]]) -> list[str]:
+        columns = [c for c in columns if any(c[0] in b for b in found.values())]
+        rows = [
+            [method_label(name), *[cell(b, key, digits=_digits(key)) for key, _ in columns]]
+            for name, b in found.items()
+        ]
+        return _table([first, *[header for _, header in columns]], rows) if columns else []
+
+    lines = [
         "",
         f"What RI finds: {images} grouped by the polytope P explaining them (its class, "
-        "boundaries and sides); effective groups = exp of the entropy of the group sizes:",
+        "boundaries and sides); effective groups = exp of the entropy of the group sizes; "
+        "merged groups: polytopes whose covered reference sets have Jaccard >= 0.9 merged, "
+        "transitively (`repinterp.core.groups`):",
         "",
-        *_table([first, *[header for _, header in columns]], rows),
+        *table(_GROUP_COLUMNS),
+        "",
     ]
+    if any("subconcept_purity" in b for b in found.values()):
+        lines += [
+            "Sub-concepts: the groups' purity beside one group per class; the within-class "
+            "adjusted mutual information between groups and sub-concepts (weighted by class "
+            "size; 0: chance, 1: the groups are the sub-concepts), the same with the "
+            "sub-concepts shuffled within each class (50 draws: mean, 95th percentile), and "
+            "k-means with k = the class's sub-concepts on the same feature maps (the ceiling):",
+            "",
+            *table(_SUBCONCEPT_COLUMNS),
+            "",
+        ]
+    else:
+        lines += ["No sub-concept labels on this data set: no purity or AMI.", ""]
+    outside = table(_OUTSIDE_COLUMNS)
+    if outside:
+        lines += [
+            "The images outside their class's largest polytope against those in it: their "
+            "share, the median logit margin (largest logit minus the second), the model's "
+            "error rate, and the median Jaccard index of an outside image's covered reference "
+            "set with the main polytope's:",
+            "",
+            *outside,
+        ]
+    return lines[:-1] if lines[-1] == "" else lines
 
 
 def _legend(results: dict[str, Any]) -> list[str]:

@@ -21,6 +21,7 @@ from repinterp.evaluation.protocols import evaluate
 from repinterp.evaluation.sanity import (
     RANDOM_METHODS,
     CAMExplainer,
+    can_shuffle,
     cascade,
     draw_maps,
     map_similarity,
@@ -198,6 +199,17 @@ def test_the_data_randomisation_model_learns_permuted_labels(mnist: Setup) -> No
     drawn = ~no_map(maps)
     np.testing.assert_allclose(similarity["Spearman"][drawn], 1, atol=1e-9)
     assert np.isnan(similarity["Spearman"][~drawn]).all()
+
+
+def test_without_a_zoo_architecture_the_data_randomisation_is_left_out(mnist: Setup) -> None:
+    custom = replace(mnist, arch=None)  # a model of one's own: nothing to train anew
+    assert not can_shuffle(custom) and can_shuffle(mnist)
+    with pytest.raises(ValueError, match="it needs a zoo model"):
+        shuffled_label_model(custom, seed=0, epochs=1)
+    results = evaluate(custom, "sanity", replace(SMALL, runs=1, methods=("Grad-CAM",)))
+    assert "shuffled_model" not in results
+    assert "data_randomisation" not in results["methods"]["Grad-CAM"]
+    assert "Data randomisation not run" in results_markdown(results)
 
 
 def test_methods_other_than_ri_and_the_cams_are_refused(mnist: Setup) -> None:

@@ -55,6 +55,7 @@ __all__ = [
     "CAMExplainer",
     "Cascade",
     "ConstantMapsAllowed",
+    "can_shuffle",
     "cascade",
     "draw_maps",
     "efficient_mprt",
@@ -305,6 +306,12 @@ def map_similarity(maps: np.ndarray, others: np.ndarray) -> dict[str, np.ndarray
     return {"Spearman": spearman, "SSIM": ssim, "no_map": no_map(others)}
 
 
+def can_shuffle(setup: Setup) -> bool:
+    """Whether `shuffled_label_model` can train the setup's model anew: a zoo architecture
+    (``setup.arch``) and reference images held in memory (a bundled data set)."""
+    return setup.arch is not None and isinstance(setup.reference, ImageSet)
+
+
 def shuffled_label_model(setup: Setup, seed: int, epochs: int) -> tuple[nn.Module, dict[str, Any]]:
     """The data-randomisation test's model (Adebayo et al. 2018, §4.2): the setup's
     architecture, initialised with ``seed``, trained (`models.train.train`, the recipe of the
@@ -321,7 +328,7 @@ def shuffled_label_model(setup: Setup, seed: int, epochs: int) -> tuple[nn.Modul
             held in memory (an image folder).
     """
     reference = setup.reference
-    if setup.arch is None or not isinstance(reference, ImageSet):
+    if not can_shuffle(setup):
         raise ValueError(
             "the data-randomisation test trains the setup's architecture on its reference "
             "images in memory: it needs a zoo model (--model) and a bundled data set"
@@ -425,11 +432,13 @@ def sanity(run: Run) -> dict[str, Any]:
         bottom-up cascade (``MPRT_bottom_up...``), ``eMPRT`` (`efficient_mprt`'s mean) and
         ``eMPRT_undefined`` (%), ``RandomLogit`` (mean SSIM), ``RandomLogit_undefined`` (%),
         ``data_randomisation`` (the maps of the model trained on permuted labels,
-        `shuffled_label_model`, against the trained model's: `_similarity_block`), for the
+        `shuffled_label_model`, against the trained model's: `_similarity_block`; where
+        `can_shuffle`), for the
         methods with randomness (`RANDOM_METHODS`) ``reseeded`` (the maps with the randomness
         drawn anew against the run's, on the trained model: the floor a randomisation must
         fall below), and ``time_s`` (all checks, RI's refits included). ``shuffled_model``:
-        what `shuffled_label_model` measured.
+        what `shuffled_label_model` measured (absent where the model cannot be trained anew:
+        `can_shuffle`).
 
     Raises:
         ValueError: a method other than `SANITY_METHODS`.
@@ -448,7 +457,11 @@ def sanity(run: Run) -> dict[str, Any]:
     x = setup.inputs("unseen", rows).cpu().numpy()
     y = setup.predictions["unseen"][rows].numpy()
     device = str(setup.device)
-    shuffled, trained_on_shuffled = shuffled_label_model(setup, run.seed, options.shuffled_epochs)
+    shuffled, trained_on_shuffled = None, None
+    if can_shuffle(setup):
+        shuffled, trained_on_shuffled = shuffled_label_model(
+            setup, run.seed, options.shuffled_epochs
+        )
     methods = {}
     for name in names:
         start = time.perf_counter()
@@ -464,15 +477,17 @@ def sanity(run: Run) -> dict[str, Any]:
         )
         block |= {"RandomLogit": _mean(logit), "RandomLogit_undefined": _undefined(logit)}
         maps = draw_maps(explain, setup.model, x, y, batch_size)
-        # The model trained on permuted labels predicts other classes: each map is its own
-        # prediction's (RI's always is; the CAMs are asked for it).
-        other = draw_maps(explain, shuffled, x, _predicted(shuffled, x), batch_size)
-        block["data_randomisation"] = _similarity_block(map_similarity(maps, other))
+        if shuffled is not None:
+            # The model trained on permuted labels predicts other classes: each map is its
+            # own prediction's (RI's always is; the CAMs are asked for it).
+            other = draw_maps(explain, shuffled, x, _predicted(shuffled, x), batch_size)
+            block["data_randomisation"] = _similarity_block(map_similarity(maps, other))
         if name in RANDOM_METHODS:
             again = draw_maps(_reseeded(run, name), setup.model, x, y, batch_size)
             block["reseeded"] = _similarity_block(map_similarity(maps, again))
         methods[name] = block | {"time_s": time.perf_counter() - start}
-    return {"methods": methods, "shuffled_model": trained_on_shuffled}
+    out: dict[str, Any] = {"methods": methods}
+    return out if trained_on_shuffled is None else out | {"shuffled_model": trained_on_shuffled}
 
 
 def _predicted(model: nn.Module, x: np.ndarray) -> np.ndarray:

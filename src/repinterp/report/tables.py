@@ -461,22 +461,44 @@ def _sanity_cascade(results: dict[str, Any], key: str, order: str) -> list[str]:
     ]
 
 
+def _data_randomisation(results: dict[str, Any]) -> list[str]:
+    """The data-randomisation table (each method, then its reseeded floor) under its
+    sentence, or why it was not run."""
+    if "shuffled_model" not in results:
+        return [
+            "Data randomisation not run: it trains the model's architecture anew on the "
+            "reference images held in memory (a zoo model on a bundled data set)."
+        ]
+    rows = []
+    for name in results["methods"]:
+        data = _inner(results, name, "data_randomisation") | {"options": results["options"]}
+        similarity = [_sanity_cell(data, name, key, None) for key in ("Spearman", "SSIM")]
+        rows.append([name, *similarity, _no_map_cell(data, name, "no_map", None)])
+        if "reseeded" in results["methods"][name]:
+            reseeded = _inner(results, name, "reseeded")
+            floor = [_sanity_cell(reseeded, name, key, None) for key in ("Spearman", "SSIM")]
+            rows.append([f"{name} (Q reseeded)", *floor, "—"])
+    shuffled = _with_runs(results, {"s": results["shuffled_model"]})["s"]
+    epochs = results["options"]["shuffled_epochs"]
+    return [
+        f"Data randomisation (Adebayo et al. 2018): the same architecture trained for {epochs} "
+        "epochs on the reference images with their labels "
+        f"permuted (it fits {cell(shuffled, 'train_accuracy')}% of the permuted labels and "
+        f"{cell(shuffled, 'unseen_accuracy')}% of the unseen images' true ones); each "
+        "method's maps of that model's predictions against its maps of the trained model "
+        "(Spearman, SSIM; lower: the maps depend on what the model learnt). `no map`: the "
+        "model on permuted labels draws none (RI, when it predicts one class for every "
+        "reference image: no boundary). `(Q reseeded)`: the floor, as above:",
+        "",
+        *_table(["Method", "Spearman", "SSIM", "images with no map"], rows),
+    ]
+
+
 def _md_sanity(results: dict[str, Any]) -> list[str]:
     """Both cascades with their floors and no-map counts, eMPRT, data randomisation and random
     logit."""
     methods = _with_runs(results, results["methods"])
     emprt = [[name, cell(m, "eMPRT"), cell(m, "eMPRT_undefined")] for name, m in methods.items()]
-    shuffled = _with_runs(results, {"s": results["shuffled_model"]})["s"]
-    data_rows = []
-    for name in results["methods"]:
-        data = _inner(results, name, "data_randomisation")
-        data["options"] = results["options"]
-        similarity = [_sanity_cell(data, name, key, None) for key in ("Spearman", "SSIM")]
-        data_rows.append([name, *similarity, _no_map_cell(data, name, "no_map", None)])
-        if "reseeded" in results["methods"][name]:
-            reseeded = _inner(results, name, "reseeded")
-            floor = [_sanity_cell(reseeded, name, key, None) for key in ("Spearman", "SSIM")]
-            data_rows.append([f"{name} (Q reseeded)", *floor, "—"])
     logit = [
         [name, cell(m, "RandomLogit"), cell(m, "RandomLogit_undefined")]
         for name, m in methods.items()
@@ -495,16 +517,7 @@ def _md_sanity(results: dict[str, Any]) -> list[str]:
         "",
         *_table(["Method", "eMPRT rise", "no complexity (%)"], emprt),
         "",
-        "Data randomisation (Adebayo et al. 2018): the same architecture trained for "
-        f"{results['options']['shuffled_epochs']} epochs on the reference images with their labels "
-        f"permuted (it fits {cell(shuffled, 'train_accuracy')}% of the permuted labels and "
-        f"{cell(shuffled, 'unseen_accuracy')}% of the unseen images' true ones); each "
-        "method's maps of that model's predictions against its maps of the trained model "
-        "(Spearman, SSIM; lower: the maps depend on what the model learnt). `no map`: the "
-        "model on permuted labels draws none (RI, when it predicts one class for every "
-        "reference image: no boundary). `(Q reseeded)`: the floor, as above:",
-        "",
-        *_table(["Method", "Spearman", "SSIM", "images with no map"], data_rows),
+        *_data_randomisation(results),
         "",
         "Random logit (Quantus `RandomLogit`): the mean SSIM of each image's map for its "
         "predicted class and for a random other class (lower: the map depends on the class "

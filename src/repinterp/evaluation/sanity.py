@@ -1,5 +1,5 @@
 """The sanity checks of Adebayo et al. (2018), "Sanity checks for saliency maps", for RI and
-each CAM, through Quantus (the ``sanity`` protocol).
+each CAM, mostly through Quantus (the ``sanity`` protocol).
 
 - Cascading model-parameter randomisation (`cascade`: ``quantus.MPRT`` with
   ``layer_order="top_down"``): the layers with parameters (those with ``reset_parameters``,
@@ -15,6 +15,20 @@ each CAM, through Quantus (the ``sanity`` protocol).
   explains the predicted class whatever the target (its map is that of the polytope ``P(x)``,
   ``other_targets="predicted"``), so its score is 1 by construction: the check measures
   whether a map depends on the class asked for, not whether it depends on the model.
+- The same cascade from the bottom layer up (``layer_order="bottom_up"``, the order
+  Quantus's eMPRT code advises), and eMPRT (`efficient_mprt`: the rise in the maps'
+  complexity once every layer is randomised). Quantus's sMPRT is not run: in the installed
+  Quantus (0.6) it draws its noisy maps with ``quantus.explain``, not with the given
+  ``explain_func``.
+- Data randomisation (`shuffled_label_model`): the same architecture trained on the
+  reference images with permuted labels; each method's maps of it against the trained
+  model's (`map_similarity`: Spearman and SSIM).
+- The floor (`RANDOM_METHODS`): RI is refitted on every randomised model, so its own
+  sampling of ``Q`` is part of any drop; its maps on the trained model with ``Q`` sampled
+  with another seed, against the run's, are what a randomisation must fall below.
+
+Each check counts, per step, the images whose map is constant (`no_map`): a method that
+draws no map is untested there, not passed.
 
 Both take the model's predictions on the images as targets. A map that is constant (a CAM's
 all-zero map, RI's map of an empty ``P(x)``) has no rank correlation or SSIM: its score is
@@ -240,10 +254,10 @@ def cascade(
     # MPRT explains the images of each step in turn, in batches, after its own first call(s).
     n = len(x)
     flags = np.concatenate(allowed.constant)[-len(scores) * n :].reshape(len(scores), n)
-    no_map = dict(zip(scores, flags, strict=True))
-    if any((~np.isnan(scores[step][no_map[step]])).any() for step in scores):
+    missing = dict(zip(scores, flags, strict=True))
+    if any((~np.isnan(scores[step][missing[step]])).any() for step in scores):
         raise RuntimeError("the maps MPRT drew do not line up with its scores")
-    return Cascade(scores, no_map)
+    return Cascade(scores, missing)
 
 
 def efficient_mprt(

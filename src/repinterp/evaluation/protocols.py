@@ -130,7 +130,8 @@ def _concepts(setup: Setup, part: str, rows: Tensor | list[int] | None = None) -
 
 def _outputs(run: Run, part: str, features: bool) -> tuple[Tensor | None, Tensor]:
     """A part's flattened feature maps at the run's layer (CPU; None unless ``features``) and
-    logits (CPU), for the groups' `ami_ceiling` and `outside_main`."""
+    logits (CPU), for the groups' `ami_ceiling` and `outside_main` (computed once per run:
+    `_group_stats` caches them)."""
     ri, chunks = run.interpreter, run.setup.chunks
     logits = torch.cat([ri.forward(x)[0].cpu() for x in chunks(part)])
     if not features:
@@ -147,7 +148,8 @@ def _group_stats(
     the reference set's own assignment), with their sub-concept measures where the part has
     sub-concepts and the images outside their class's main polytope."""
     concepts = _concepts(run.setup, part)
-    features, logits = _outputs(run, part, concepts is not None)
+    wanted = concepts is not None
+    features, logits = run.cached(("outputs", part, wanted), lambda: _outputs(run, part, wanted))
     labels = run.setup.labels(part)
     return regions.group_stats(region, concepts, features, logits, labels, run.seed).to_dict()
 

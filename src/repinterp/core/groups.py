@@ -279,7 +279,8 @@ def ami_ceiling(
 ) -> float:
     """`ami` of k-means groups: within each class, k-means (scikit-learn, ``random_state=seed``,
     3 starts) on the images' flattened feature maps with k = the sub-concepts among them.
-    What a grouping of the same feature maps into as many groups as sub-concepts reaches.
+    What a grouping of the same feature maps into as many groups as sub-concepts reaches: a
+    reference point, not a bound (a grouping into more groups may reach a higher AMI).
 
     Args:
         features: N x ... feature maps (flattened to N x D).

@@ -5,7 +5,9 @@ Each point changes one setting of the default (the bundled CNN's last conv ReLU,
 uniform sampling, the bundled weights). Each seed (0, 1, 2) draws its own stratified 3,000
 reference and 500 unseen images from the data-seed-0 split (as ``repinterp evaluate`` does,
 so the unseen images stay unseen by the model) and samples Q; the interpreter explains each
-unseen image by its own P(x), and `repinterp.core.groups.polytope_groups` groups those. Beside
+unseen image by its own P(x), and `repinterp.core.groups.polytope_groups` groups those (with
+the merged groups, the within-class AMI, its shuffled null and k-means ceiling, and the images
+outside their class's main polytope). Beside
 the sub-concept purity of the groups and of one group per class (the baseline), the purity of
 a chance split: the same groups with the sub-concept labels shuffled within each predicted
 class (small groups are pure by chance). CVR: the share of the unseen images that one of
@@ -211,7 +213,10 @@ def measure(setup: Setup, point: Point, seed: int, full_kmeans: bool) -> dict[st
     explanations = ri.explain_batch(unseen)
     concepts = drawn.unseen.concepts
     row: dict[str, Any] = {"seed": seed, "feature_shape": list(ri.fitted_index.feature_shape)}
-    row |= polytope_groups(explanations, concepts).to_dict()
+    features = None if concepts is None else ri.features(unseen).flatten(1).cpu()
+    logits = ri.forward(unseen)[0].cpu()
+    labels = drawn.labels("unseen")
+    row |= polytope_groups(explanations, concepts, features, logits, labels, seed).to_dict()
     if concepts is not None:
         row["subconcept_purity_shuffled"] = shuffled_purity(explanations, concepts, seed)
     row["boundaries_in_P"] = float(np.mean([e.boundaries.numel() for e in explanations]))
@@ -233,12 +238,16 @@ def measure(setup: Setup, point: Point, seed: int, full_kmeans: bool) -> dict[st
 
 
 def summary(rows: list[dict[str, Any]]) -> dict[str, list[float]]:
-    """Mean and sample std over the seeds of every number of the rows."""
+    """Mean and sample std over the seeds of every number of the rows (NaN values, e.g. the
+    margin of no image outside the main polytope, left out; NaN when all are)."""
     keys = [k for k, v in rows[0].items() if isinstance(v, float)]
-    return {
-        k: [float(np.mean([r[k] for r in rows])), float(np.std([r[k] for r in rows], ddof=1))]
-        for k in keys
-    }
+    out = {}
+    for k in keys:
+        values = np.array([r[k] for r in rows], dtype=float)
+        values = values[np.isfinite(values)]
+        spread = float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
+        out[k] = [float(values.mean()) if len(values) else float("nan"), spread]
+    return out
 
 
 def run() -> dict[str, Any]:
@@ -299,7 +308,7 @@ def run() -> dict[str, Any]:
 
 def cell(stats: dict[str, list[float]], key: str, digits: int = 1) -> str:
     """``mean ± std`` of a key, or n/a."""
-    if key not in stats:
+    if key not in stats or not np.isfinite(stats[key][0]):
         return "n/a"
     mean, std = stats[key]
     return f"{mean:.{digits}f} ± {std:.{digits}f}"
@@ -356,6 +365,44 @@ def markdown(results: dict[str, Any]) -> str:
                 f"{cell(s, 'singletons')} | {purity if 'subconcept_purity' in s else 'n/a'} | "
                 f"{cell(s, 'CVR')} | {cell(s, 'accuracy')} |"
             )
+        lines += [
+            "",
+            "Beyond the raw counts (`repinterp.core.groups`): the groups once polytopes whose "
+            "covered reference sets have Jaccard >= 0.9 are merged (transitively), and the "
+            "images outside their class's largest polytope against those in it (share, median "
+            "logit margin, the model's errors).",
+            "",
+            "| point | merged groups | effective merged groups | outside main (%) | margin: "
+            "main / outside | errors (%): main / outside |",
+            "|---|---|---|---|---|---|",
+        ]
+        for name, point in points.items():
+            s = point["mean_std"]
+            lines.append(
+                f"| {name.split(': ', 1)[1]} | {cell(s, 'merged_groups')} | "
+                f"{cell(s, 'merged_effective_groups')} | {cell(s, 'outside_share')} | "
+                f"{cell(s, 'margin_main')} / {cell(s, 'margin_outside')} | "
+                f"{cell(s, 'error_main')} / {cell(s, 'error_outside')} |"
+            )
+        if any("ami" in point["mean_std"] for point in points.values()):
+            lines += [
+                "",
+                "Within-class AMI between the groups and the sub-concepts (weighted by class "
+                "size), with the sub-concepts shuffled within each class (50 draws: mean, 95th "
+                "percentile), and k-means with k = sub-concepts per class on the same feature "
+                "maps (the ceiling):",
+                "",
+                "| point | AMI | shuffled: mean | shuffled: 95th percentile | k-means ceiling |",
+                "|---|---|---|---|---|",
+            ]
+            for name, point in points.items():
+                s = point["mean_std"]
+                amis = " | ".join(
+                    cell(s, key, 3) for key in ("ami", "ami_null", "ami_null_p95", "ami_ceiling")
+                )
+                lines.append(f"| {name.split(': ', 1)[1]} | {amis} |")
+        else:
+            lines += ["", "No sub-concept labels on this data set: no AMI."]
         lines += [
             "",
             "Why (per predicted class c, %): Q's boundaries between c and another class (the "

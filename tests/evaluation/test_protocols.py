@@ -188,7 +188,8 @@ def test_coverage_matches_a_brute_force_recomputation(mnist: Setup) -> None:
     }
     for key, value in expected.items():
         assert results["reference"][key] == pytest.approx(float(value)), key
-    assert evaluate(mnist, "coverage", SMALL)["reference"] == results["reference"]  # same seed
+    again = evaluate(mnist, "coverage", SMALL)["reference"]  # same seed, same numbers
+    assert again == pytest.approx(results["reference"], rel=0, abs=0, nan_ok=True)
 
 
 @pytest.mark.parametrize("method", ["RI", "Grad-CAM", "Score-CAM"])
@@ -643,6 +644,10 @@ def test_the_evaluate_options_name_the_real_choices() -> None:
 
 
 GROUP_KEYS = ("distinct_polytopes", "effective_groups", "largest_group_share", "singletons")
+GROUP_KEYS += ("merged_groups", "merged_effective_groups")
+OUTSIDE_KEYS = ("outside_share", "margin_main", "margin_outside", "error_main", "error_outside")
+OUTSIDE_KEYS += ("jaccard_outside",)
+AMI_KEYS = ("ami", "ami_null", "ami_null_p95", "ami_ceiling")
 
 
 def _groups(block: dict) -> dict:
@@ -660,8 +665,18 @@ def test_ri_reports_the_polytopes_it_finds_in_every_protocol(mnist: Setup) -> No
         assert _groups(results["methods"][name]) == pytest.approx(expected)
         assert _groups(results["per_run"][0]["methods"][name]) == pytest.approx(expected)
     assert not set(GROUP_KEYS) & set(results["methods"]["Score-CAM+class"])  # no polytopes
+    # the images outside their class's main polytope, by the model's logits and the labels
+    with torch.no_grad():
+        logits = mnist.model(mnist.inputs("unseen"))
+    outside = regions.group_stats(region, logits=logits, labels=mnist.labels("unseen")).outside
+    block = results["per_run"][0]["methods"]["RI"]
+    found = {key: block[key] for key in OUTSIDE_KEYS}
+    assert found == pytest.approx(outside, nan_ok=True)
+    assert not set(AMI_KEYS) & set(block)  # no sub-concepts, no AMI
     text = results_markdown(results)
     assert "What RI finds: the unseen images grouped by the polytope" in text
+    assert "No sub-concept labels on this data set: no purity or AMI." in text
+    assert "| Method | outside the main polytope (%) | logit margin: main |" in text
     assert "| polytope-averaged Score-CAM (RI+score) |" in text and "| Score-CAM+class |" in text
 
     coverage = evaluate(mnist, "coverage", SMALL)
@@ -686,3 +701,14 @@ def test_ri_reports_subconcept_purity_on_shapes(shapes_setup: Setup) -> None:
     assert block["subconcept_purity"] == pytest.approx(100 * expected.subconcept_purity)
     assert block["subconcept_purity_class"] == pytest.approx(100 * expected.subconcept_purity_class)
     assert block["subconcept_purity"] >= block["subconcept_purity_class"]  # groups nest in classes
+    # within-class AMI, its null and its k-means ceiling, on the unseen images' feature maps
+    ri = regions.interpreter
+    inputs = shapes_setup.inputs("unseen")
+    features, logits = ri.features(inputs).flatten(1).cpu(), ri.forward(inputs)[0].cpu()
+    labels = shapes_setup.labels("unseen")
+    concepts = shapes_setup.unseen.concepts
+    full = regions.group_stats(region, concepts, features, logits, labels, seed=0).to_dict()
+    first = results["per_run"][0]["methods"]["RI"]
+    assert {key: first[key] for key in AMI_KEYS} == pytest.approx({k: full[k] for k in AMI_KEYS})
+    assert -1 <= first["ami"] <= 1 and first["ami_null"] <= first["ami_null_p95"]
+    assert "| Method | sub-concept purity (%) |" in results_markdown(results)

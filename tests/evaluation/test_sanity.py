@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from dataclasses import replace
 
 import numpy as np
@@ -17,9 +18,19 @@ from pytorch_grad_cam.utils.model_targets import ClassifierOutputTarget
 
 from repinterp.evaluation.options import Options
 from repinterp.evaluation.protocols import evaluate
-from repinterp.evaluation.sanity import CAMExplainer, cascade
+from repinterp.evaluation.sanity import (
+    RANDOM_METHODS,
+    CAMExplainer,
+    can_shuffle,
+    cascade,
+    draw_maps,
+    map_similarity,
+    no_map,
+    shuffled_label_model,
+)
 from repinterp.evaluation.setup import Setup, load_setup
 from repinterp.models.split import resolve_module
+from repinterp.report.tables import results_markdown
 
 from ..commandline import run
 
@@ -27,7 +38,7 @@ quantus = pytest.importorskip("quantus")
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-SMALL = Options(runs=2, split="fixed", sanity_images=4, progress=False)
+SMALL = Options(runs=2, split="fixed", sanity_images=4, shuffled_epochs=1, progress=False)
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +67,7 @@ def test_the_cascade_randomises_one_more_layer_at_a_time_from_the_top(mnist: Set
             seen.append(_parameters(model))
         return explain(model, inputs, targets, device)
 
-    steps = cascade(model, x, y, recording, seed=3)
+    steps = cascade(model, x, y, recording, seed=3).scores
     layers = list(steps)[1:]
     owners = [name for name, m in model.named_modules() if list(m.parameters(recurse=False))]
     assert layers == owners[::-1]  # every layer with parameters, the top one first
@@ -91,9 +102,15 @@ def test_a_method_that_draws_nothing_on_a_randomised_model_scores_nan(mnist: Set
         maps = explain(model, inputs, targets, device)
         return maps if model is mnist.model else np.zeros_like(maps)
 
-    steps = cascade(model, x, y, nothing_once_randomised, seed=0)
-    np.testing.assert_allclose(steps["original"], 1, atol=1e-9)
-    assert len(steps) > 2 and all(np.isnan(v).all() for k, v in steps.items() if k != "original")
+    for order in ("top_down", "bottom_up"):
+        steps, no_map = cascade(model, x, y, nothing_once_randomised, seed=0, order=order)
+        np.testing.assert_allclose(steps["original"], 1, atol=1e-9)
+        assert len(steps) > 2
+        assert all(np.isnan(v).all() for k, v in steps.items() if k != "original")
+        # every image of every randomised step is counted as drawing no map, none of the trained
+        assert list(no_map) == list(steps) and not no_map["original"].any()
+        assert all(v.tolist() == [True] * 4 for k, v in no_map.items() if k != "original")
+    assert list(steps)[1] == "features.0"  # bottom up: the first layer first
 
 
 def test_cam_explain_func_gives_the_librarys_own_maps(mnist: Setup) -> None:
@@ -127,6 +144,74 @@ def test_runs_are_seeded_and_ri_ignores_the_target(mnist: Setup) -> None:
     assert ri["MPRT"]["original"] == pytest.approx(1) and ri["MPRT"][top] < 0.95
 
 
+def test_only_ri_draws_at_random_and_its_reseeded_floor_is_reported(mnist: Setup) -> None:
+    """The CAMs' maps are a function of model and image (two calls, the same maps), so only
+    RI, whose Q is sampled, has a reseeded row: its maps with another seed of Q correlate
+    with its own below 1 (the floor), on the trained model."""
+    assert RANDOM_METHODS == ("RI",)
+    x, y = _batch(mnist, 4)
+    for name in ("Grad-CAM", "Grad-CAM++", "Score-CAM"):
+        explain = CAMExplainer(name, mnist.target_layer)
+        np.testing.assert_array_equal(explain(mnist.model, x, y), explain(mnist.model, x, y))
+    results = evaluate(mnist, "sanity", replace(SMALL, methods=("RI", "Grad-CAM")))
+    for block in (results, *results["per_run"]):
+        assert "reseeded" in block["methods"]["RI"]
+        assert "reseeded" not in block["methods"]["Grad-CAM"]
+    floor = results["methods"]["RI"]["reseeded"]
+    assert 0 < floor["Spearman"] < 0.999 and floor["no_map"] == 0
+    for name in ("RI", "Grad-CAM"):  # every check of every method, per step and order
+        block = results["per_run"][0]["methods"][name]
+        for key in ("MPRT", "MPRT_bottom_up"):
+            assert list(block[f"{key}_no_map"]) == list(block[key])
+            assert all(0 <= v <= 4 for v in block[f"{key}_no_map"].values())
+        assert {"Spearman", "SSIM", "no_map"} <= set(block["data_randomisation"])
+        assert "eMPRT" in block
+    text = results_markdown(results)
+    assert "| RI (Q reseeded) | " in text
+    assert "Images whose map is constant, i.e. no map" in text and " of 4 |" in text
+
+
+def test_a_step_without_maps_reads_no_map_never_a_score(mnist: Setup) -> None:
+    results = evaluate(mnist, "sanity", replace(SMALL, methods=("RI", "Grad-CAM")))
+    top = [k for k in results["methods"]["RI"]["MPRT"] if not k.endswith("_std")][1]
+    row = next(line for line in results_markdown(results).splitlines() if line.startswith("| RI |"))
+    assert "no map" not in row
+    for block in results["per_run"]:  # as if RI drew nothing once the top layer is randomised
+        block["methods"]["RI"]["MPRT"][top] = None
+        block["methods"]["RI"]["MPRT_no_map"][top] = 4.0
+    row = next(line for line in results_markdown(results).splitlines() if line.startswith("| RI |"))
+    assert row.split(" | ")[2] == "no map"
+    results["per_run"][0]["methods"]["RI"]["MPRT"][top] = 0.5  # one run with a map
+    row = next(line for line in results_markdown(results).splitlines() if line.startswith("| RI |"))
+    assert row.split(" | ")[2] == "0.50 in 1 runs, no map in 1"
+
+
+def test_the_data_randomisation_model_learns_permuted_labels(mnist: Setup) -> None:
+    model, measured = shuffled_label_model(mnist, seed=0, epochs=1)
+    again, _ = shuffled_label_model(mnist, seed=0, epochs=1)
+    weights, weights_again = model.state_dict(), again.state_dict()
+    assert all(torch.equal(weights[key], weights_again[key]) for key in weights)
+    assert type(model) is type(mnist.model) and not model.training
+    assert measured["epochs"] == 1 and measured["unseen_accuracy"] < 40  # chance: 10 %
+    x, _ = _batch(mnist, 8)
+    maps = draw_maps(CAMExplainer("Grad-CAM", mnist.target_layer), model, x, np.zeros(8, int), 8)
+    similarity = map_similarity(maps, maps)
+    drawn = ~no_map(maps)
+    np.testing.assert_allclose(similarity["Spearman"][drawn], 1, atol=1e-9)
+    assert np.isnan(similarity["Spearman"][~drawn]).all()
+
+
+def test_without_a_zoo_architecture_the_data_randomisation_is_left_out(mnist: Setup) -> None:
+    custom = replace(mnist, arch=None)  # a model of one's own: nothing to train anew
+    assert not can_shuffle(custom) and can_shuffle(mnist)
+    with pytest.raises(ValueError, match="it needs a zoo model"):
+        shuffled_label_model(custom, seed=0, epochs=1)
+    results = evaluate(custom, "sanity", replace(SMALL, runs=1, methods=("Grad-CAM",)))
+    assert "shuffled_model" not in results
+    assert "data_randomisation" not in results["methods"]["Grad-CAM"]
+    assert "Data randomisation not run" in results_markdown(results)
+
+
 def test_methods_other_than_ri_and_the_cams_are_refused(mnist: Setup) -> None:
     with pytest.raises(ValueError, match=r"checks RI, Grad-CAM, Grad-CAM\+\+, Score-CAM, not ACE$"):
         evaluate(mnist, "sanity", replace(SMALL, runs=1, methods=("RI", "ACE")))
@@ -158,6 +243,9 @@ def test_cli_sanity_quick_writes_results_table_and_plot(tmp_path, capsys) -> Non
     header = "| Method | `original` | " + " | ".join(f"`{layer}`" for layer in layers)
     assert header + " | time (s) |" in text and "| Method | SSIM | constant maps (%) |" in text
     assert "| RI | 1.00 ± 0.00 | 0.00 ± 0.00 |" in text  # random logit: RI ignores the target
+    assert "| RI (Q reseeded) | " in text and "(Quantus `MPRT`, bottom-up)" in text
+    for method in methods:  # images without a map, per method and layer
+        assert re.search(rf"\n\| {re.escape(method)} \|( [0-9.]+ of 8 \|){{6}}\n", text)
     assert "![mnist5k-sanity.png](mnist5k-sanity.png)" in text
     png = (out / "mnist5k-sanity.png").read_bytes()
     assert png.startswith(b"\x89PNG") and len(png) > 5000

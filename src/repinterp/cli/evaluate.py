@@ -146,6 +146,7 @@ def prepare(args: argparse.Namespace) -> tuple[Setup, Options, str]:
         "sanity_images": (
             sizes["sanity_images"] if args.sanity_images is None else args.sanity_images
         ),
+        "shuffled_epochs": sizes["shuffled_epochs"],
     }
     if args.methods:
         all_ = (*PAPER, "ACE")

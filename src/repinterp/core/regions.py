@@ -252,7 +252,13 @@ class RegionSet:
         )
 
     def group_stats(
-        self, region: Tensor | None = None, subconcepts: Tensor | None = None
+        self,
+        region: Tensor | None = None,
+        subconcepts: Tensor | None = None,
+        features: Tensor | None = None,
+        logits: Tensor | None = None,
+        labels: Tensor | None = None,
+        seed: int = 0,
     ) -> GroupStats:
         """Images grouped by the polytope of the region interpreting them
         ([`polytope_groups`][repinterp.core.groups.polytope_groups]; regions of one polytope are one
@@ -262,10 +268,14 @@ class RegionSet:
             region: (N,) the region of each image (`Assignment.region`); None: the reference
                 set's (`reference_assignment`).
             subconcepts: (N,) sub-concept labels of the images, or None.
+            features, logits, labels, seed: the images' feature maps, logits and true classes,
+                and the seed, as `polytope_groups` takes them (each may be None).
         """
         if region is None:
             region = self.reference_assignment().region
-        return polytope_groups([self.regions[v] for v in region.tolist()], subconcepts)
+        return polytope_groups(
+            [self.regions[v] for v in region.tolist()], subconcepts, features, logits, labels, seed
+        )
 
     def predict(self, images: Tensor) -> Tensor:
         """N long: the class of each image's region."""

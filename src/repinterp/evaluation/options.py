@@ -45,6 +45,8 @@ class Options:
         curve_inputs: reference inputs of ``reference`` (the first ones) they score...
         curve_k: ... on their top-``curve_k`` similar images (reported for K <= curve_k).
         sanity_images: unseen images (drawn per run) the sanity checks explain.
+        shuffled_epochs: epochs the sanity checks' model on permuted labels trains (the data
+            randomisation test; 8, as the bundled ``mnist_cnn``).
         score_images: images whose weights are averaged: by polytope-averaged Score-CAM
             (``RI+score``: the input and covered images) and by the CAM controls
             (``+cluster``, ``+class``).
@@ -72,6 +74,7 @@ class Options:
     curve_inputs: int = 40
     curve_k: int = 10
     sanity_images: int = 100
+    shuffled_epochs: int = 8
     score_images: int = 16
     time_limit: float = 5.0
     ace_images: int = 50
@@ -81,7 +84,7 @@ class Options:
         counts = {"runs": self.runs, "n_boundaries": self.n_boundaries, "n_inputs": self.n_inputs}
         counts |= {"ace_images": self.ace_images, "n_regions": self.n_regions}
         counts |= {"score_images": self.score_images, "curve_k": self.curve_k}
-        counts |= {"sanity_images": self.sanity_images}
+        counts |= {"sanity_images": self.sanity_images, "shuffled_epochs": self.shuffled_epochs}
         for name, value in counts.items():
             if value is not None and value < 1:
                 raise ValueError(f"{name} must be >= 1, got {value}")
@@ -138,6 +141,8 @@ def check_protocol(protocol: str) -> None:
 FULL = {"n_reference": None, "n_unseen": 1000, "runs": 5, "n_inputs": 200, "split": "per-run"}
 FULL["curve_images"] = 200
 FULL["sanity_images"] = 100
+FULL["shuffled_epochs"] = 8
 QUICK = {"n_reference": 600, "n_unseen": 200, "runs": 2, "n_inputs": 30, "split": "fixed"}
 QUICK["curve_images"] = 20
 QUICK["sanity_images"] = 8
+QUICK["shuffled_epochs"] = 2

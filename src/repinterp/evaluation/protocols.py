@@ -15,8 +15,13 @@ Protocols (each a function of a `Setup` and `Options`, see `evaluate`):
   score ``curve_images`` unseen images drawn per run. Methods with regions (RI) also report
   their CVR and ACU-MD on the unseen set, and what RI finds: the unseen images grouped by the
   polytope of their region (`repinterp.core.groups`: ``distinct_polytopes``,
-  ``effective_groups``, ``largest_group_share`` (%), ``singletons``; on ``shapes``
-  ``subconcept_purity`` (%) beside one group per class, ``subconcept_purity_class``). The
+  ``effective_groups``, ``largest_group_share`` (%), ``singletons``, ``merged_groups`` and
+  ``merged_effective_groups`` (polytopes covering nearly the same reference images merged),
+  the images outside their class's main polytope: ``outside_share`` (%), median logit margin
+  ``margin_main`` / ``margin_outside``, ``error_main`` / ``error_outside`` (%),
+  ``jaccard_outside``; on ``shapes`` ``subconcept_purity`` (%) beside one group per class,
+  ``subconcept_purity_class``, and within-class ``ami`` with ``ami_null`` (mean),
+  ``ami_null_p95`` and ``ami_ceiling``; absent on data sets without sub-concepts). The
   controls ``CAM+cluster`` and ``CAM+class`` reuse weights averaged over a k-means cluster's
   images or a predicted class's (`methods.CAMMethod`).
 - ``coverage`` (Appendix D, Table 2): ACU-GT, ACU-MD and CVR of the regions on the reference
@@ -127,6 +132,32 @@ def _concepts(setup: Setup, part: str, rows: Tensor | list[int] | None = None) -
     return concepts if concepts is None or rows is None else concepts[torch.as_tensor(rows)]
 
 
+def _outputs(run: Run, part: str, features: bool) -> tuple[Tensor | None, Tensor]:
+    """A part's flattened feature maps at the run's layer (CPU; None unless ``features``) and
+    logits (CPU), for the groups' `ami_ceiling` and `outside_main` (computed once per run:
+    `_group_stats` caches them)."""
+    ri, chunks = run.interpreter, run.setup.chunks
+    logits = torch.cat([ri.forward(x)[0].cpu() for x in chunks(part)])
+    if not features:
+        return None, logits
+    if part == "reference":
+        return run.features, logits
+    return torch.cat([ri.features(x).flatten(1).cpu() for x in chunks(part)]), logits
+
+
+def _group_stats(
+    run: Run, regions: RegionSet, region: Tensor | None, part: str
+) -> dict[str, float]:
+    """The polytope groups of a part's images (`RegionSet.group_stats`, ``region`` None for
+    the reference set's own assignment), with their sub-concept measures where the part has
+    sub-concepts and the images outside their class's main polytope."""
+    concepts = _concepts(run.setup, part)
+    wanted = concepts is not None
+    features, logits = run.cached(("outputs", part, wanted), lambda: _outputs(run, part, wanted))
+    labels = run.setup.labels(part)
+    return regions.group_stats(region, concepts, features, logits, labels, run.seed).to_dict()
+
+
 def _unseen(run: Run) -> dict[str, Any]:
     setup, options = run.setup, run.options
     methods, units = {}, {}
@@ -142,7 +173,7 @@ def _unseen(run: Run) -> dict[str, Any]:
         if regions is not None:
             coverage = _coverage_of(regions, setup, "unseen")
             block |= {"CVR": coverage["CVR"], "ACU-MD": coverage["ACU-MD"]}
-            block |= regions.group_stats(groups, _concepts(setup, "unseen")).to_dict()
+            block |= _group_stats(run, regions, groups, "unseen")
         methods[name] = block | {"time_s": seconds}
     return {"methods": methods, "units": {"methods": units}}
 
@@ -156,8 +187,7 @@ def _coverage(run: Run) -> dict[str, Any]:
     regions, setup = run.regions, run.setup
     unseen = torch.cat([regions.assign(x).region.cpu() for x in setup.chunks("unseen")])
     return {
-        part: _coverage_of(regions, setup, part)
-        | regions.group_stats(region, _concepts(setup, part)).to_dict()
+        part: _coverage_of(regions, setup, part) | _group_stats(run, regions, region, part)
         for part, region in (("reference", None), ("unseen", unseen))
     }
 

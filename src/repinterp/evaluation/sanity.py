@@ -1,5 +1,5 @@
 """The sanity checks of Adebayo et al. (2018), "Sanity checks for saliency maps", for RI and
-each CAM, through Quantus (the ``sanity`` protocol).
+each CAM, mostly through Quantus (the ``sanity`` protocol).
 
 - Cascading model-parameter randomisation (`cascade`: ``quantus.MPRT`` with
   ``layer_order="top_down"``): the layers with parameters (those with ``reset_parameters``,
@@ -15,6 +15,20 @@ each CAM, through Quantus (the ``sanity`` protocol).
   explains the predicted class whatever the target (its map is that of the polytope ``P(x)``,
   ``other_targets="predicted"``), so its score is 1 by construction: the check measures
   whether a map depends on the class asked for, not whether it depends on the model.
+- The same cascade from the bottom layer up (``layer_order="bottom_up"``, the order
+  Quantus's eMPRT code advises), and eMPRT (`efficient_mprt`: the rise in the maps'
+  complexity once every layer is randomised). Quantus's sMPRT is not run: in the installed
+  Quantus (0.6) it draws its noisy maps with ``quantus.explain``, not with the given
+  ``explain_func``.
+- Data randomisation (`shuffled_label_model`): the same architecture trained on the
+  reference images with permuted labels; each method's maps of it against the trained
+  model's (`map_similarity`: Spearman and SSIM).
+- The floor (`RANDOM_METHODS`): RI is refitted on every randomised model, so its own
+  sampling of ``Q`` is part of any drop; its maps on the trained model with ``Q`` sampled
+  with another seed, against the run's, are what a randomisation must fall below.
+
+Each check counts, per step, the images whose map is constant (`no_map`): a method that
+draws no map is untested there, not passed.
 
 Both take the model's predictions on the images as targets. A map that is constant (a CAM's
 all-zero map, RI's map of an empty ``P(x)``) has no rank correlation or SSIM: its score is
@@ -28,31 +42,53 @@ is imported when a check runs (the optional ``quantus`` extra).
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import warnings
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
 from torch import nn
 
+from ..data.datasets import ImageSet
 from ..integrations import QuantusExplainer
+from ..integrations.quantus import refit
+from ..models.train import accuracy, train
+from ..models.zoo import DataShape, model_for
 from ..runtime.devices import model_device
 from .baselines import CAM_METHODS, channel_weights, reused_cam
 from .run import Run
+from .setup import Setup
 
 __all__ = [
+    "RANDOM_METHODS",
+    "RESEED_OFFSET",
     "SANITY_METHODS",
     "CAMExplainer",
+    "Cascade",
     "ConstantMapsAllowed",
+    "can_shuffle",
     "cascade",
+    "draw_maps",
+    "efficient_mprt",
+    "map_similarity",
+    "no_map",
     "random_logit",
     "sanity",
+    "shuffled_label_model",
 ]
 
 SANITY_METHODS = ("RI", *CAM_METHODS)
 """The methods the sanity checks take."""
+
+RANDOM_METHODS = ("RI",)
+"""The methods of `SANITY_METHODS` that draw something at random: RI (its sample of ``Q``).
+The CAMs draw nothing: their maps are a function of the model and the image."""
+
+RESEED_OFFSET = 10_000
+"""RI's ``Q`` of the reseeded floor is sampled with the run's seed plus this (no run's own)."""
 
 # A Quantus explain_func: (model, N x C x H x W inputs, N targets, device) -> N x 1 x H x W.
 ExplainFunc = Callable[..., np.ndarray]
@@ -118,15 +154,20 @@ class ConstantMapsAllowed:
 
     Args:
         explain: the method's ``explain_func``.
+
+    Attributes:
+        constant: per call, in order, which of its maps were constant (bool NumPy arrays).
     """
 
     def __init__(self, explain: ExplainFunc) -> None:
         self.explain = explain
+        self.constant: list[np.ndarray] = []
 
     def __call__(self, model: nn.Module, inputs: np.ndarray, targets: Any, **kwargs: Any) -> Any:
         maps = np.asarray(self.explain(model, inputs, targets, **kwargs))
-        flat = maps.reshape(len(maps), -1)
-        if flat.size and bool((flat == flat[:, :1]).all()):
+        constant = no_map(maps)
+        self.constant.append(constant)
+        if constant.size and bool(constant.all()):
             constants = np.arange(2, len(maps) + 2, dtype=maps.dtype)
             return np.broadcast_to(constants.reshape(-1, *[1] * (maps.ndim - 1)), maps.shape).copy()
         return maps
@@ -161,6 +202,19 @@ def _scores(
         )
 
 
+class Cascade(NamedTuple):
+    """What `cascade` measured, per step (``"original"``, then each layer randomised).
+
+    Attributes:
+        scores: the N Spearman rank correlations of the maps with the trained model's (NaN
+            where either map is constant).
+        no_map: N bools, True where the step's model draws no map (a constant one).
+    """
+
+    scores: dict[str, np.ndarray]
+    no_map: dict[str, np.ndarray]
+
+
 def cascade(
     model: nn.Module,
     x: np.ndarray,
@@ -169,8 +223,10 @@ def cascade(
     seed: int,
     device: str = "cpu",
     batch_size: int = 64,
-) -> dict[str, np.ndarray]:
-    """Cascading model-parameter randomisation from the top layer down (``quantus.MPRT``).
+    order: str = "top_down",
+) -> Cascade:
+    """Cascading model-parameter randomisation (``quantus.MPRT``) in ``order``: from the top
+    layer down (``"top_down"``) or from the bottom layer up (``"bottom_up"``).
 
     Args:
         model: the trained classifier (left as it is: Quantus randomises a copy).
@@ -180,16 +236,130 @@ def cascade(
         seed: Quantus's seed of the re-initialisations.
         device: where Quantus runs the model.
         batch_size: images per ``explain`` call.
+        order: ``"top_down"`` or ``"bottom_up"``.
 
     Returns:
         Per step, in order (``"original"``: the trained model's maps again, then the name of
-        each layer randomised, the top one first, every layer above it randomised too): the
-        N Spearman rank correlations of the maps with the trained model's (NaN for a constant
-        map).
+        each layer randomised, every layer before it in ``order`` randomised too): the scores
+        and the images without a map (`Cascade`).
+
+    Raises:
+        RuntimeError: the maps drawn do not line up with Quantus's scores (a Quantus whose
+            MPRT explains in another order than this one's).
     """
-    mprt = _quantus().MPRT(layer_order="top_down", seed=seed, **_QUIET)
-    scores = _scores(mprt, model, x, y, ConstantMapsAllowed(explain), device, batch_size)
-    return {layer: np.asarray(values, dtype=float) for layer, values in scores.items()}
+    allowed = ConstantMapsAllowed(explain)
+    mprt = _quantus().MPRT(layer_order=order, seed=seed, **_QUIET)
+    scores = _scores(mprt, model, x, y, allowed, device, batch_size)
+    scores = {layer: np.asarray(values, dtype=float) for layer, values in scores.items()}
+    # MPRT explains the images of each step in turn, in batches, after its own first call(s).
+    n = len(x)
+    flags = np.concatenate(allowed.constant)[-len(scores) * n :].reshape(len(scores), n)
+    missing = dict(zip(scores, flags, strict=True))
+    if any((~np.isnan(scores[step][missing[step]])).any() for step in scores):
+        raise RuntimeError("the maps MPRT drew do not line up with its scores")
+    return Cascade(scores, missing)
+
+
+def efficient_mprt(
+    model: nn.Module,
+    x: np.ndarray,
+    y: np.ndarray,
+    explain: ExplainFunc,
+    seed: int,
+    device: str = "cpu",
+    batch_size: int = 64,
+) -> np.ndarray:
+    """eMPRT (``quantus.EfficientMPRT``, Hedström et al. 2023): each map's relative rise in
+    complexity (discrete entropy) from the trained model to the one with every layer
+    randomised (bottom up), ``(H_random - H_trained) / H_trained``; higher: the map loses its
+    structure with the weights, as a sanity check expects.
+
+    Args: as in `cascade`.
+
+    Returns:
+        N rises (NaN where the trained model's map is constant: no complexity to rise from).
+    """
+    metric = _quantus().EfficientMPRT(seed=seed, **_QUIET)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        values = _scores(metric, model, x, y, ConstantMapsAllowed(explain), device, batch_size)
+    values = np.asarray(values, dtype=float)
+    return np.where(np.isfinite(values), values, np.nan)
+
+
+def no_map(maps: np.ndarray) -> np.ndarray:
+    """N bools: which of N maps (N x ...) are constant, i.e. draw nothing (a CAM's all-zero
+    map, RI's map of an empty ``P(x)``)."""
+    flat = np.asarray(maps).reshape(len(maps), -1)
+    if not flat.size:
+        return np.zeros(len(flat), dtype=bool)
+    return (flat == flat[:, :1]).all(1)
+
+
+def draw_maps(
+    explain: ExplainFunc, model: nn.Module, x: np.ndarray, y: np.ndarray, batch_size: int
+) -> np.ndarray:
+    """N x H x W: ``explain``'s maps of ``x`` (classes ``y``) on ``model``, in batches."""
+    parts = [
+        np.asarray(explain(model, x[i : i + batch_size], y[i : i + batch_size]))
+        for i in range(0, len(x), batch_size)
+    ]
+    return np.concatenate(parts).reshape(len(x), *x.shape[-2:])
+
+
+def map_similarity(maps: np.ndarray, others: np.ndarray) -> dict[str, np.ndarray]:
+    """Image by image, how alike two sets of N maps (N x H x W) are, as the cascade and random
+    logit measure it: ``Spearman`` (Quantus's ``correlation_spearman`` of the flattened maps)
+    and ``SSIM`` (Quantus's ``ssim``), both NaN where either map is constant (no map);
+    ``no_map``: N bools, where ``others`` draws none."""
+    similarity = _quantus().functions.similarity_func
+    missing = no_map(maps) | no_map(others)
+    spearman, ssim = np.full(len(maps), np.nan), np.full(len(maps), np.nan)
+    for i in np.flatnonzero(~missing):
+        spearman[i] = similarity.correlation_spearman(maps[i].ravel(), others[i].ravel())
+        ssim[i] = similarity.ssim(maps[i], others[i])
+    return {"Spearman": spearman, "SSIM": ssim, "no_map": no_map(others)}
+
+
+def can_shuffle(setup: Setup) -> bool:
+    """Whether `shuffled_label_model` can train the setup's model anew: a zoo architecture
+    (``setup.arch``) and reference images held in memory (a bundled data set)."""
+    return setup.arch is not None and isinstance(setup.reference, ImageSet)
+
+
+def shuffled_label_model(setup: Setup, seed: int, epochs: int) -> tuple[nn.Module, dict[str, Any]]:
+    """The data-randomisation test's model (Adebayo et al. 2018, §4.2): the setup's
+    architecture, initialised with ``seed``, trained (`models.train.train`, the recipe of the
+    bundled weights: Adam, lr 1e-3, batch 64) for ``epochs`` on the setup's reference images
+    with their labels permuted at random (seeded).
+
+    Returns:
+        The model (eval mode, on the setup's device) and what its training measured:
+        ``epochs``, ``train_accuracy`` (% of the permuted labels it fits), ``unseen_accuracy``
+        (% of the unseen images' true labels, about chance) and ``train_s``.
+
+    Raises:
+        ValueError: the setup's model is not a zoo architecture or its reference set is not
+            held in memory (an image folder).
+    """
+    reference = setup.reference
+    if not can_shuffle(setup):
+        raise ValueError(
+            "the data-randomisation test trains the setup's architecture on its reference "
+            "images in memory: it needs a zoo model (--model) and a bundled data set"
+        )
+    generator = torch.Generator().manual_seed(seed)
+    permuted = reference.labels[torch.randperm(len(reference), generator=generator)]
+    shuffled = dataclasses.replace(reference, labels=permuted)
+    model = model_for(setup.arch, DataShape.of(reference), None, seed=seed)
+    start = time.perf_counter()
+    train(model, shuffled, None, epochs=epochs, seed=seed, device=setup.device, progress=False)
+    seconds = time.perf_counter() - start
+    return model.eval(), {
+        "epochs": epochs,
+        "train_accuracy": 100 * accuracy(model, shuffled, device=setup.device),
+        "unseen_accuracy": 100 * accuracy(model, setup.unseen, device=setup.device),
+        "train_s": seconds,
+    }
 
 
 def random_logit(
@@ -233,15 +403,56 @@ def _explainer(run: Run, name: str) -> ExplainFunc:
     return CAMExplainer(name, run.setup.target_layer)
 
 
+def _reseeded(run: Run, name: str) -> ExplainFunc:
+    """A method's ``explain_func`` with its randomness drawn anew (`RANDOM_METHODS`): RI's
+    index fitted on the same reference set with ``Q`` sampled with ``run.seed +
+    RESEED_OFFSET``."""
+    if name != "RI":
+        raise ValueError(f"{name} draws nothing at random: there is nothing to reseed")
+    reseeded = refit(run.interpreter, seed=run.seed + RESEED_OFFSET)
+    return QuantusExplainer(reseeded, other_targets="predicted")
+
+
+def _cascade_block(steps: Cascade, key: str) -> dict[str, Any]:
+    """A cascade's numbers under ``key``: the mean Spearman correlation per step, the share of
+    images without one (``_undefined``, %) and the number without a map (``_no_map``)."""
+    return {
+        key: {step: _mean(v) for step, v in steps.scores.items()},
+        f"{key}_undefined": {step: _undefined(v) for step, v in steps.scores.items()},
+        f"{key}_no_map": {step: float(v.sum()) for step, v in steps.no_map.items()},
+    }
+
+
+def _similarity_block(similarity: dict[str, np.ndarray]) -> dict[str, float]:
+    """`map_similarity`'s means, the share of images without a score (%) and the number of
+    images the compared model draws no map for."""
+    return {
+        "Spearman": _mean(similarity["Spearman"]),
+        "SSIM": _mean(similarity["SSIM"]),
+        "undefined": _undefined(similarity["Spearman"]),
+        "no_map": float(similarity["no_map"].sum()),
+    }
+
+
 def sanity(run: Run) -> dict[str, Any]:
     """The sanity checks of one run, on ``options.sanity_images`` unseen images drawn with the
     run's seed (`Run.unseen_rows`), Quantus seeded with it too.
 
     Returns:
-        ``{"methods": {name: block}}``, a block holding ``MPRT`` (per step of `cascade`: the
-        mean Spearman correlation over the images), ``MPRT_undefined`` (per step: % of images
-        with a constant map), ``RandomLogit`` (mean SSIM), ``RandomLogit_undefined`` (%) and
-        ``time_s`` (both checks, RI's refits included).
+        ``{"methods": {name: block}, "shuffled_model": ...}``. A block holds ``MPRT`` (per step
+        of the top-down `cascade`: the mean Spearman correlation over the images),
+        ``MPRT_undefined`` (per step: % of images without a correlation), ``MPRT_no_map``
+        (per step: images the step's model draws no map for), the same three for the
+        bottom-up cascade (``MPRT_bottom_up...``), ``eMPRT`` (`efficient_mprt`'s mean) and
+        ``eMPRT_undefined`` (%), ``RandomLogit`` (mean SSIM), ``RandomLogit_undefined`` (%),
+        ``data_randomisation`` (the maps of the model trained on permuted labels,
+        `shuffled_label_model`, against the trained model's: `_similarity_block`; where
+        `can_shuffle`), for the
+        methods with randomness (`RANDOM_METHODS`) ``reseeded`` (the maps with the randomness
+        drawn anew against the run's, on the trained model: the floor a randomisation must
+        fall below), and ``time_s`` (all checks, RI's refits included). ``shuffled_model``:
+        what `shuffled_label_model` measured (absent where the model cannot be trained anew:
+        `can_shuffle`).
 
     Raises:
         ValueError: a method other than `SANITY_METHODS`.
@@ -260,19 +471,41 @@ def sanity(run: Run) -> dict[str, Any]:
     x = setup.inputs("unseen", rows).cpu().numpy()
     y = setup.predictions["unseen"][rows].numpy()
     device = str(setup.device)
+    shuffled, trained_on_shuffled = None, None
+    if can_shuffle(setup):
+        shuffled, trained_on_shuffled = shuffled_label_model(
+            setup, run.seed, options.shuffled_epochs
+        )
     methods = {}
     for name in names:
         start = time.perf_counter()
         explain = _explainer(run, name)
-        steps = cascade(setup.model, x, y, explain, run.seed, device, batch_size)
+        block: dict[str, Any] = {}
+        for order, key in (("top_down", "MPRT"), ("bottom_up", "MPRT_bottom_up")):
+            steps = cascade(setup.model, x, y, explain, run.seed, device, batch_size, order)
+            block |= _cascade_block(steps, key)
+        rises = efficient_mprt(setup.model, x, y, explain, run.seed, device, batch_size)
+        block |= {"eMPRT": _mean(rises), "eMPRT_undefined": _undefined(rises)}
         logit = random_logit(
             setup.model, x, y, explain, setup.n_classes, run.seed, device, batch_size
         )
-        methods[name] = {
-            "MPRT": {layer: _mean(v) for layer, v in steps.items()},
-            "MPRT_undefined": {layer: _undefined(v) for layer, v in steps.items()},
-            "RandomLogit": _mean(logit),
-            "RandomLogit_undefined": _undefined(logit),
-            "time_s": time.perf_counter() - start,
-        }
-    return {"methods": methods}
+        block |= {"RandomLogit": _mean(logit), "RandomLogit_undefined": _undefined(logit)}
+        maps = draw_maps(explain, setup.model, x, y, batch_size)
+        if shuffled is not None:
+            # The model trained on permuted labels predicts other classes: each map is its
+            # own prediction's (RI's always is; the CAMs are asked for it).
+            other = draw_maps(explain, shuffled, x, _predicted(shuffled, x), batch_size)
+            block["data_randomisation"] = _similarity_block(map_similarity(maps, other))
+        if name in RANDOM_METHODS:
+            again = draw_maps(_reseeded(run, name), setup.model, x, y, batch_size)
+            block["reseeded"] = _similarity_block(map_similarity(maps, again))
+        methods[name] = block | {"time_s": time.perf_counter() - start}
+    out: dict[str, Any] = {"methods": methods}
+    return out if trained_on_shuffled is None else out | {"shuffled_model": trained_on_shuffled}
+
+
+def _predicted(model: nn.Module, x: np.ndarray) -> np.ndarray:
+    """N classes: the model's predictions on N x C x H x W inputs."""
+    with torch.no_grad():
+        inputs = torch.as_tensor(x, device=model_device(model))
+        return model(inputs).argmax(1).cpu().numpy()

@@ -5,12 +5,13 @@ with ``x`` an N x C x H x W float NumPy batch of model inputs and ``y`` N class 
 labels given to the metric), and take N x 1 x H x W attributions (one map per image, broadcast
 over the channels), as Quantus's own ``explain`` returns them. The randomisation metrics (MPRT,
 ``ModelParameterRandomisation``) call it with copies of the model whose layers were randomised:
-RI's explanation of such a model is that of an interpreter fitted on it anew.
+RI's explanation of such a model is that of an interpreter fitted on it anew (`refit`).
 Quantus itself is not imported.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
@@ -20,7 +21,7 @@ from ..interpreter import RepresentativeInterpreter
 from ..models.split import model_fingerprint
 from .maps import check_other_targets, own_heatmaps
 
-__all__ = ["QuantusExplainer"]
+__all__ = ["QuantusExplainer", "refit"]
 
 
 class QuantusExplainer:
@@ -102,21 +103,38 @@ class QuantusExplainer:
         if fingerprint == self._fingerprint:
             return ri
         if self._other is None or self._other[0] != fingerprint:
-            if ri.reference is None:
-                raise ValueError(
-                    "explaining another model (e.g. MPRT's randomised copies) fits an index for "
-                    "it on the reference set, which the interpreter does not hold (it was "
-                    "loaded): set interpreter.reference to the set it was fitted on"
-                )
-            other = RepresentativeInterpreter(
-                model,
-                ri.target_layer,
-                device=ri.device,
-                allow_nonlinear_head=ri.allow_nonlinear_head,
-                solver=ri.solver,
-                time_limit=ri.time_limit,
-                output=ri.output,
-                config=ri.config,
-            )
-            self._other = (fingerprint, other.fit(ri.reference))
+            self._other = (fingerprint, refit(ri, model))
         return self._other[1]
+
+
+def refit(
+    interpreter: RepresentativeInterpreter,
+    model: nn.Module | None = None,
+    seed: int | None = None,
+) -> RepresentativeInterpreter:
+    """An interpreter with ``interpreter``'s settings fitted anew on the reference set it holds:
+    for ``model`` (None: its own), with ``Q`` sampled with ``seed`` (None: its own seed).
+
+    Raises:
+        ValueError: the interpreter holds no reference set (it was loaded), and the errors of
+            the interpreter and its fit.
+    """
+    ri = interpreter
+    if ri.reference is None:
+        raise ValueError(
+            "explaining another model (e.g. MPRT's randomised copies) or another Q fits an index "
+            "on the reference set, which the interpreter does not hold (it was loaded): set "
+            "interpreter.reference to the set it was fitted on"
+        )
+    config = ri.config if seed is None else dataclasses.replace(ri.config, seed=seed)
+    other = RepresentativeInterpreter(
+        ri.model if model is None else model,
+        ri.target_layer,
+        device=ri.device,
+        allow_nonlinear_head=ri.allow_nonlinear_head,
+        solver=ri.solver,
+        time_limit=ri.time_limit,
+        output=ri.output,
+        config=config,
+    )
+    return other.fit(ri.reference)

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from .names import POLYTOPE_SCORE_CAM, method_label
-from .plots import sanity_steps, save_plots
+from .plots import save_plots
 
 __all__ = [
     "cell",
@@ -46,23 +46,43 @@ _CURVE_COLUMNS = [
 # Columns of the polytope groups (`repinterp.core.groups`): key, header.
 _GROUP_COLUMNS = [
     ("distinct_polytopes", "distinct polytopes"),
+    ("merged_groups", "merged groups (Jaccard >= 0.9)"),
     ("effective_groups", "effective groups"),
+    ("merged_effective_groups", "effective merged groups"),
     ("largest_group_share", "largest group of a class (%)"),
     ("singletons", "polytopes of one image"),
+]
+_SUBCONCEPT_COLUMNS = [
     ("subconcept_purity", "sub-concept purity (%)"),
     ("subconcept_purity_class", "sub-concept purity of one group per class (%)"),
+    ("ami", "within-class AMI"),
+    ("ami_null", "AMI, sub-concepts shuffled: mean"),
+    ("ami_null_p95", "95th percentile"),
+    ("ami_ceiling", "AMI of k-means (ceiling)"),
+]
+_OUTSIDE_COLUMNS = [
+    ("outside_share", "outside the main polytope (%)"),
+    ("margin_main", "logit margin: main"),
+    ("margin_outside", "outside"),
+    ("error_main", "errors (%): main"),
+    ("error_outside", "outside"),
+    ("jaccard_outside", "Jaccard with the main polytope's cover"),
 ]
 
 
-def cell(block: dict[str, Any], key: str, index: int | None = None, best: bool = False) -> str:
-    """``mean ± std`` of ``block[key]`` (its ``index``-th value for a list), the mean alone when
-    there is no spread to show (one run), ``n/a`` when missing; bold if ``best``."""
+def cell(
+    block: dict[str, Any], key: str, index: int | None = None, best: bool = False, digits: int = 2
+) -> str:
+    """``mean ± std`` of ``block[key]`` (its ``index``-th value for a list) with ``digits``
+    decimals, the mean alone when there is no spread to show (one run), ``n/a`` when missing;
+    bold if ``best``."""
     mean, std = block.get(key), block.get(f"{key}_std")
     if index is not None and mean is not None:
         mean, std = mean[index], std[index]
     if mean is None or not math.isfinite(mean):
         return "n/a"
-    text = f"{mean:.2f}" if block.get("_runs", 2) == 1 else f"{mean:.2f} ± {std:.2f}"
+    text = f"{mean:.{digits}f}"
+    text += "" if block.get("_runs", 2) == 1 else f" ± {std:.{digits}f}"
     return f"**{text}**" if best else text
 
 
@@ -108,23 +128,61 @@ def _columns_table(
     return _table(header, rows)
 
 
+def _digits(key: str) -> int:
+    """Decimals of a group column: 3 for the AMI (about 0.01 to 0.1 here), else 2."""
+    return 3 if key.startswith("ami") else 2
+
+
 def _groups_table(blocks: dict[str, Any], first: str, images: str) -> list[str]:
     """The polytope groups of the blocks that have them (none: no lines), under a sentence
-    saying which ``images`` were grouped."""
+    saying which ``images`` were grouped: the counts, the sub-concept measures (or why there
+    are none) and the images outside their class's main polytope."""
     found = {name: b for name, b in blocks.items() if "distinct_polytopes" in b}
     if not found:
         return []
-    columns = [c for c in _GROUP_COLUMNS if any(c[0] in b for b in found.values())]
-    rows = [
-        [method_label(name), *[cell(b, key) for key, _ in columns]] for name, b in found.items()
-    ]
-    return [
+
+    def table(columns: list[tuple[str, str]]) -> list[str]:
+        columns = [c for c in columns if any(c[0] in b for b in found.values())]
+        rows = [
+            [method_label(name), *[cell(b, key, digits=_digits(key)) for key, _ in columns]]
+            for name, b in found.items()
+        ]
+        return _table([first, *[header for _, header in columns]], rows) if columns else []
+
+    lines = [
         "",
         f"What RI finds: {images} grouped by the polytope P explaining them (its class, "
-        "boundaries and sides); effective groups = exp of the entropy of the group sizes:",
+        "boundaries and sides); effective groups = exp of the entropy of the group sizes; "
+        "merged groups: polytopes whose covered reference sets have Jaccard >= 0.9 merged, "
+        "transitively (`repinterp.core.groups`):",
         "",
-        *_table([first, *[header for _, header in columns]], rows),
+        *table(_GROUP_COLUMNS),
+        "",
     ]
+    if any("subconcept_purity" in b for b in found.values()):
+        lines += [
+            "Sub-concepts: the groups' purity beside one group per class; the within-class "
+            "adjusted mutual information between groups and sub-concepts (weighted by class "
+            "size; 0: chance, 1: the groups are the sub-concepts), the same with the "
+            "sub-concepts shuffled within each class (50 draws: mean, 95th percentile), and "
+            "k-means with k = the class's sub-concepts on the same feature maps (the ceiling):",
+            "",
+            *table(_SUBCONCEPT_COLUMNS),
+            "",
+        ]
+    else:
+        lines += ["No sub-concept labels on this data set: no purity or AMI.", ""]
+    outside = table(_OUTSIDE_COLUMNS)
+    if outside:
+        lines += [
+            "The images outside their class's largest polytope against those in it: their "
+            "share, the median logit margin (largest logit minus the second), the model's "
+            "error rate, and the median Jaccard index of an outside image's covered reference "
+            "set with the main polytope's:",
+            "",
+            *outside,
+        ]
+    return lines[:-1] if lines[-1] == "" else lines
 
 
 def _legend(results: dict[str, Any]) -> list[str]:
@@ -406,46 +464,139 @@ def _md_similar(results: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _md_sanity(results: dict[str, Any]) -> list[str]:
-    """The cascading randomisation per step, the images without a correlation, random logit."""
-    methods = _with_runs(results, results["methods"])
-    mprt, undefined = (
-        _with_runs(results, {name: m[key] for name, m in results["methods"].items()})
-        for key in ("MPRT", "MPRT_undefined")
-    )
-    steps = sanity_steps(results)
-    header = ["Method", *[f"`{s}`" for s in steps]]
+def _sanity_cell(results: dict[str, Any], name: str, key: str, step: str | None) -> str:
+    """A sanity score of a method (``methods[name][key][step]``; ``[key]`` when ``step`` is
+    None) as `cell` shows it, over the runs that have one; ``no map`` where no run has one
+    because the model draws no map (``KEY_no_map``, or ``no_map`` when ``step`` is None),
+    never a score; the runs without a value named."""
+    runs = results.get("per_run") or [results]
+    blocks = [run["methods"][name] for run in runs]
+    values = [block[key] if step is None else block[key][step] for block in blocks]
+    finite = [v for v in values if v is not None and math.isfinite(v)]
+    if not finite:
+        no_maps = [b["no_map"] if step is None else b[f"{key}_no_map"][step] for b in blocks]
+        return "no map" if any(no_maps) else "n/a"
+    mean = sum(finite) / len(finite)
+    spread = sum((v - mean) ** 2 for v in finite) / max(1, len(finite) - 1)
+    text = cell({"v": mean, "v_std": math.sqrt(spread), "_runs": len(finite)}, "v")
+    if len(finite) < len(values):
+        text += f" in {len(finite)} runs, no map in {len(values) - len(finite)}"
+    return text
+
+
+def _inner(results: dict[str, Any], name: str, key: str) -> dict[str, Any]:
+    """``results`` whose runs hold only method ``name``'s block ``key`` (e.g. ``reseeded``) as
+    its block, for `_sanity_cell`."""
+    runs = results.get("per_run") or [results]
+    return {"per_run": [{"methods": {name: run["methods"][name][key]}} for run in runs]}
+
+
+def _no_map_cell(results: dict[str, Any], name: str, key: str, step: str | None) -> str:
+    """Images without a map (``methods[name][key][step]``, or ``[key]``), mean over the runs,
+    as ``"k of n"``."""
+    runs = results.get("per_run") or [results]
+    blocks = [run["methods"][name] for run in runs]
+    mean = sum(b[key] if step is None else b[key][step] for b in blocks) / len(blocks)
+    return f"{mean:g} of {results['options']['sanity_images']}"
+
+
+def _sanity_cascade(results: dict[str, Any], key: str, order: str) -> list[str]:
+    """The cascade of ``order`` (under ``key``: ``MPRT`` or ``MPRT_bottom_up``): the mean
+    Spearman correlation per step with the reseeded floor under ``original``, then the images
+    without a map per step."""
+    names = list(results["methods"])
+    steps = [s for s in results["methods"][names[0]][key] if not s.endswith("_std")]
     n = results["options"]["sanity_images"]
-    lines = [
-        "Cascading model-parameter randomisation (Quantus `MPRT`, top-down): the mean Spearman "
-        f"rank correlation of each method's maps of {n} unseen images per run with its maps of "
-        "the trained model, once every layer from the output down to the one named is "
-        "re-initialised (lower: the maps depend on the weights, as a sanity check expects); "
-        "the time covers both checks, RI's indexes of the randomised models included:",
-        "",
-        *_table(
-            [*header, "time (s)"],
-            [
-                [name, *[cell(block, s) for s in steps], f"{methods[name]['time_s']:.1f}"]
-                for name, block in mprt.items()
-            ],
-        ),
+    header = ["Method", *[f"`{s}`" for s in steps]]
+    rows = []
+    for name in names:
+        block = results["methods"][name]
+        scores = [_sanity_cell(results, name, key, s) for s in steps]
+        rows.append([name, *scores, f"{block['time_s']:.1f}"])
+        if "reseeded" in block:
+            floor = _sanity_cell(_inner(results, name, "reseeded"), name, "Spearman", None)
+            rows.append([f"{name} (Q reseeded)", floor, *["—"] * len(steps)])
+    no_maps = [
+        [name, *[_no_map_cell(results, name, f"{key}_no_map", s) for s in steps]] for name in names
     ]
-    if any(block[s] for block in undefined.values() for s in steps):
-        lines += [
-            "",
-            "Images whose map is constant (no rank correlation; left out of the means above), %:",
-            "",
-            *_table(
-                header, [[name, *[cell(b, s) for s in steps]] for name, b in undefined.items()]
-            ),
+    direction = "output down" if order == "top-down" else "input up"
+    return [
+        f"Cascading model-parameter randomisation (Quantus `MPRT`, {order}): the mean Spearman "
+        f"rank correlation of each method's maps of {n} unseen images per run with its maps of "
+        f"the trained model, once every layer from the {direction} to the one named is "
+        "re-initialised (lower: the maps depend on the weights, as a sanity check expects; "
+        "`no map`: the model draws no map, so nothing is tested). `(Q reseeded)`: the method "
+        "on the trained model with its random draw made anew (RI: another seed of Q), "
+        "against its maps: the floor a randomisation must fall below to show more than the "
+        "method's own noise. The time covers all the checks of a method, RI's indexes of the "
+        "randomised models included:",
+        "",
+        *_table([*header, "time (s)"], rows),
+        "",
+        f"Images whose map is constant, i.e. no map (left out of the means above; mean over "
+        f"the runs), {order}:",
+        "",
+        *_table(header, no_maps),
+    ]
+
+
+def _data_randomisation(results: dict[str, Any]) -> list[str]:
+    """The data-randomisation table (each method, then its reseeded floor) under its
+    sentence, or why it was not run."""
+    if "shuffled_model" not in results:
+        return [
+            "Data randomisation not run: it trains the model's architecture anew on the "
+            "reference images held in memory (a zoo model on a bundled data set)."
         ]
+    rows = []
+    for name in results["methods"]:
+        data = _inner(results, name, "data_randomisation") | {"options": results["options"]}
+        similarity = [_sanity_cell(data, name, key, None) for key in ("Spearman", "SSIM")]
+        rows.append([name, *similarity, _no_map_cell(data, name, "no_map", None)])
+        if "reseeded" in results["methods"][name]:
+            reseeded = _inner(results, name, "reseeded")
+            floor = [_sanity_cell(reseeded, name, key, None) for key in ("Spearman", "SSIM")]
+            rows.append([f"{name} (Q reseeded)", *floor, "—"])
+    shuffled = _with_runs(results, {"s": results["shuffled_model"]})["s"]
+    epochs = results["options"]["shuffled_epochs"]
+    return [
+        f"Data randomisation (Adebayo et al. 2018): the same architecture trained for {epochs} "
+        "epochs on the reference images with their labels "
+        f"permuted (it fits {cell(shuffled, 'train_accuracy')}% of the permuted labels and "
+        f"{cell(shuffled, 'unseen_accuracy')}% of the unseen images' true ones); each "
+        "method's maps of that model's predictions against its maps of the trained model "
+        "(Spearman, SSIM; lower: the maps depend on what the model learnt). `no map`: the "
+        "model on permuted labels draws none (RI, when it predicts one class for every "
+        "reference image: no boundary). `(Q reseeded)`: the floor, as above:",
+        "",
+        *_table(["Method", "Spearman", "SSIM", "images with no map"], rows),
+    ]
+
+
+def _md_sanity(results: dict[str, Any]) -> list[str]:
+    """Both cascades with their floors and no-map counts, eMPRT, data randomisation and random
+    logit."""
+    methods = _with_runs(results, results["methods"])
+    emprt = [[name, cell(m, "eMPRT"), cell(m, "eMPRT_undefined")] for name, m in methods.items()]
     logit = [
         [name, cell(m, "RandomLogit"), cell(m, "RandomLogit_undefined")]
         for name, m in methods.items()
     ]
     return [
-        *lines,
+        *_sanity_cascade(results, "MPRT", "top-down"),
+        "",
+        *_sanity_cascade(results, "MPRT_bottom_up", "bottom-up"),
+        "",
+        "eMPRT (Quantus `EfficientMPRT`, bottom-up): the mean relative rise in the maps' "
+        "complexity (discrete entropy) from the trained model to the one with every layer "
+        "re-initialised (higher: the maps lose their structure with the weights), and the "
+        "share of the images without one (the trained model's map constant). sMPRT is not "
+        "run: the installed Quantus's `SmoothMPRT` draws its noisy maps with "
+        "`quantus.explain` (captum's methods), not with the methods' `explain_func`.",
+        "",
+        *_table(["Method", "eMPRT rise", "no complexity (%)"], emprt),
+        "",
+        *_data_randomisation(results),
         "",
         "Random logit (Quantus `RandomLogit`): the mean SSIM of each image's map for its "
         "predicted class and for a random other class (lower: the map depends on the class "

@@ -502,7 +502,9 @@ class RepresentativeInterpreter:
     # ------------------------------------------------------------------ persistence
     def save(self, path: str | Path, overwrite: bool = False) -> None:
         """Save the index to the folder ``path`` (replaced atomically if it exists), with the
-        model's fingerprint so that ``load`` can refuse other weights.
+        fingerprints of the model's weights and of its traced graph (module types and
+        operations, see [`graph_fingerprint`][repinterp.models.split.graph_fingerprint]) so
+        that ``load`` can refuse another model.
 
         Args:
             path: a new or empty folder, or an index (which is replaced).
@@ -516,6 +518,7 @@ class RepresentativeInterpreter:
         """
         index = self.fitted_index
         index.meta["model_fingerprint"] = model_fingerprint(self.model)
+        index.meta["graph_fingerprint"] = self.split.fingerprint
         save_index(index, path, extra_files=index.files, overwrite=overwrite)
         index.files = {name: Path(path) / name for name in index.files}
 
@@ -529,9 +532,14 @@ class RepresentativeInterpreter:
     ) -> RepresentativeInterpreter:
         """Load a saved index for ``model``.
 
+        An index saved before its manifest recorded the model's graph
+        (``graph_fingerprint``, before repinterp 0.3) is checked by the weights alone.
+
         Raises:
-            IndexLoadError: the folder is damaged, or was made with other weights or at a layer
-                this model does not have; the message says which.
+            IndexLoadError: the folder is damaged, or was made with other weights, another
+                graph (a module of another type or setting, another operation: the same
+                weights in another architecture) or at a layer this model does not have; the
+                message says which.
         """
         index = load_index(path)
         meta = index.meta
@@ -552,6 +560,13 @@ class RepresentativeInterpreter:
             raise IndexLoadError(
                 f"{path} was made with other weights (model fingerprint "
                 f"{str(meta.get('model_fingerprint'))[:12]}…, this model's {fingerprint[:12]}…)"
+            )
+        graph = meta.get("graph_fingerprint")
+        if graph is not None and graph != ri.split.fingerprint:
+            raise IndexLoadError(
+                f"{path} was made with another graph of the model: the same weights, but "
+                "modules of other types or settings, or other operations (graph fingerprint "
+                f"{str(graph)[:12]}…, this model's {ri.split.fingerprint[:12]}…)"
             )
         ri.index = index.to(ri.device)
         return ri

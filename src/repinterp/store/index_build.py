@@ -86,6 +86,7 @@ def _build_settings(
     settings = {
         "format_version": FORMAT_VERSION,
         "model_fingerprint": model_fingerprint(torch.nn.ModuleList([split.psi, split.head])),
+        "graph_fingerprint": split.fingerprint,
         "n_reference": plan.n,
         "n_boundaries": config.n_boundaries,
         "seed": config.seed,

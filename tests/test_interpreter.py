@@ -465,3 +465,34 @@ def test_an_index_refuses_a_model_whose_graph_changed(fitted, tmp_path) -> None:
     edit_manifest(path, lambda manifest: manifest.pop("graph_fingerprint"))
     loaded = RepresentativeInterpreter.load(path, ri.model, progress=False)
     assert torch.equal(loaded.explain(images[0]).covered, ri.explain(images[0]).covered)
+
+
+def test_an_interpretation_keeps_its_own_index_after_a_new_fit() -> None:
+    model, pictures = random_setup(n=300)
+    ri = RepresentativeInterpreter(model, "relu2", n_boundaries=20, progress=False)
+    ri.fit(pictures[:200], keep_features=True)
+    e = ri.explain(pictures[0])
+    similar, distances = e.similar(10), e.distances()
+    euclidean = e.similar(5, "euclidean")
+    summary = e.to_dict(5)
+    ri.fit(pictures[100:], keep_features=True)  # another reference set, another Q
+    assert not torch.equal(ri.index.boundaries.weight, e.reference_index.boundaries.weight)
+    assert bool(e.covers(pictures[:1])[0])
+    assert torch.equal(e.similar(10), similar) and torch.equal(e.distances(), distances)
+    assert torch.equal(e.similar(5, "euclidean"), euclidean)
+    assert e.to_dict(5) == summary
+    html = e.show().html  # its reference set is not the interpreter's any more: said so
+    assert "fitted again" in html
+    assert e.show(reference=pictures[:200]).html.count("<img") > html.count("<img")
+
+
+def test_a_loaded_index_reads_the_features_it_was_loaded_with(tmp_path) -> None:
+    model, pictures = random_setup(n=300)
+    ri = RepresentativeInterpreter(model, "relu2", n_boundaries=10, progress=False)
+    ri.fit(pictures[:200], keep_features=True).save(tmp_path / "index")
+    expected = ri.features(pictures[:200]).flatten(1)
+    loaded = RepresentativeInterpreter.load(tmp_path / "index", model, progress=False)
+    other = RepresentativeInterpreter(model, "relu2", n_boundaries=10, progress=False)
+    other.fit(pictures[100:], keep_features=True).save(tmp_path / "index")  # a re-fit
+    assert torch.equal(loaded.reference_features, expected)
+    assert torch.equal(ri.reference_features, expected)  # the saved index's own, too

@@ -390,12 +390,14 @@ class RepresentativeInterpreter:
         check_finite_rows("feature maps", features)
         return features
 
-    def forward(self, images: Tensor) -> tuple[Tensor, Tensor]:
+    def forward(self, images: Tensor, index: ReferenceIndex | None = None) -> tuple[Tensor, Tensor]:
         """The model's logits and the projections on ``Q`` of N images, in batches.
 
         Args:
             images: N x C x H x W, normalised as the model expects (any device, any floating
                 dtype).
+            index: whose ``Q`` (an earlier fit's, as an ``Interpretation`` keeps it); None:
+                the interpreter's.
 
         Returns:
             Logits (N x classes) and projections ``<W_h, psi(x)> + b_h`` (N x |Q|), on the
@@ -406,16 +408,19 @@ class RepresentativeInterpreter:
             ValueError: the images are not a finite float batch of the index's C x H x W, or
                 give non-finite logits or projections.
         """
-        return self._forward(images)
+        return self._forward(images, index=index)
 
     @exact_float32()
     @torch.inference_mode()
     def _forward(
-        self, images: Tensor, features: list[Tensor] | None = None
+        self,
+        images: Tensor,
+        features: list[Tensor] | None = None,
+        index: ReferenceIndex | None = None,
     ) -> tuple[Tensor, Tensor]:
         """[`forward`][repinterp.interpreter.RepresentativeInterpreter.forward]; each batch's
         flattened feature maps (on the CPU) are also appended to ``features`` when it is given."""
-        index = self.fitted_index
+        index = self.fitted_index if index is None else index
         logits = [torch.empty(0, index.n_classes, device=self.device, dtype=self.dtype)]
         proj = [torch.empty(0, len(index.boundaries), device=self.device, dtype=self.dtype)]
         for part in self._batches(images):

@@ -395,7 +395,7 @@ def build_index(
             _keep(gather(next(results, None)), plan, assembly, store, partial, bar)
     t = broadcast(assembly.tensors if rank == 0 else None)
     check_finite_rows("logits or projections of the reference set", t["logits"], t["projections"])
-    return ReferenceIndex(
+    index = ReferenceIndex(
         boundaries=q,
         sources=sources.positions.to(device),
         projections=t["projections"].to(device),
@@ -407,3 +407,7 @@ def build_index(
         files={feature_file.name: feature_file} if store is not None else {},
         checksums={feature_file.name: store.file_sha256()} if store is not None else {},
     )
+    if store is not None:  # mapped now: a later fit saved over the file does not change it
+        with open(feature_file, "rb") as file:
+            index.map_features(file)
+    return index

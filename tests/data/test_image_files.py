@@ -36,9 +36,21 @@ def test_float_and_32_bit_tiffs_are_read_by_their_range(tmp_path, values, scale)
     assert torch.allclose(_read(path, 3), expected.expand(3, -1, -1), atol=1e-6)
 
 
+@pytest.mark.parametrize("high", [1.0001, 1.0019, 1.0 + 2**-23])
+def test_float_pixels_just_above_1_are_rounding_not_255ths(tmp_path, high: float) -> None:
+    values = RAMP / 255
+    values[0, 0], values[0, 1] = high, -1e-4  # rounding on both sides of [0, 1]
+    path = tmp_path / "rounded.tif"
+    Image.fromarray(values.astype(np.float32)).save(path)
+    grey = _read(path)[0]
+    assert float(grey.max()) == 1.0 and float(grey.min()) == 0.0  # clipped, not divided
+    assert torch.allclose(grey[1:], torch.from_numpy(values[1:]), atol=1e-6)
+
+
 @pytest.mark.parametrize(
     ("values", "message"),
     [
+        (RAMP / 255 * 1.5, "float pixels run up to 1.5: above 1 by more than rounding"),
         (RAMP - 1, "float pixels run from -1 to 254, outside 0 to 65,535"),
         (RAMP.astype(np.int32) * 300, "32-bit integer pixels run from 0 to 76500, outside"),
         (np.full((8, 12), np.nan, np.float32), "float pixels are not all finite"),

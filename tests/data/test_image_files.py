@@ -1,6 +1,8 @@
 """Image files decoded right: float and 32-bit integer TIFFs by their range, JPEGs and TIFFs
 upright."""
 
+from functools import partial
+
 import numpy as np
 import pytest
 import torch
@@ -8,6 +10,7 @@ from PIL import Image
 
 from repinterp.data import datasets as data
 from repinterp.data.image_files import image_tensor, read_image
+from repinterp.data.inputs import as_input
 
 RAMP = np.linspace(0, 255, 8 * 12, dtype=np.float32).reshape(8, 12)  # 8 rows, 12 columns
 
@@ -73,6 +76,14 @@ def _turned_jpeg(path) -> None:
     exif = image.getexif()
     exif[0x0112] = 6
     image.save(path, exif=exif.tobytes(), quality=95)
+
+
+def test_a_pil_image_to_explain_is_turned_upright_as_its_file_is(tmp_path) -> None:
+    _turned_jpeg(tmp_path / "turned.jpg")
+    from_file = _read(tmp_path / "turned.jpg", 3)  # as `repinterp explain FILE` reads it
+    with Image.open(tmp_path / "turned.jpg") as picture:
+        given = as_input(picture, partial(image_tensor, channels=3))
+    assert from_file.shape == (3, 40, 20) and torch.equal(given, from_file)
 
 
 def test_a_jpeg_is_read_upright_by_its_exif_orientation(tmp_path) -> None:

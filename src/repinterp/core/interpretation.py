@@ -440,10 +440,13 @@ class Interpretation:
                 + (" and its heat map." if heat else ".")
             )
         if rows.numel() and images is None:
-            why = "it was fitted again since" if not known else "it was loaded, not fitted"
+            why = (
+                "The interpreter does not hold its reference set (it was loaded, not fitted)"
+                if known
+                else "The interpreter was fitted again since this interpretation was made"
+            )
             notes.append(
-                f"The interpreter does not hold this interpretation's reference set ({why}): "
-                "e.show(reference) with the set it was fitted on draws the images"
+                f"{why}: e.show(reference) with the set it was fitted on draws the images"
                 + (" and their heat maps." if heat else ".")
             )
         if input_scaled or rows_scaled:

@@ -27,6 +27,7 @@ __all__ = [
     "check_size",
     "image_tensor",
     "read_image",
+    "upright",
 ]
 
 MAX_SIDE = 16_384
@@ -128,11 +129,18 @@ def read_image(
         raise ValueError(f"cannot read {name} as an image: {exc}") from exc
 
 
+def upright(image: Image.Image) -> Image.Image:
+    """``image`` turned as its EXIF orientation says it is viewed (itself when it says
+    nothing): what ``Image.open`` does not do, and ``np.asarray`` of it cannot."""
+    if image.getexif().get(_ORIENTATION, 1) != 1:
+        return ImageOps.exif_transpose(image)
+    return image
+
+
 def _convert(image: Image.Image, channels: int) -> Image.Image:
     # Pillow before 10 opens a 16-bit grey PNG as "I" (PNG has no 32-bit pixels).
     sixteen = image.mode.startswith("I;16") or (image.mode == "I" and image.format == "PNG")
-    if image.getexif().get(_ORIENTATION, 1) != 1:
-        image = ImageOps.exif_transpose(image)
+    image = upright(image)
     if sixteen:
         return Image.fromarray(np.asarray(image, dtype=np.float32) / 65535)
     if image.mode in _FULL_SCALES:

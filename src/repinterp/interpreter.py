@@ -136,8 +136,8 @@ class RepresentativeInterpreter:
         if config is not None and keywords != FitConfig():
             raise ValueError("give the fit settings either as keywords or as config=, not both")
         self.config = config if config is not None else keywords
-        if time_limit <= 0:
-            raise ValueError(f"time_limit must be > 0, got {time_limit}")
+        if not time_limit > 0:  # NaN too
+            raise ValueError(f"time_limit must be a number of seconds > 0, got {time_limit}")
         self.solver = check_solver(solver)
         self.time_limit = time_limit
         self.dtype = engine_dtype(model)

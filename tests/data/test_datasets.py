@@ -209,6 +209,9 @@ def test_imagefolder_skips_bad_files_with_one_warning(tmp_path):
 def test_imagefolder_errors(tmp_path):
     with pytest.raises(FileNotFoundError, match="image folder not found"):
         data.imagefolder(tmp_path / "missing")
+    for size in (0, 8193, 999_999):  # refused before a file is read
+        with pytest.raises(ValueError, match=f"from 1 to 8192 pixels .*, got {size}"):
+            data.imagefolder(tmp_path, size=size)
     (tmp_path / "empty" / "cls").mkdir(parents=True)
     (tmp_path / "empty" / "cls" / "a.txt").write_text("x")
     with (

@@ -15,6 +15,7 @@ per class).
 import copy
 import gzip
 import importlib.resources
+import math
 import os
 import warnings
 from collections.abc import Callable, Sequence
@@ -30,7 +31,7 @@ from torch.utils.data import Dataset
 from torchvision import datasets, transforms
 
 from ..runtime.checksums import file_sha256
-from .image_files import image_tensor, read_image
+from .image_files import MAX_PIXELS, image_tensor, read_image
 from .shape_drawing import draw_shapes
 
 
@@ -190,8 +191,11 @@ class ImageFolderSet(datasets.ImageFolder):
         root = Path(root)
         if not root.is_dir():
             raise FileNotFoundError(f"image folder not found: {root}")
-        if size < 1:
-            raise ValueError(f"the image size must be >= 1 pixel, got {size}")
+        if not 1 <= size <= math.isqrt(MAX_PIXELS):
+            raise ValueError(
+                f"the image size must be from 1 to {math.isqrt(MAX_PIXELS)} pixels (the largest "
+                f"square image read), got {size}"
+            )
         self.skipped: list[tuple[str, str]] = []
         self.files: dict[str, tuple[int, str]] = {}
 

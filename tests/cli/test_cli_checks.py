@@ -16,10 +16,10 @@ def test_image_size_has_an_upper_bound(tmp_path, capsys) -> None:
 
     assert MAX_IMAGE_SIZE == math.isqrt(MAX_PIXELS)  # the largest square image that is read
     fit = ["fit", "--model", "shapes_cnn", "--reference", f"imagefolder:{tmp_path}", "--quiet"]
+    evaluate = ["evaluate", "--dataset", f"imagefolder:{tmp_path}", "--protocol", "unseen"]
     for command in (
         [*fit, "--out", str(tmp_path / "index"), "--image-size", "999999"],
-        ["evaluate", "--dataset", f"imagefolder:{tmp_path}", "--protocol", "unseen"]
-        + ["--image-size", "8193"],
+        [*evaluate, "--image-size", "8193"],
     ):
         code, _, err = run(command, capsys)
         assert_one_line_error(code, err, f"--image-size: must be at most {MAX_IMAGE_SIZE}, got")

@@ -106,9 +106,7 @@ class Options:
         if not all(0 < share <= 1 for share in self.draw) or len(self.draw) != 2:
             raise ValueError(f"draw must be two shares in (0, 1], got {self.draw}")
         if not self.time_limit > 0:  # NaN too
-            raise ValueError(
-                f"time_limit must be a number of seconds > 0, got {self.time_limit}"
-            )
+            raise ValueError(f"time_limit must be a number of seconds > 0, got {self.time_limit}")
         if not self.methods:
             raise ValueError("unknown method(s) (none given)")
         self.resolve_methods()

@@ -24,10 +24,22 @@ from torch import Tensor
 
 from .image_files import upright
 
-__all__ = ["Transform", "as_input", "as_inputs", "channels_first"]
+__all__ = ["Transform", "as_input", "as_inputs", "channels_first", "check_dense"]
 
 Transform = Callable[[Image.Image], Tensor]
 """A PIL image -> its normalised C x H x W float tensor, as the model takes it."""
+
+
+def check_dense(tensor: Tensor, what: str = "images") -> None:
+    """Raise ``ValueError`` unless ``tensor`` holds its values as an ordinary (strided)
+    tensor: not sparse, nor on the meta device (which holds no values)."""
+    if tensor.is_meta:
+        raise ValueError(f"{what} are a tensor on the meta device, which holds no values")
+    if tensor.layout != torch.strided:
+        raise ValueError(
+            f"{what} are a {str(tensor.layout).removeprefix('torch.')} tensor: pass a dense "
+            "one (tensor.to_dense())"
+        )
 
 
 def channels_first(images: Tensor) -> Tensor:
@@ -86,10 +98,12 @@ def as_input(image: Any, transform: Transform | None = None) -> Tensor:
             of pixels are refused.
 
     Raises:
-        ValueError: anything else, a PIL image or array of pixels with no transform, or a
-            transform that does not return a C x H x W float tensor.
+        ValueError: anything else (a sparse tensor, one on the meta device too), a PIL image
+            or array of pixels with no transform, or a transform that does not return a
+            C x H x W float tensor.
     """
     if isinstance(image, Tensor):
+        check_dense(image, "an image to explain")
         return image[0] if image.ndim == 4 and image.shape[0] == 1 else image
     if isinstance(image, np.ndarray) and image.dtype.kind == "f":
         tensor = channels_first(torch.tensor(image))
@@ -119,6 +133,7 @@ def as_inputs(images: Any, transform: Transform | None, shape: Sequence[int]) ->
             list.
     """
     if isinstance(images, Tensor):
+        check_dense(images)
         return images
     if isinstance(images, np.ndarray) and images.dtype.kind == "f":
         return channels_first(torch.tensor(images))

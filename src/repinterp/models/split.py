@@ -613,14 +613,15 @@ def _module(model: nn.Module, graph: fx.Graph, name: str) -> fx.GraphModule:
 
 
 def _callee(node: fx.Node, modules: dict[str, nn.Module]) -> str:
-    """What a traced node calls, without its place in memory: a module's type and settings
-    (its ``repr``, with the modules inside it), a function's qualified name, a method's name."""
+    """What a traced node calls, by name alone (not where it is defined, which moves between
+    versions of torch, nor where it lies in memory): a module's class and settings (its
+    ``repr``, with the modules inside it), a function's name, a method's name."""
     if node.op == "call_module":
         module = modules[node.target]
-        return f"{type(module).__module__}.{type(module).__qualname__}:{module!r}"
+        return f"{type(module).__qualname__}:{module!r}"
     if node.op == "call_function":
         target = node.target
-        return f"{getattr(target, '__module__', '')}.{getattr(target, '__qualname__', target)}"
+        return getattr(target, "__qualname__", None) or type(target).__qualname__
     return str(node.target)
 
 

@@ -13,9 +13,9 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from .core.boundaries import project
 from .core.config import FitConfig
 from .core.interpretation import Interpretation, check_solver, interpret
+from .core.logic import check_granularity, default_gamma, logic_vectors, project_blocks
 from .core.reference_index import FEATURE_FILE, ReferenceIndex
 from .core.regions import RegionSet
 from .data.inputs import Transform, as_input, as_inputs
@@ -89,14 +89,21 @@ class RepresentativeInterpreter:
         input_shape: C x H x W of the images, to check the target layer (or find it, when
             ``target_layer`` is None) here rather than at ``fit``.
         config: the fit's settings as one [`FitConfig`][repinterp.core.config.FitConfig], instead of
-            the six keywords above (which must then be left at their defaults); they are read back
-            as attributes.
+            the seven keywords above and ``granularity`` (which must then be left at their
+            defaults); they are read back as attributes.
         transform: how ``explain`` reads an image given as it comes (a PIL image, a NumPy
             array of ``uint8`` pixels): a callable from a PIL image to its normalised
             C x H x W tensor, e.g. the torchvision pipeline of training (see
             [`inputs`][repinterp.data.inputs]); None: only tensors and float arrays are explained.
             An index opened with [`open_index`][repinterp.workspace.open_index] has the command
             line's.
+        granularity: a setting of the fit (see ``FitConfig``): ``"class"``, the paper's RI
+            (the default), or ``"logic"``, polytopes of one decision logic below the class
+            (beyond the paper, see [`logic`][repinterp.core.logic]).
+        gamma: with ``granularity="logic"``, the cosine threshold below which a same-class
+            image joins ``D(x)``, in [-1, 1] (-1: the paper's RI); None: the default read off
+            the reference images at fit
+            ([`default_gamma`][repinterp.core.logic.default_gamma]), or the index's at load.
 
     Raises:
         ValueError: a model in training mode or in half precision, a bad target layer or
@@ -122,6 +129,8 @@ class RepresentativeInterpreter:
         sampling: str = "uniform",
         config: FitConfig | None = None,
         transform: Transform | None = None,
+        granularity: str = "class",
+        gamma: float | None = None,
     ) -> None:
         if model.training:
             raise ValueError("the model is in training mode: call model.eval() first")
@@ -132,12 +141,18 @@ class RepresentativeInterpreter:
             batch_size=batch_size,
             num_workers=num_workers,
             progress=progress,
+            granularity=granularity,
         )
         if config is not None and keywords != FitConfig():
             raise ValueError("give the fit settings either as keywords or as config=, not both")
         self.config = config if config is not None else keywords
         if not time_limit > 0:  # NaN too
             raise ValueError(f"time_limit must be a number of seconds > 0, got {time_limit}")
+        if gamma is not None and not -1 <= gamma <= 1:
+            raise ValueError(f"gamma must be in [-1, 1], got {gamma}")
+        if gamma is not None and self.config.granularity != "logic":
+            raise ValueError("gamma applies to granularity='logic' only")
+        self.gamma = gamma
         self.solver = check_solver(solver)
         self.time_limit = time_limit
         self.dtype = engine_dtype(model)
@@ -167,9 +182,10 @@ class RepresentativeInterpreter:
             if self.index is not None
             else f"|Q| = {self.n_boundaries}, not fitted"
         )
+        logic = ", granularity 'logic'" if self.granularity == "logic" else ""
         return (
             f"RepresentativeInterpreter({type(self.model).__name__} at {layer}, {fitted}, "
-            f"seed {self.seed}, device {self.device}, solver {self.solver!r})"
+            f"seed {self.seed}, device {self.device}, solver {self.solver!r}{logic})"
         )
 
     @property
@@ -195,6 +211,10 @@ class RepresentativeInterpreter:
     @property
     def progress(self) -> bool:
         return self.config.progress
+
+    @property
+    def granularity(self) -> str:
+        return self.config.granularity
 
     @property
     def split(self) -> SplitModel:
@@ -298,6 +318,11 @@ class RepresentativeInterpreter:
         }
         if self.sampling != "uniform":  # the paper's sampling is the default, left unsaid
             index.meta["sampling"] = self.sampling
+        if self.granularity == "logic":  # as is the paper's granularity
+            index.meta["granularity"] = "logic"
+            if self.gamma is None:
+                self.gamma = default_gamma(index.logic, index.predictions, self.seed)
+            index.meta["gamma"] = self.gamma
         self.index = index
         self.reference = reference
         return self
@@ -411,27 +436,40 @@ class RepresentativeInterpreter:
         return self._forward(images, index=index)
 
     @exact_float32()
-    @torch.inference_mode()
     def _forward(
         self,
         images: Tensor,
         features: list[Tensor] | None = None,
+        logic: list[Tensor] | None = None,
         index: ReferenceIndex | None = None,
     ) -> tuple[Tensor, Tensor]:
         """[`forward`][repinterp.interpreter.RepresentativeInterpreter.forward]; each batch's
-        flattened feature maps (on the CPU) are also appended to ``features`` when it is given."""
+        flattened feature maps (on the CPU) are also appended to ``features`` when it is given,
+        and its logic vectors ([`logic_vectors`][repinterp.core.logic.logic_vectors]) to
+        ``logic``."""
         index = self.fitted_index if index is None else index
         logits = [torch.empty(0, index.n_classes, device=self.device, dtype=self.dtype)]
         proj = [torch.empty(0, len(index.boundaries), device=self.device, dtype=self.dtype)]
         for part in self._batches(images):
-            t = self.split.psi(part)
-            logits.append(self.split.head(t))
-            proj.append(project(t, index.boundaries))
-            if features is not None:
-                features.append(t.flatten(1).float().cpu())
+            with torch.inference_mode():
+                t = self.split.psi(part)
+                logits.append(self.split.head(t))
+                proj.append(project_blocks(t, index.boundaries, index.n_neurons))
+                if features is not None:
+                    features.append(t.flatten(1).float().cpu())
+            if logic is not None:
+                logic.append(logic_vectors(self.split.head, t))
         logits, proj = torch.cat(logits), torch.cat(proj)
         check_finite_rows("logits or projections", logits, proj)
         return logits, proj
+
+    def _logic(self, vectors: Tensor | None) -> tuple[Tensor, float] | None:
+        """What [`interpret`][repinterp.core.interpretation.interpret] takes of the logic: the
+        inputs' vectors and ``gamma`` (None for the paper's granularity)."""
+        if vectors is None:
+            return None
+        gamma = self.fitted_index.meta["gamma"] if self.gamma is None else self.gamma
+        return vectors, float(gamma)
 
     # ------------------------------------------------------------------ explaining
     def explain(self, image: Any, solver: str | None = None) -> Interpretation:
@@ -470,11 +508,24 @@ class RepresentativeInterpreter:
                 [`as_inputs`][repinterp.data.inputs.as_inputs]).
             solver: ``"greedy"`` or ``"exact"``; None means the interpreter's.
         """
-        images = as_inputs(images, self.transform, self.fitted_index.input_shape)
-        features = [] if FEATURE_FILE in self.fitted_index.files else None
-        logits, proj = self._forward(images, features)
+        index = self.fitted_index
+        images = as_inputs(images, self.transform, index.input_shape)
+        features = [] if FEATURE_FILE in index.files else None
+        logic = [] if index.logic is not None else None
+        logits, proj = self._forward(images, features, logic)
         features = torch.cat(features) if features else None
-        out = interpret(self, logits, proj, self._solver(solver), self.time_limit, features)
+        vectors = None
+        if logic is not None:
+            vectors = torch.cat(logic) if logic else index.logic.new_empty(0, index.logic.shape[1])
+        out = interpret(
+            self,
+            logits,
+            proj,
+            self._solver(solver),
+            self.time_limit,
+            features,
+            self._logic(vectors),
+        )
         for e, image in zip(out, images, strict=True):
             e.image = image
         return out
@@ -496,7 +547,16 @@ class RepresentativeInterpreter:
         if FEATURE_FILE in index.files:
             features = self.reference_features[rows.cpu()]
         logits, proj = index.logits[rows], index.projections[rows]
-        return interpret(self, logits, proj, self._solver(solver), self.time_limit, features)
+        vectors = None if index.logic is None else index.logic[rows]
+        return interpret(
+            self,
+            logits,
+            proj,
+            self._solver(solver),
+            self.time_limit,
+            features,
+            self._logic(vectors),
+        )
 
     @exact_float32()
     def regions(self, n_regions: int | None = None, seed: int = 0) -> RegionSet:
@@ -533,6 +593,7 @@ class RepresentativeInterpreter:
         path: str | Path,
         model: nn.Module,
         device: str | torch.device | None = None,
+        granularity: str | None = None,
         **kwargs: Any,
     ) -> RepresentativeInterpreter:
         """Load a saved index for ``model``.
@@ -540,14 +601,28 @@ class RepresentativeInterpreter:
         An index saved before its manifest recorded the model's graph
         (``graph_fingerprint``, before repinterp 0.3) is checked by the weights alone.
 
+        Args:
+            granularity: the granularity the index must have (``"class"`` or ``"logic"``);
+                None: the index's own.
+            kwargs: the interpreter's own settings (``solver``, ``gamma``, ...).
+
         Raises:
             IndexLoadError: the folder is damaged, or was made with other weights, another
                 graph (a module of another type or setting, another operation: the same
-                weights in another architecture) or at a layer this model does not have; the
-                message says which.
+                weights in another architecture), at a layer this model does not have, or at
+                another granularity than ``granularity``; the message says which.
         """
         index = load_index(path)
         meta = index.meta
+        made = index.granularity
+        if granularity is not None and check_granularity(granularity) != made:
+            raise IndexLoadError(
+                f"{path} was fitted with granularity={made!r}, not {granularity!r}: fit it "
+                f"again with granularity={granularity!r} (repinterp fit --granularity "
+                f"{granularity})"
+            )
+        if (made == "logic") != (index.logic is not None):
+            raise IndexLoadError(f"{path} is damaged: its logic vectors do not fit {made!r}")
         layer = meta.get("target_layer")
         if layer not in dict(model.named_modules()):
             raise IndexLoadError(f"{path} was made at layer {layer!r}, which the model lacks")
@@ -557,6 +632,7 @@ class RepresentativeInterpreter:
             n_boundaries=meta.get("requested_boundaries", len(index.boundaries)),
             seed=meta.get("seed", 0),
             sampling=meta.get("sampling", "uniform"),
+            granularity=made,
             device=device,
             **kwargs,
         )

@@ -377,3 +377,61 @@ def test_links_in_an_image_folder_never_leave_their_class_nor_repeat_a_file(tmp_
     expected = [*(f"a/{i}.png" for i in range(5)), "a/sub/5.png", *(f"b/{i}.png" for i in range(6))]
     assert folder.names() == expected
     assert folder.labels.tolist() == [0] * 6 + [1] * 6
+
+
+def test_mnist_super_is_mnist5k_in_five_superclasses_with_the_digit_as_sub_concept():
+    digits_parts, super_parts = data.mnist5k(seed=3), data.mnist_super(seed=3)
+    assert super_parts.reference.class_names == ["0 or 6", "1 or 7", "2 or 3", "4 or 9", "5 or 8"]
+    for plain, merged in zip(digits_parts, super_parts, strict=True):
+        assert torch.equal(plain.images, merged.images)  # the same images, the same split
+        assert torch.equal(merged.concepts, plain.labels)  # the digit is the sub-concept
+        assert merged.concept_names == [str(d) for d in range(10)]
+        for c, pair in enumerate(data.SUPERCLASSES):
+            members = set(merged.concepts[merged.labels == c].tolist())
+            assert members == set(pair)
+    assert sorted(d for pair in data.SUPERCLASSES for d in pair) == list(range(10))
+    sub = super_parts.unseen.subset([0, 1])
+    assert torch.equal(sub.concepts, super_parts.unseen.concepts[:2])
+    loaded = data.load_dataset("mnist-super", seed=3)
+    assert torch.equal(loaded.reference.labels, super_parts.reference.labels)
+
+
+def test_shapes_mix_knob_from_distinct_to_indistinguishable_sub_concepts():
+    from repinterp.data.shape_drawing import draw_shapes, shape_coverage
+
+    plain = data.shapes(60, seed=2)
+    mixed0 = data.shapes(60, seed=2, mix=0.0)
+    assert torch.equal(plain.images, mixed0.images) and torch.equal(plain.masks, mixed0.masks)
+    grid = np.linspace(-1.2, 1.2, 64, dtype=np.float32)
+    u, v = np.meshgrid(grid, grid)
+    for own, partner in (("circle", "ring"), ("square", "cross"), ("triangle", "star")):
+        m0 = shape_coverage(own, partner, 0.0, u, v)
+        assert set(np.unique(m0)) <= {0.0, 1.0}
+        assert np.array_equal(m0, shape_coverage(own, own, 0.0, u, v))
+        half = shape_coverage(own, partner, 0.5, u, v)
+        assert set(np.unique(half)) <= {0.0, 0.25, 0.75, 1.0}
+        # p = 1: the two sub-concepts cover every pixel alike
+        assert np.array_equal(
+            shape_coverage(own, partner, 1.0, u, v), shape_coverage(partner, own, 1.0, u, v)
+        )
+    # The same scenes at every p; at p = 1 the shapes' masks no longer tell square from cross
+    # (at p = 0 their fill of the bounding box separates them, see the test above)
+    one = draw_shapes(80, seed=4, mix=1.0)
+    zero = draw_shapes(80, seed=4)
+    assert torch.equal(one.concepts, zero.concepts)
+    assert torch.equal(one.masks, one.masks | zero.masks)
+
+    def fill(masks: torch.Tensor) -> torch.Tensor:
+        box = torch.tensor([(m.any(1).sum() * m.any(0).sum()).item() for m in masks])
+        return masks.sum((1, 2)) / box
+
+    square, cross = (fill(one.masks[one.concepts == c]) for c in (2, 3))
+    assert (square.mean() - cross.mean()).abs() < 0.05
+    assert square.max() > cross.min() and cross.max() > square.min()
+    with pytest.raises(ValueError, match="mix must be in"):
+        draw_shapes(4, mix=1.5)
+    mixed = data.load_dataset("shapes-mix:0.5")
+    assert (len(mixed.reference), len(mixed.unseen)) == (4000, 1000)
+    for bad in ("shapes-mix:2", "shapes-mix:x", "shapes-mix:nan"):
+        with pytest.raises(ValueError, match=r"shapes-mix:P needs a number P in \[0, 1\]"):
+            data.load_dataset(bad)

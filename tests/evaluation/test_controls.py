@@ -129,3 +129,32 @@ def test_ri_score_draws_the_input_and_covered_images_outside_the_scored(tiny: Se
     assert len(sample) == min(16, len(outside) + 1)
     weighted = with_score_weights(explanation, tiny.inputs("reference", sample))
     torch.testing.assert_close(maps, weighted.heatmap(tiny.inputs("reference", similar)))
+
+
+@pytest.mark.parametrize("control", ["Grad-CAM+cluster", "Grad-CAM+class"])
+def test_reference_controls_weigh_images_outside_the_scored_set(
+    tiny: Setup, control: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Both readings of ``reference``: the images a control's weights are averaged over (the
+    input aside, which is explained and so scored too) are never images it is scored on."""
+    options = replace(ALL, score_images=6)
+    run = Run(tiny, 0, options)
+    weighed: list[torch.Tensor] = []
+    mean_weights = CAMMethod._mean_weights
+
+    def record(self, run_, groups):
+        weighed.extend(groups)
+        return mean_weights(self, run_, groups)
+
+    monkeypatch.setattr(CAMMethod, "_mean_weights", record)
+    method = METHODS[control]
+    for index in run.inputs.tolist():
+        own = method.reference(run, index, 5)[0]  # its own S, the K nearest images
+        common = torch.tensor([index, *[i for i in range(0, N_REFERENCE, 3) if i != index][:8]])
+        method.reuse(run, index, common)  # a common S, the input first
+        for scored in (common, own):
+            weights = set(weighed.pop().tolist())
+            assert index in weights
+            assert not (weights - {index}) & set(scored.tolist()), control
+            assert len(weights) == options.score_images or control.endswith("+class")
+        assert not weighed

@@ -4,7 +4,12 @@ from torch import nn
 
 from repinterp.models import zoo
 
-OURS = {"mnist_cnn": (1, 28), "shapes_cnn": (3, 56), "digits_cnn": (1, 8)}
+OURS = {
+    "mnist_cnn": (1, 28),
+    "shapes_cnn": (3, 56),
+    "digits_cnn": (1, 8),
+    "mnist_super_cnn": (1, 28),
+}
 TORCHVISION = [arch for arch in zoo.ARCHS if arch not in OURS]
 
 
@@ -187,7 +192,9 @@ def test_reset_head_keeps_the_body_and_refits_the_classes(tmp_path):
 
 def test_unknown_arch_lists_the_choices():
     for call in (lambda: zoo.build_model("lenet", 10), lambda: zoo.default_target_layer("x")):
-        with pytest.raises(ValueError, match="mnist_cnn, shapes_cnn, digits_cnn, alexnet"):
+        with pytest.raises(
+            ValueError, match="mnist_cnn, shapes_cnn, digits_cnn, mnist_super_cnn, alexnet"
+        ):
             call()
 
 
@@ -246,3 +253,25 @@ def test_a_data_sets_model_has_its_classes_and_channels(tmp_path):
     zoo.save_weights(zoo.build_model("digits_cnn", 10, seed=1), path)
     tuned = zoo.model_for("digits_cnn", shape, path, reset_head=True, seed=2)
     assert tuned.classifier[5].out_features == 3
+
+
+def test_bundled_mnist_super_weights_are_the_documented_ones():
+    """README records their SHA-256 and held-out accuracy (96.40% on the 1,000 unseen digits)."""
+    import re
+    from pathlib import Path
+
+    from repinterp.data.datasets import mnist_super
+    from repinterp.models.train import accuracy
+    from repinterp.runtime.checksums import file_sha256
+    from repinterp.workspace import bundled_weights
+
+    path = bundled_weights("mnist_super_cnn")
+    assert path is not None and path.stat().st_size < 2_000_000
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    documented = re.search(
+        r"mnist_super_cnn\.safetensors`: .*?SHA-256\s+`([0-9a-f]{64})`", readme, re.S
+    )
+    assert documented and file_sha256(path) == documented.group(1)
+    data = mnist_super()
+    model = zoo.model_for("mnist_super_cnn", zoo.DataShape.of(data.reference), path)
+    assert round(100 * accuracy(model, data.unseen), 2) == 96.40

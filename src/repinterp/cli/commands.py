@@ -131,6 +131,7 @@ def _fit(args: argparse.Namespace) -> None:
         batch_size=args.batch_size,
         num_workers=args.workers,
         progress=not args.quiet,
+        granularity=args.granularity,
     )
     with ExitStack() as claims:
         try:
@@ -391,5 +392,5 @@ def _evaluate(args: argparse.Namespace) -> None:
         results["command"] = command
         files = write_results(results, out)
     if not args.quiet:
-        print(files[1].read_text())
+        print((out / "results.md").read_text())
     print(f"{args.protocol} on {args.dataset}: {', '.join(f.name for f in files)} in {out}")

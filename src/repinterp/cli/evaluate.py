@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 PROTOCOLS = ("unseen", "coverage", "reference", "q-sweep", "similar", "sanity")
 SAMPLINGS = ("uniform", "balanced", "pairs")
 METRICS = ("AD", "ROAD", "deletion", "insertion")
-DATASETS = "mnist5k, digits, shapes, shapes:SIZE or imagefolder:PATH"
+DATASETS = "mnist5k, mnist-super, digits, shapes, shapes:SIZE, shapes-mix:P or imagefolder:PATH"
 MODELS = (
     "mnist_cnn, digits_cnn, shapes_cnn, a torchvision name (vgg16, resnet50, densenet121, ...; "
     "a wrong name lists them all) or timm:NAME"
@@ -39,7 +39,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "trained model's as layers are randomised from the top down, and random logit's SSIM "
         "of the maps of the predicted and another class, 1 for RI by construction)",
     )
-    add("--runs", type=int, help="seeded runs, mean ± std (5; 2 with --quick)")
+    add(
+        "--runs", type=int, help="seeded runs, mean ± std (5; 2 with --quick; N with --model-seeds)"
+    )
     add(
         "--quick",
         action="store_true",
@@ -90,6 +92,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--model", help=f"architecture (default: the data set's bundled one): {MODELS}")
     add("--weights", help="local weights file of --model")
     add("--layer", help="target layer name (default: the arch's last conv ReLU)")
+    add(
+        "--model-seeds",
+        type=int,
+        metavar="N",
+        help="train N models (mnist5k, shapes, digits: the recipe of the bundled weights, seeds "
+        "0..N-1, on the data-seed-0 reference part) and run each run on its own model: run r "
+        "on model r, so --runs defaults to N; cached in --model-cache",
+    )
+    add(
+        "--model-cache",
+        metavar="DIR",
+        help="folder of the trained models of --model-seeds, named by the SHA-256 of recipe, "
+        "seed and data (~/.cache/repinterp/models)",
+    )
 
 
 def _integers(text: str, flag: str) -> tuple[int, ...]:
@@ -112,8 +128,18 @@ def prepare(args: argparse.Namespace) -> tuple[Setup, Options, str]:
 
     check_protocol(args.protocol)
     sizes = QUICK if args.quick else FULL
+    if args.model_seeds is not None and args.model_seeds < 1:
+        raise ValueError(f"--model-seeds must be >= 1, got {args.model_seeds}")
+    if args.model_seeds is not None and args.runs not in (None, args.model_seeds):
+        raise ValueError(
+            f"--runs {args.runs} with --model-seeds {args.model_seeds}: run r uses "
+            "model r, so give as many runs as models (or leave --runs out)"
+        )
+    if args.model_cache is not None and args.model_seeds is None:
+        raise ValueError("--model-cache needs --model-seeds")
+    runs = sizes["runs"] if args.model_seeds is None else args.model_seeds
     chosen = {
-        "runs": sizes["runs"] if args.runs is None else args.runs,
+        "runs": runs if args.runs is None else args.runs,
         "n_inputs": sizes["n_inputs"] if args.inputs is None else args.inputs,
         "split": "fixed" if args.fixed_split else sizes["split"],
         "curve_images": sizes["curve_images"] if args.curve_images is None else args.curve_images,
@@ -150,6 +176,9 @@ def prepare(args: argparse.Namespace) -> tuple[Setup, Options, str]:
         image_size=args.image_size,
         mean=args.mean,
         std=args.std,
+        model_seeds=args.model_seeds,
+        model_cache=args.model_cache,
+        progress=not args.quiet,
     )
     return setup, options, _command(args, options)
 
@@ -165,6 +194,7 @@ def _command(args: argparse.Namespace, options: Options) -> str:
         if getattr(args, flag):
             parts.append(f"--{flag.replace('_', '-')} {getattr(args, flag)}")
     flags = ("boundaries", "curve_images", "sanity_images", "score_images", "regions")
+    flags += ("model_seeds", "model_cache")
     for flag in (*flags, "time_limit", "image_size"):
         if getattr(args, flag) is not None:
             parts.append(f"--{flag.replace('_', '-')} {getattr(args, flag)}")

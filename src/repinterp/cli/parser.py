@@ -168,6 +168,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--batch-size", type=_at_least(1), default=64, help="images per forward pass (64)"
     )
     p.add_argument("--data-seed", type=int, default=0, help="seed of the data split (0)")
+    p.add_argument(
+        "--granularity",
+        choices=("class", "logic"),
+        default="class",
+        help="class: the paper's RI (default); logic: polytopes of one decision logic below the "
+        "class (beyond the paper, docs/method.md)",
+    )
     p.add_argument("--out", required=True, help="index folder to write (new, empty or an index)")
     p.add_argument(
         "--shards",

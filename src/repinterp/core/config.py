@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .boundaries import SAMPLINGS
+from .logic import check_granularity
 
 __all__ = ["FitConfig"]
 
@@ -28,10 +29,13 @@ class FitConfig:
         batch_size: images per forward pass (at fit, and at explain on the fitted interpreter).
         num_workers: DataLoader worker processes reading a reference Dataset.
         progress: show progress bars.
+        granularity: ``"class"`` (the paper's RI) or ``"logic"`` (beyond the paper: ``Q`` also
+            holds the head's neuron hyperplanes and the index each image's logic vector, see
+            [`logic`][repinterp.core.logic]).
 
     Raises:
         ValueError: ``n_boundaries`` or ``batch_size`` below 1, ``num_workers`` below 0, or an
-            unknown ``sampling``.
+            unknown ``sampling`` or ``granularity``.
     """
 
     n_boundaries: int = 50
@@ -40,6 +44,7 @@ class FitConfig:
     batch_size: int = 64
     num_workers: int = 0
     progress: bool = True
+    granularity: str = "class"
 
     def __post_init__(self) -> None:
         if self.n_boundaries < 1:
@@ -48,6 +53,7 @@ class FitConfig:
             raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
         if self.num_workers < 0:
             raise ValueError(f"num_workers must be >= 0, got {self.num_workers}")
+        check_granularity(self.granularity)
         if self.sampling not in SAMPLINGS:
             raise ValueError(
                 f"unknown sampling {self.sampling!r}; choose one of {', '.join(SAMPLINGS)}"

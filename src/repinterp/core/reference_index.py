@@ -21,6 +21,7 @@ from ..runtime.checksums import file_sha256
 from .boundaries import Boundaries
 from .cover import CoverIndex, sides
 from .heatmap import channel_means
+from .logic import neuron_count
 
 __all__ = ["FEATURE_FILE", "ReferenceIndex"]
 
@@ -38,6 +39,8 @@ class ReferenceIndex:
         predictions: |R| long, the model's predicted classes.
         logits: |R| x classes.
         labels: |R| long ground-truth labels, or None.
+        logic: |R| x K logic vectors (``granularity="logic"``, see
+            [`logic_vectors`][repinterp.core.logic.logic_vectors]), or None.
         input_shape: C x H x W of the images.
         meta: manifest fields (layer, seed, fingerprint, class names, ...).
         files: extra files saved with the index (e.g. ``features.npy``), by name.
@@ -53,6 +56,7 @@ class ReferenceIndex:
     logits: Tensor
     labels: Tensor | None
     input_shape: tuple[int, int, int]
+    logic: Tensor | None = None
     meta: dict[str, Any] = field(default_factory=dict)
     files: dict[str, Path] = field(default_factory=dict)
     checksums: dict[str, str] = field(default_factory=dict)
@@ -137,6 +141,22 @@ class ReferenceIndex:
         per index; each cover path builds its part on first use)."""
         return CoverIndex(self.sides)
 
+    @property
+    def granularity(self) -> str:
+        """``"class"`` (the paper's) or ``"logic"`` (see [`logic`][repinterp.core.logic])."""
+        return self.meta.get("granularity", "class")
+
+    @cached_property
+    def n_neurons(self) -> int:
+        """How many boundaries of ``Q`` are the head's neuron hyperplanes (the last ones)."""
+        return neuron_count(self.boundaries)
+
+    @cached_property
+    def eq2_cover_index(self) -> CoverIndex:
+        """The sides on Eq. 2's boundaries alone (``Q`` less its neuron hyperplanes), prepared
+        for the cover (built once per index)."""
+        return CoverIndex(self.sides[:, : len(self.boundaries) - self.n_neurons])
+
     @cached_property
     def channel_means(self) -> Tensor:
         """|Q| x K spatial means of the boundaries' weights (see
@@ -151,6 +171,7 @@ class ReferenceIndex:
             predictions=self.predictions.to(device),
             logits=self.logits.to(device),
             labels=None if self.labels is None else self.labels.to(device),
+            logic=None if self.logic is None else self.logic.to(device),
             input_shape=self.input_shape,
             meta=dict(self.meta),
             files=dict(self.files),
@@ -170,6 +191,8 @@ class ReferenceIndex:
         }
         if self.labels is not None:
             out["labels"] = self.labels
+        if self.logic is not None:
+            out["logic"] = self.logic
         return {k: v.detach().cpu().contiguous() for k, v in out.items()}
 
 

@@ -21,6 +21,7 @@ from .datasets import (
     imagefolder,
     load_dataset,
     mnist5k,
+    mnist_super,
     shapes,
     split,
 )
@@ -37,6 +38,7 @@ __all__ = [
     "imagefolder",
     "load_dataset",
     "mnist5k",
+    "mnist_super",
     "shapes",
     "split",
 ]

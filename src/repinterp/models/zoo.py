@@ -81,6 +81,8 @@ _SMALL = {
     "shapes_cnn": ([16, "M", 32, "M", 64, "M", 64], 7, 64, 3),
     # 1 x 8 x 8 (sklearn digits): 8 → 4; 32 x 4 x 4 features.
     "digits_cnn": ([16, 32, "M", 32], 4, 64, 1),
+    # mnist_cnn's architecture, named apart for mnist-super's own bundled weights.
+    "mnist_super_cnn": ([16, "M", 32, "M", 32], 7, 128, 1),
 }
 
 # torchvision archs and their target layers: the ReLU after the last convolution for VGG and
@@ -277,7 +279,8 @@ def build_model(
     """Build a model by name, optionally with weights from a local file; returned in eval mode.
 
     Args:
-        arch: one of `ARCHS`: ``mnist_cnn`` (1 x 28 x 28), ``shapes_cnn`` (3 x 48..64),
+        arch: one of `ARCHS`: ``mnist_cnn`` (1 x 28 x 28; ``mnist_super_cnn`` is the same,
+            named apart for its own bundled weights), ``shapes_cnn`` (3 x 48..64),
             ``digits_cnn`` (1 x 8 x 8), or a torchvision model name (``vgg16``, ``resnet50``,
             ...), built with ``weights=None`` and its last Linear layer replaced; or
             ``timm:NAME``, built by timm with ``pretrained=False`` and ``num_classes``.

@@ -1,9 +1,11 @@
 """Markdown and JSON reports of the evaluation protocols' results (``evaluation.evaluate``).
 
 `results_markdown` lays the numbers out in tables shaped like the paper's; `write_results`
-writes ``results.json``, ``results.md`` and the protocol's plots (`report.plots`). A cell is
-``mean ± std`` over the runs, or the mean alone for one run; the best of a column is bold,
-unless several rows share it at the shown precision (a tie: none is bold).
+writes ``results.json``, ``units.json`` (each run's per-image values, when it has them),
+``results.md`` and the protocol's plots (`report.plots`). A cell is ``mean ± std`` over the
+runs, or the mean alone for one run; the best of a column is bold, unless several rows share
+it at the shown precision (a tie: none is bold). Paired differences (`comparison_cell`) are
+``mean ± std [95% interval], k/n``, bold when they are a win.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from .plots import sanity_steps, save_plots
 
 __all__ = [
     "cell",
+    "comparison_cell",
     "overview_markdown",
     "results_markdown",
     "write_results",
@@ -138,6 +141,79 @@ def _legend(results: dict[str, Any]) -> list[str]:
     ]
 
 
+def comparison_cell(comparison: dict[str, Any] | None) -> str:
+    """A paired difference (`comparison.Comparison.to_dict`): ``mean ± std [low, high], k/n``
+    (k: the runs in which the first method is better; no std for one run), bold when it is a
+    win; ``n/a`` without one."""
+    if comparison is None or not math.isfinite(comparison["mean"]):
+        return "n/a"
+    c = comparison
+    spread = f" ± {c['std']:.2f}" if c["runs"] > 1 else ""
+    text = (
+        f"{c['mean']:+.2f}{spread} [{c['low']:+.2f}, {c['high']:+.2f}], {c['better']}/{c['runs']}"
+    )
+    return f"**{text}**" if c["win"] else text
+
+
+_WIN = (
+    "{spread} [95% interval from a paired bootstrap over the runs and, within "
+    "each, the {units}{alone}], k/n: the runs in which the first method is better. Bold: a win, "
+    "the same sign in every run and an interval that excludes 0 (the first method's when k = n, "
+    "the other's when k = 0)"
+)
+
+
+def _paired_tables(results: dict[str, Any], reading: str, which: str) -> list[str]:
+    """The first method against each other one, ``mean ± std [95% interval], k/n`` of the
+    paired differences (`comparison_cell`), one table per reading (and per score over K for
+    ``reference``); ``results.json``'s ``paired`` holds every pair."""
+    pairs = results.get("paired", {}).get(reading)
+    if not pairs:
+        return []
+    first = next(iter(pairs))
+    rows = pairs[first]
+    units = "inputs" if results["protocol"] == "reference" else "images"
+    intro = (
+        f"Paired differences {method_label(first)} − each other method, {which}; "
+        + _WIN.format(
+            spread="mean ± std over the runs" if results["runs"] > 1 else "the difference",
+            units=units,
+            alone="; per interp.: the runs alone" if results["protocol"] == "unseen" else "",
+        )
+        + ":"
+    )
+    keys = [k for k in (*[c[0] for c in _AD_COLUMNS], *[c[0] for c in _CURVE_COLUMNS])]
+    keys = [k for k in keys if any(k in scores for scores in rows.values())]
+    labels = {key: label for key, label, _ in (*_AD_COLUMNS, *_CURVE_COLUMNS)}
+    if results["protocol"] != "reference":
+        table = [
+            [
+                f"{method_label(first)} − {method_label(b)}",
+                *[comparison_cell(s.get(k)) for k in keys],
+            ]
+            for b, s in rows.items()
+        ]
+        return ["", intro, "", *_table(["Pair", *[labels[k] for k in keys]], table)]
+    ks = results["options"]["ks"]
+    lines = ["", intro, ""]
+    for key in keys:
+        shown = [i for i in range(len(ks)) if any(s.get(key) and s[key][i] for s in rows.values())]
+        table = [
+            [
+                f"{method_label(first)} − {method_label(b)}",
+                *[comparison_cell(s[key][i] if s.get(key) else None) for i in shown],
+            ]
+            for b, s in rows.items()
+        ]
+        lines += [
+            f"{labels[key]}:",
+            "",
+            *_table(["Pair", *[f"K = {ks[i]}" for i in shown]], table),
+            "",
+        ]
+    return lines[:-1]
+
+
 def _md_methods(results: dict[str, Any]) -> list[str]:
     """Table 1: AD / AI pooled and per interpretation, the regions' coverage, the times; then
     the perturbation metrics."""
@@ -152,6 +228,7 @@ def _md_methods(results: dict[str, Any]) -> list[str]:
             "",
             *_columns_table(methods, _CURVE_COLUMNS, "Method"),
         ]
+    lines += _paired_tables(results, "methods", "on the unseen images")
     return lines + _groups_table(methods, "Method", "the unseen images") + _legend(results)
 
 
@@ -269,6 +346,8 @@ def _md_reference(results: dict[str, Any]) -> list[str]:
                 "",
             ]
         lines += _per_k_tables(results, common, _COMMON_S)[:-1]
+    lines += _paired_tables(results, "methods", _OWN_S)
+    lines += _paired_tables(results, "common", _COMMON_S)
     return lines + _legend(results)
 
 
@@ -415,6 +494,13 @@ def _header(results: dict[str, Any]) -> str:
         else ""
     )
     spread = "mean ± std" if results["runs"] > 1 else "one run, no spread"
+    if setup.get("model_seeds"):
+        held_out = ", ".join(f"{run['model']['held_out_acc']:.1f}" for run in results["per_run"])
+        model_acc += (
+            f" Each run on its own model, trained by the recipe "
+            f"`{json.dumps(setup['recipe'])}` with seeds {setup['model_seeds']} (run r on "
+            f"model r; held-out accuracy {held_out}%)."
+        )
     return (
         f"Model `{setup['model']}` at layer `{setup['target_layer']}`; {images} images ({split}); "
         f"|Q| = {options['n_boundaries']}, |V| = {results['n_regions']}; "
@@ -465,7 +551,17 @@ def write_results(results: dict[str, Any], out: str | Path) -> list[Path]:
     """
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
+    units = [run.get("units") for run in results.get("per_run", [])]
+    written = []
+    if units and all(u is not None for u in units):
+        results = results | {
+            "per_run": [
+                {k: v for k, v in run.items() if k != "units"} for run in results["per_run"]
+            ]
+        }
+        (out / "units.json").write_text(json.dumps(_json_ready(units), separators=(",", ":")))
+        written.append(out / "units.json")
     (out / "results.json").write_text(json.dumps(_json_ready(results), indent=2) + "\n")
     plots = save_plots(results, out)
     (out / "results.md").write_text(results_markdown(results, [p.name for p in plots]))
-    return [out / "results.json", out / "results.md", *plots]
+    return [out / "results.json", *written, out / "results.md", *plots]

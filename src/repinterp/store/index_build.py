@@ -21,6 +21,7 @@ from tqdm.auto import tqdm
 
 from ..core.boundaries import Boundaries, compute_boundaries, project, sample_sources
 from ..core.config import FitConfig
+from ..core.logic import logic_vectors, neuron_boundaries, neuron_count, project_blocks
 from ..core.reference_index import ReferenceIndex
 from ..data.reference import (
     Reference,
@@ -98,6 +99,8 @@ def _build_settings(
     }
     if config.sampling != "uniform":  # the paper's sampling is the default, left unsaid
         settings["sampling"] = config.sampling
+    if config.granularity != "class":  # as is the paper's granularity
+        settings["granularity"] = config.granularity
     return settings
 
 
@@ -132,11 +135,16 @@ def _boundaries(split: SplitModel, features: Tensor, batch_size: int) -> Boundar
     return q
 
 
-def _rows(split: SplitModel, t: Tensor, q: Boundaries) -> dict[str, Tensor]:
-    """The index's rows of images with feature maps ``t``: projections, logits, predictions."""
+def _rows(split: SplitModel, t: Tensor, q: Boundaries, logic: bool) -> dict[str, Tensor]:
+    """The index's rows of images with feature maps ``t``: projections, logits, predictions,
+    and with ``logic`` their logic vectors (`logic_vectors`)."""
     with torch.inference_mode():
         logits = split.head(t)
-        return {"projections": project(t, q), "logits": logits, "predictions": logits.argmax(1)}
+        proj = project_blocks(t, q, neuron_count(q)) if logic else project(t, q)
+        rows = {"projections": proj, "logits": logits, "predictions": logits.argmax(1)}
+    if logic:
+        rows["logic"] = logic_vectors(split.head, t)
+    return rows
 
 
 @dataclass
@@ -200,12 +208,16 @@ def _prepare(
         partial = PartialBuild(shards, settings)
         q = partial.boundaries()
     t = _source_features(split, source_images, plan.batch)
+    logic = config.granularity == "logic"
     if q is None:
         q = _boundaries(split, t, plan.batch)
+        if logic:
+            neurons = neuron_boundaries(split.head, t, config.n_boundaries, config.seed)
+            q = Boundaries.concat([q, neurons])
         if partial is not None:
             partial.save_boundaries(q)
     q = q.to(device)
-    rows = {name: value.cpu() for name, value in _rows(split, t, q).items()}
+    rows = {name: value.cpu() for name, value in _rows(split, t, q, logic).items()}
     flat = t.flatten(1).float().cpu().numpy() if features else None
     return _Sources(sources, rows, flat), q, tuple(source_images.shape[1:]), partial
 
@@ -223,6 +235,7 @@ def _index_shard(
     input_shape: tuple[int, ...],
     device: torch.device,
     dtype: torch.dtype,
+    logic: bool,
 ) -> tuple[dict[str, Tensor], np.ndarray | None]:
     """Index shard ``k``, whose batches are the next ones of ``batches``; the rows of ``Q``'s
     sources are taken from ``sources``, not computed again.
@@ -246,7 +259,7 @@ def _index_shard(
         if len(held) < len(compute):
             with torch.inference_mode():
                 t = split.psi(images[compute.to(device)] if len(held) else images)
-        part = _rows(split, t, q) if t is not None else {}
+        part = _rows(split, t, q, logic) if t is not None else {}
         if len(held):
             part = sources.merge(part, compute, held, device)
         if labels is not None:
@@ -271,6 +284,7 @@ def _index_shards(
     num_workers: int,
     device: torch.device,
     dtype: torch.dtype,
+    logic: bool,
 ) -> Iterator[ShardResult]:
     """Index ``shard_ids`` in one stream of batches: per shard, its id and what
     `_index_shard` returns (not kept here once yielded, so that one shard of feature maps
@@ -278,7 +292,10 @@ def _index_shards(
     ranges = plan.batches(shard_ids)
     batches = iter_batches(reference, plan.batch, num_workers, ranges, device.type == "cuda")
     for k in shard_ids:
-        yield (k, *_index_shard(split, batches, plan, k, q, sources, input_shape, device, dtype))
+        yield (
+            k,
+            *_index_shard(split, batches, plan, k, q, sources, input_shape, device, dtype, logic),
+        )
 
 
 def _keep(
@@ -381,6 +398,7 @@ def build_index(
         config.num_workers,
         device,
         dtype,
+        config.granularity == "logic",
     )
     finished = sum(plan.bounds(k)[1] - plan.bounds(k)[0] for k in done_ids)
     bar = tqdm(
@@ -395,13 +413,15 @@ def build_index(
             _keep(gather(next(results, None)), plan, assembly, store, partial, bar)
     t = broadcast(assembly.tensors if rank == 0 else None)
     check_finite_rows("logits or projections of the reference set", t["logits"], t["projections"])
+    neurons = torch.full((len(q) - len(sources.positions),), -1, dtype=torch.long)
     index = ReferenceIndex(
         boundaries=q,
-        sources=sources.positions.to(device),
+        sources=torch.cat([sources.positions, neurons]).to(device),
         projections=t["projections"].to(device),
         predictions=t["predictions"].to(device),
         logits=t["logits"].to(device),
         labels=t["labels"].to(device) if "labels" in t else None,
+        logic=t["logic"].to(device) if "logic" in t else None,
         input_shape=input_shape,  # type: ignore[arg-type]
         meta={},
         files={feature_file.name: feature_file} if store is not None else {},

@@ -275,6 +275,7 @@ def _load(
         predictions=t["predictions"],
         logits=t["logits"],
         labels=t.get("labels"),
+        logic=t.get("logic"),
         input_shape=tuple(manifest["input_shape"]),
         meta={k: v for k, v in manifest.items() if k not in _RESERVED},
         files={name: file for name, file in files.items() if name != _TENSOR_FILE},
@@ -351,6 +352,7 @@ def _tensor_problem(t: dict[str, Tensor], m: dict[str, Any]) -> str | None:
         "boundary_bias": (q,),
         "boundary_classes": (q, 2),
         "boundary_weight": (q, *m["feature_shape"]),
+        "logic": (n, m["feature_shape"][0]),
     }
     for name, shape in expected.items():
         if name in t and tuple(t[name].shape) != tuple(shape):

@@ -76,7 +76,7 @@ class Method(ABC):
         return None
 
     def samplings(self) -> tuple[str, ...]:
-        """The ways of drawing ``Q`` (`SAMPLINGS`) whose indexes the
-        method uses: fitted once per run before the clocks start (their time is reported
-        apart); none by default."""
+        """The keys of the indexes the method uses (a way of drawing ``Q``, `SAMPLINGS`, with
+        ``+logic`` for ``granularity="logic"``, see ``Run.interpreter_for``): fitted once per
+        run before the clocks start (their time is reported apart); none by default."""
         return ()

@@ -29,7 +29,9 @@ class CAMMethod(Method):
             images, but no polytope:
 
             - ``"cluster"``: in ``unseen``, images of the k-means cluster (reused on the
-              images of its centre); in ``reference``, the input's nearest neighbours.
+              images of its centre); in ``reference``, the input and its nearest neighbours
+              outside the images scored (as ``"class"`` draws its own), so that no image the
+              maps are scored on helped make the weights but the input's own.
             - ``"class"``: images the model predicts the class of. In ``unseen``, one draw per
               class, reused on every image predicted that class; in ``reference``, the input
               and images of its predicted class drawn outside the images scored, as
@@ -90,10 +92,19 @@ class CAMMethod(Method):
             groups.append(draw_indices(members, n, rng))
         return self._mean_weights(run, groups).heatmaps(inputs, run.unseen_centre)
 
+    @staticmethod
+    def _neighbours_outside(run: Run, index: int, scored: Tensor) -> Tensor:
+        """The input ``index`` and its ``options.score_images - 1`` nearest reference images
+        (Euclidean, in feature space) outside ``scored``, the images its maps are scored on."""
+        n, row = run.options.score_images, run.inputs.tolist().index(index)
+        ranking = run.neighbours(max(*run.options.ks, len(scored)) + n)[row]
+        taken = torch.cat([scored.cpu(), ranking.new_tensor([index])])
+        outside = ranking[~torch.isin(ranking, taken)]
+        return torch.cat([ranking.new_tensor([index]), outside[: n - 1]])
+
     def reuse(self, run: Run, index: int, images: Tensor) -> Tensor:
         if self.average == "cluster":
-            row = run.inputs.tolist().index(index)
-            cam = self._mean_weights(run, [run.neighbours(run.options.score_images)[row]])
+            cam = self._mean_weights(run, [self._neighbours_outside(run, index, images)])
         elif self.average == "class":
             members = self._of_class(run, int(run.setup.predictions["reference"][index]))
             rng = np.random.default_rng(run.seed)

@@ -8,6 +8,7 @@ from torch import Tensor
 
 from ...core.boundaries import SAMPLINGS
 from ...core.interpretation import SIMILARITY_METRICS, Interpretation
+from ...core.logic import GRANULARITIES
 from ...core.polytope_weights import covered_sample, with_score_weights
 from ...core.regions import RegionSet
 from ..run import Run, self_first
@@ -21,6 +22,7 @@ KNOBS: dict[str, tuple[str, ...]] = {
     "sampling": SAMPLINGS,
     "weights": ("gradient", "score"),
     "similar": SIMILARITY_METRICS,
+    "granularity": GRANULARITIES,
 }
 
 
@@ -39,6 +41,9 @@ class RIMethod(Method):
             drawn outside the images the heat maps are scored on).
         similar: the ranking of similar images in ``reference``: ``"semantic"`` (§5.2),
             ``"euclidean"`` or ``"cosine"`` (``Interpretation.similar``).
+        granularity: ``"class"`` (the paper's) or ``"logic"`` (``RI+logic``: polytopes of one
+            decision logic below the class, [`logic`][repinterp.core.logic], with its default
+            ``gamma``).
 
     Its name is ``RI`` followed by ``+value`` for each knob not at the paper's value, in the
     order above (e.g. ``RI+pairs+score``).
@@ -50,9 +55,11 @@ class RIMethod(Method):
         sampling: str = "uniform",
         weights: str = "gradient",
         similar: str = "semantic",
+        granularity: str = "class",
     ) -> None:
         self.knobs = {"solver": solver, "sampling": sampling, "weights": weights}
         self.knobs["similar"] = similar
+        self.knobs["granularity"] = granularity
         for knob, value in self.knobs.items():
             if value not in KNOBS[knob]:
                 raise ValueError(
@@ -62,8 +69,14 @@ class RIMethod(Method):
             f"+{value}" for knob, value in self.knobs.items() if value != KNOBS[knob][0]
         )
 
+    @property
+    def index_key(self) -> str:
+        """The key of its index in the run (``Run.interpreter_for``)."""
+        logic = "+logic" if self.knobs["granularity"] == "logic" else ""
+        return self.knobs["sampling"] + logic
+
     def samplings(self) -> tuple[str, ...]:
-        return (self.knobs["sampling"],)
+        return (self.index_key,)
 
     def _weighted(
         self, run: Run, interpretation: Interpretation, x: int, scored: Tensor | None = None
@@ -83,15 +96,15 @@ class RIMethod(Method):
         variant's ``Q`` by its solver, drawn with its weights."""
         knobs = self.knobs
         return run.cached(
-            ("regions", knobs["sampling"], knobs["solver"], knobs["weights"]),
+            ("regions", self.index_key, knobs["solver"], knobs["weights"]),
             lambda: self._regions(run),
         )
 
     def _regions(self, run: Run) -> RegionSet:
         base = run.regions
-        ri = run.interpreter_for(self.knobs["sampling"])
+        ri = run.interpreter_for(self.index_key)
         regions = base.regions
-        if (self.knobs["sampling"], self.knobs["solver"]) != ("uniform", "greedy"):
+        if (self.index_key, self.knobs["solver"]) != ("uniform", "greedy"):
             regions = ri.explain_reference(base.inputs, solver=self.knobs["solver"])
         inputs = base.inputs.tolist()
         regions = [self._weighted(run, r, x) for r, x in zip(regions, inputs, strict=True)]
@@ -108,10 +121,10 @@ class RIMethod(Method):
     def _explanation(self, run: Run, index: int) -> Interpretation:
         """``P(x)`` of reference image ``index`` on this variant's ``Q`` by its solver (solved
         once per run)."""
-        sampling, solver = self.knobs["sampling"], self.knobs["solver"]
-        ri = run.interpreter_for(sampling)
+        key, solver = self.index_key, self.knobs["solver"]
+        ri = run.interpreter_for(key)
         return run.cached(
-            ("reference", sampling, solver, index),
+            ("reference", key, solver, index),
             lambda: ri.explain_reference([index], solver=solver)[0],
         )
 

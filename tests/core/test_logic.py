@@ -1,0 +1,206 @@
+"""``granularity="logic"``: decision logic below the class (core/logic.py, docs/method.md)."""
+
+import hashlib
+
+import pytest
+import torch
+from safetensors.torch import save
+
+from repinterp import RepresentativeInterpreter
+from repinterp.core.logic import (
+    default_gamma,
+    excluded,
+    logic_vectors,
+    neuron_boundaries,
+    pre_activations,
+)
+from repinterp.models.split import split_model
+from repinterp.store.index_folder import IndexLoadError
+
+from ..networks import fit_random, randn, random_setup
+
+N, Q = 300, 20
+
+
+@pytest.fixture(scope="module")
+def setup(one_thread):
+    model, images = random_setup(n=N)
+    return model, images, randn(40, 1, 12, 12, seed=5)
+
+
+def _fit(model, images, **options) -> RepresentativeInterpreter:
+    ri = RepresentativeInterpreter(model, "relu2", n_boundaries=Q, progress=False, **options)
+    return ri.fit(images)
+
+
+def _same(a, b) -> bool:
+    return (
+        torch.equal(a.boundaries, b.boundaries)
+        and torch.equal(a.covered, b.covered)
+        and torch.equal(a.channel_weights, b.channel_weights)
+        and (a.delta, a.conflicts, a.predicted_class) == (b.delta, b.conflicts, b.predicted_class)
+    )
+
+
+def test_class_granularity_is_the_index_and_explanations_made_before_logic(one_thread) -> None:
+    """The SHA-256 of the index tensors and of 40 explanations, as the code before
+    ``granularity`` existed made them (main at 80c8485, this machine's CPU, one thread)."""
+    ri, _ = fit_random(N, Q)
+    assert ri.granularity == "class" and ri.index.logic is None
+    assert "granularity" not in ri.index.meta and "gamma" not in ri.index.meta
+    index_sha = hashlib.sha256(save(ri.index.tensors())).hexdigest()
+    assert index_sha == "689ed90d0ce85801768f61b482398127e4f98fecbd09f9dfcb146cfd85501b0d"
+    parts = [
+        torch.cat(
+            [
+                e.boundaries.float(),
+                e.covered.float(),
+                e.channel_weights.flatten(),
+                e.projections,
+                torch.tensor([e.delta, e.conflicts, e.score]),
+            ]
+        )
+        for e in ri.explain_batch(randn(40, 1, 12, 12, seed=5))
+    ]
+    explained = hashlib.sha256(save({"e": torch.cat(parts).contiguous()})).hexdigest()
+    assert explained == "3f7e5f642e2f0157926c8dc194d498318b7e361b8117893a7b7f736198304a1b"
+
+
+def test_gamma_minus_one_is_the_papers_ri(setup) -> None:
+    model, images, inputs = setup
+    paper = _fit(model, images)
+    logic = _fit(model, images, granularity="logic", gamma=-1.0)
+    q = len(paper.index.boundaries)
+    assert logic.index.n_neurons > 0 and len(logic.index.boundaries) == q + logic.index.n_neurons
+    assert torch.equal(logic.index.projections[:, :q], paper.index.projections)
+    assert torch.equal(logic.index.boundaries.weight[:q], paper.index.boundaries.weight)
+    pairs = [
+        *zip(paper.explain_batch(inputs), logic.explain_batch(inputs), strict=True),
+        *zip(
+            paper.explain_reference(range(0, N, 7)),
+            logic.explain_reference(range(0, N, 7)),
+            strict=True,
+        ),
+    ]
+    assert all(_same(a, b) for a, b in pairs)
+    # with the default gamma the covers do change: the class is cut by logic
+    default = _fit(model, images, granularity="logic")
+    assert -1 < default.index.meta["gamma"] < 1
+    covered = [e.representativeness for e in default.explain_batch(inputs)]
+    assert sum(covered) < sum(e.representativeness for e in paper.explain_batch(inputs))
+
+
+def test_logic_never_covers_an_excluded_same_class_image_beyond_delta(setup) -> None:
+    model, images, inputs = setup
+    ri = _fit(model, images, granularity="logic")
+    index, gamma = ri.index, ri.index.meta["gamma"]
+    logits, _ = ri.forward(inputs)
+    vectors = logic_vectors(ri.split.head, ri.features(inputs))
+    extra = excluded(vectors, logits.argmax(1), index.logic, index.predictions, gamma)
+    assert extra.any(1).float().mean() > 0.5  # the threshold excludes images for most inputs
+    used_neurons = 0
+    for i, e in enumerate(ri.explain_batch(inputs)):
+        d_x = (index.predictions != e.predicted_class) | extra[i]
+        inside = int(d_x[e.covered].sum())
+        assert inside == e.conflicts <= e.delta
+        assert not bool(extra[i][e.covered].any()) or e.delta > 0
+        used_neurons += bool((e.boundaries >= len(index.boundaries) - index.n_neurons).any())
+    assert used_neurons > 0
+
+
+def test_logic_vectors_are_the_pooled_relevance(setup) -> None:
+    model, images, _ = setup
+    split = split_model(model, "relu2")
+    with torch.no_grad():
+        t = split.psi(images[:5])
+    vectors = logic_vectors(split.head, t)
+    for i in range(5):
+        ti = t[i : i + 1].clone().requires_grad_(True)
+        logits = split.head(ti)[0]
+        c = int(logits.argmax())
+        contrast = logits[c] - (logits.sum() - logits[c]) / (len(logits) - 1)
+        (grad,) = torch.autograd.grad(contrast, ti)
+        torch.testing.assert_close(vectors[i], (ti * grad)[0].sum((1, 2)).detach())
+
+
+def test_neuron_hyperplanes_are_the_first_relus_pre_activations(setup) -> None:
+    model, images, _ = setup
+    split = split_model(model, "relu2")
+    with torch.no_grad():
+        t = split.psi(images[:50])
+        z = pre_activations(split.head)(t)
+    assert z.shape == (50, 24)  # fc1's 24 neurons, before relu3
+    q = neuron_boundaries(split.head, t, 10, seed=3)
+    chosen = torch.randperm(24, generator=torch.Generator().manual_seed(3))[:10].sort().values
+    projected = (q.weight.flatten(1) @ t.flatten(1).T).T + q.bias
+    torch.testing.assert_close(projected, z[:, chosen], atol=1e-5, rtol=1e-5)
+    assert (q.top_classes == -1).all()
+
+
+def test_default_gamma_is_the_within_class_median() -> None:
+    logic = torch.tensor([[1.0, 0], [0, 1], [1, 1], [-1, 0], [5, 5]])
+    classes = torch.tensor([0, 0, 0, 1, 1])
+    s = 2**-0.5
+    pairs = torch.tensor([0.0, s, s, -s])  # class 0's three pairs, class 1's one
+    assert default_gamma(logic, classes) == pytest.approx(float(pairs.median()))
+    assert default_gamma(logic[:1], classes[:1]) == -1.0
+
+
+def test_logic_index_round_trips_and_a_mismatched_granularity_is_refused(setup, tmp_path):
+    model, images, inputs = setup
+    ri = _fit(model, images, granularity="logic")
+    ri.save(tmp_path / "logic")
+    loaded = RepresentativeInterpreter.load(tmp_path / "logic", model, progress=False)
+    assert loaded.granularity == "logic" and torch.equal(loaded.index.logic, ri.index.logic)
+    assert repr(loaded).endswith("granularity 'logic')")
+    assert loaded.index.meta["gamma"] == ri.index.meta["gamma"]
+    assert all(
+        _same(a, b)
+        for a, b in zip(ri.explain_batch(inputs), loaded.explain_batch(inputs), strict=True)
+    )
+    with pytest.raises(IndexLoadError, match="granularity='logic', not 'class'"):
+        RepresentativeInterpreter.load(tmp_path / "logic", model, granularity="class")
+    _fit(model, images).save(tmp_path / "class")
+    with pytest.raises(IndexLoadError, match="granularity='class', not 'logic'"):
+        RepresentativeInterpreter.load(tmp_path / "class", model, granularity="logic")
+    paper = RepresentativeInterpreter.load(tmp_path / "class", model, granularity="class")
+    assert paper.granularity == "class"
+
+
+def test_bad_settings_are_refused(setup) -> None:
+    model, _, _ = setup
+    with pytest.raises(ValueError, match="unknown granularity 'region'"):
+        RepresentativeInterpreter(model, "relu2", granularity="region")
+    with pytest.raises(ValueError, match=r"gamma must be in \[-1, 1\]"):
+        RepresentativeInterpreter(model, "relu2", granularity="logic", gamma=2.0)
+    with pytest.raises(ValueError, match="gamma applies to granularity='logic' only"):
+        RepresentativeInterpreter(model, "relu2", gamma=0.5)
+
+
+def test_a_sharded_and_resumed_logic_fit_equals_the_one_pass_fit(setup, tmp_path) -> None:
+    from repinterp.store.shards import Shards
+
+    model, images, _ = setup
+    plain = _fit(model, images, granularity="logic")
+    sharded = RepresentativeInterpreter(
+        model, "relu2", n_boundaries=Q, progress=False, granularity="logic"
+    ).fit(images, shards=Shards(tmp_path / "partial", size=128))
+    for name, tensor in plain.index.tensors().items():
+        assert torch.equal(tensor, sharded.index.tensors()[name]), name
+    assert sharded.index.meta["gamma"] == plain.index.meta["gamma"]
+    # a partial folder of a class fit is not resumed as a logic fit
+    _fit(model, images).fit(images, shards=Shards(tmp_path / "class", size=128))
+    again = RepresentativeInterpreter(
+        model, "relu2", n_boundaries=Q, progress=False, granularity="logic"
+    )
+    with pytest.raises(ValueError, match="granularity"):
+        again.fit(images, shards=Shards(tmp_path / "class", size=128, resume=True))
+
+
+def test_a_head_without_relu_has_no_logic() -> None:
+    from ..networks import images as pictures
+    from ..networks import tiny_cnn
+
+    ri = RepresentativeInterpreter(tiny_cnn().eval(), "3", progress=False, granularity="logic")
+    with pytest.raises(ValueError, match="granularity='logic' needs a ReLU in the head"):
+        ri.fit(pictures(20))

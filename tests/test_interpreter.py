@@ -1,3 +1,5 @@
+import copy
+import json
 import math
 import warnings
 
@@ -15,7 +17,7 @@ from repinterp.store.index_folder import IndexLoadError
 from repinterp.store.outputs import OutputError
 from repinterp.workspace import load_image_file, open_index
 
-from .commandline import run
+from .commandline import edit_manifest, run
 from .networks import (
     balance,
     fit_random,
@@ -420,3 +422,77 @@ def test_an_index_fitted_by_the_cli_reads_images_as_the_cli_does(tmp_path, capsy
             e = ri.explain(given)
             torch.testing.assert_close(e.image, cli, rtol=0, atol=0)
             _same([e], [expected])
+
+
+def test_a_batch_norm_put_in_training_mode_is_refused_and_the_model_never_changes() -> None:
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(
+            torch.nn.Conv2d(3, 6, 3, padding=1),
+            torch.nn.BatchNorm2d(6),
+            torch.nn.ReLU(),
+            torch.nn.Conv2d(6, 8, 3, padding=1),
+            torch.nn.ReLU(),
+            torch.nn.Flatten(),
+            torch.nn.Linear(8 * 8 * 8, 3),
+        ).eval()
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    reference = randn(40, 3, 8, 8)
+    model[1].train()
+    with pytest.raises(ValueError, match=r"'1' \(BatchNorm2d\) is in training mode"):
+        RepresentativeInterpreter(model, "4", n_boundaries=5, progress=False)
+    with pytest.raises(ValueError, match=r"'1' \(BatchNorm2d\) is in training mode"):
+        RepresentativeInterpreter(model, None, n_boundaries=5, progress=False).fit(reference)
+    model[1].eval()
+    ri = RepresentativeInterpreter(model, "4", n_boundaries=5, progress=False).fit(reference)
+    model[1].train()  # after the interpreter is made: refused before anything runs
+    for call in (lambda: ri.explain(reference[0]), lambda: ri.fit(reference)):
+        with pytest.raises(ValueError, match=r"'1' \(BatchNorm2d\) is in training mode"):
+            call()
+    assert all(torch.equal(v, model.state_dict()[k]) for k, v in state.items())
+
+
+def test_an_index_refuses_a_model_whose_graph_changed(fitted, tmp_path) -> None:
+    ri, images = fitted
+    path = tmp_path / "index"
+    ri.save(path)
+    assert json.loads((path / "manifest.json").read_text())["graph_fingerprint"]
+    swapped = copy.deepcopy(ri.model)
+    swapped.relu1 = torch.nn.LeakyReLU(0.2)  # same state_dict, another trunk
+    with pytest.raises(IndexLoadError, match="another graph"):
+        RepresentativeInterpreter.load(path, swapped)
+    # an index saved before the graph was recorded loads with the weights checked alone
+    edit_manifest(path, lambda manifest: manifest.pop("graph_fingerprint"))
+    loaded = RepresentativeInterpreter.load(path, ri.model, progress=False)
+    assert torch.equal(loaded.explain(images[0]).covered, ri.explain(images[0]).covered)
+
+
+def test_an_interpretation_keeps_its_own_index_after_a_new_fit() -> None:
+    model, pictures = random_setup(n=300)
+    ri = RepresentativeInterpreter(model, "relu2", n_boundaries=20, progress=False)
+    ri.fit(pictures[:200], keep_features=True)
+    e = ri.explain(pictures[0])
+    similar, distances = e.similar(10), e.distances()
+    euclidean = e.similar(5, "euclidean")
+    summary = e.to_dict(5)
+    ri.fit(pictures[100:], keep_features=True)  # another reference set, another Q
+    assert not torch.equal(ri.index.boundaries.weight, e.reference_index.boundaries.weight)
+    assert bool(e.covers(pictures[:1])[0])
+    assert torch.equal(e.similar(10), similar) and torch.equal(e.distances(), distances)
+    assert torch.equal(e.similar(5, "euclidean"), euclidean)
+    assert e.to_dict(5) == summary
+    html = e.show().html  # its reference set is not the interpreter's any more: said so
+    assert "fitted again" in html
+    assert e.show(reference=pictures[:200]).html.count("<img") > html.count("<img")
+
+
+def test_a_loaded_index_reads_the_features_it_was_loaded_with(tmp_path) -> None:
+    model, pictures = random_setup(n=300)
+    ri = RepresentativeInterpreter(model, "relu2", n_boundaries=10, progress=False)
+    ri.fit(pictures[:200], keep_features=True).save(tmp_path / "index")
+    expected = ri.features(pictures[:200]).flatten(1)
+    loaded = RepresentativeInterpreter.load(tmp_path / "index", model, progress=False)
+    other = RepresentativeInterpreter(model, "relu2", n_boundaries=10, progress=False)
+    other.fit(pictures[100:], keep_features=True).save(tmp_path / "index")  # a re-fit
+    assert torch.equal(loaded.reference_features, expected)
+    assert torch.equal(ri.reference_features, expected)  # the saved index's own, too

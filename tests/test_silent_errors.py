@@ -166,3 +166,23 @@ def test_printing_shows_a_short_summary(fitted) -> None:
         "RepresentativeInterpreter(Sequential at a layer chosen at fit, |Q| = 5, not fitted, "
         "seed 0, device cpu, solver 'greedy')"
     )
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda x: torch.empty_like(x, device="meta"), "on the meta device, which holds no values"),
+        (lambda x: x.to_sparse(), r"sparse_coo tensor: pass a dense one \(tensor.to_dense\(\)\)"),
+        (lambda x: x.to_sparse_csr(), "sparse_csr tensor: pass a dense one"),
+    ],
+)
+def test_sparse_and_meta_tensors_are_refused_in_one_line(fitted, make, message) -> None:
+    ri, images = fitted
+    one, batch = make(images[0, 0]), make(images[:2])
+    if batch.layout != torch.sparse_csr:  # a CSR tensor is 2-D: no image of it
+        one = make(images[0])
+    calls = [lambda: ri.explain(one), lambda: ri.explain_batch(batch)]
+    calls += [lambda: ri.forward(batch), lambda: ri.features(batch)]
+    for call in calls:
+        with pytest.raises(ValueError, match=message):
+            call()

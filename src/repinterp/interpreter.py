@@ -146,8 +146,8 @@ class RepresentativeInterpreter:
         if config is not None and keywords != FitConfig():
             raise ValueError("give the fit settings either as keywords or as config=, not both")
         self.config = config if config is not None else keywords
-        if time_limit <= 0:
-            raise ValueError(f"time_limit must be > 0, got {time_limit}")
+        if not time_limit > 0:  # NaN too
+            raise ValueError(f"time_limit must be a number of seconds > 0, got {time_limit}")
         if gamma is not None and not -1 <= gamma <= 1:
             raise ValueError(f"gamma must be in [-1, 1], got {gamma}")
         if gamma is not None and self.config.granularity != "logic":
@@ -415,12 +415,14 @@ class RepresentativeInterpreter:
         check_finite_rows("feature maps", features)
         return features
 
-    def forward(self, images: Tensor) -> tuple[Tensor, Tensor]:
+    def forward(self, images: Tensor, index: ReferenceIndex | None = None) -> tuple[Tensor, Tensor]:
         """The model's logits and the projections on ``Q`` of N images, in batches.
 
         Args:
             images: N x C x H x W, normalised as the model expects (any device, any floating
                 dtype).
+            index: whose ``Q`` (an earlier fit's, as an ``Interpretation`` keeps it); None:
+                the interpreter's.
 
         Returns:
             Logits (N x classes) and projections ``<W_h, psi(x)> + b_h`` (N x |Q|), on the
@@ -431,7 +433,7 @@ class RepresentativeInterpreter:
             ValueError: the images are not a finite float batch of the index's C x H x W, or
                 give non-finite logits or projections.
         """
-        return self._forward(images)
+        return self._forward(images, index=index)
 
     @exact_float32()
     def _forward(
@@ -439,12 +441,13 @@ class RepresentativeInterpreter:
         images: Tensor,
         features: list[Tensor] | None = None,
         logic: list[Tensor] | None = None,
+        index: ReferenceIndex | None = None,
     ) -> tuple[Tensor, Tensor]:
         """[`forward`][repinterp.interpreter.RepresentativeInterpreter.forward]; each batch's
         flattened feature maps (on the CPU) are also appended to ``features`` when it is given,
         and its logic vectors ([`logic_vectors`][repinterp.core.logic.logic_vectors]) to
         ``logic``."""
-        index = self.fitted_index
+        index = self.fitted_index if index is None else index
         logits = [torch.empty(0, index.n_classes, device=self.device, dtype=self.dtype)]
         proj = [torch.empty(0, len(index.boundaries), device=self.device, dtype=self.dtype)]
         for part in self._batches(images):
@@ -564,7 +567,9 @@ class RepresentativeInterpreter:
     # ------------------------------------------------------------------ persistence
     def save(self, path: str | Path, overwrite: bool = False) -> None:
         """Save the index to the folder ``path`` (replaced atomically if it exists), with the
-        model's fingerprint so that ``load`` can refuse other weights.
+        fingerprints of the model's weights and of its traced graph (module types and
+        operations, see [`graph_fingerprint`][repinterp.models.split.graph_fingerprint]) so
+        that ``load`` can refuse another model.
 
         Args:
             path: a new or empty folder, or an index (which is replaced).
@@ -578,6 +583,7 @@ class RepresentativeInterpreter:
         """
         index = self.fitted_index
         index.meta["model_fingerprint"] = model_fingerprint(self.model)
+        index.meta["graph_fingerprint"] = self.split.fingerprint
         save_index(index, path, extra_files=index.files, overwrite=overwrite)
         index.files = {name: Path(path) / name for name in index.files}
 
@@ -592,15 +598,19 @@ class RepresentativeInterpreter:
     ) -> RepresentativeInterpreter:
         """Load a saved index for ``model``.
 
+        An index saved before its manifest recorded the model's graph
+        (``graph_fingerprint``, before repinterp 0.3) is checked by the weights alone.
+
         Args:
             granularity: the granularity the index must have (``"class"`` or ``"logic"``);
                 None: the index's own.
             kwargs: the interpreter's own settings (``solver``, ``gamma``, ...).
 
         Raises:
-            IndexLoadError: the folder is damaged, or was made with other weights, at a layer
-                this model does not have, or at another granularity than ``granularity``; the
-                message says which.
+            IndexLoadError: the folder is damaged, or was made with other weights, another
+                graph (a module of another type or setting, another operation: the same
+                weights in another architecture), at a layer this model does not have, or at
+                another granularity than ``granularity``; the message says which.
         """
         index = load_index(path)
         meta = index.meta
@@ -631,6 +641,13 @@ class RepresentativeInterpreter:
             raise IndexLoadError(
                 f"{path} was made with other weights (model fingerprint "
                 f"{str(meta.get('model_fingerprint'))[:12]}…, this model's {fingerprint[:12]}…)"
+            )
+        graph = meta.get("graph_fingerprint")
+        if graph is not None and graph != ri.split.fingerprint:
+            raise IndexLoadError(
+                f"{path} was made with another graph of the model: the same weights, but "
+                "modules of other types or settings, or other operations (graph fingerprint "
+                f"{str(graph)[:12]}…, this model's {ri.split.fingerprint[:12]}…)"
             )
         ri.index = index.to(ri.device)
         return ri

@@ -209,6 +209,9 @@ def test_imagefolder_skips_bad_files_with_one_warning(tmp_path):
 def test_imagefolder_errors(tmp_path):
     with pytest.raises(FileNotFoundError, match="image folder not found"):
         data.imagefolder(tmp_path / "missing")
+    for size in (0, 8193, 999_999):  # refused before a file is read
+        with pytest.raises(ValueError, match=f"from 1 to 8192 pixels .*, got {size}"):
+            data.imagefolder(tmp_path, size=size)
     (tmp_path / "empty" / "cls").mkdir(parents=True)
     (tmp_path / "empty" / "cls" / "a.txt").write_text("x")
     with (
@@ -354,6 +357,26 @@ def test_shapes_at_another_size():
             ValueError, match=f"^shapes:SIZE needs an integer SIZE >= 16, got {size}$"
         ):
             data.load_dataset(bad)
+
+
+def test_links_in_an_image_folder_never_leave_their_class_nor_repeat_a_file(tmp_path):
+    root = tmp_path / "pets"
+    for name in ("a", "b", "a/sub"):
+        (root / name).mkdir(parents=True)
+    for cls in ("a", "b"):
+        for i in range(6 if cls == "b" else 5):
+            Image.new("RGB", (8, 8), (40 * i, 0, 0)).save(root / cls / f"{i}.png")
+    Image.new("RGB", (8, 8), (0, 9, 0)).save(root / "a" / "sub" / "5.png")
+    (root / "a" / "up").symlink_to("..")  # a loop through the root: b's images under a
+    (root / "b" / "self").symlink_to(".")  # a second loop
+    (root / "a" / "again").symlink_to("sub")  # inside the class: its file is read once
+    (root / "a" / "1-again.png").symlink_to("1.png")  # sorted first, but a link: not taken
+    (root / "a" / "stolen.png").symlink_to("../b/0.png")  # out of the class: not followed
+    with pytest.warns(UserWarning, match="a/stolen.png links out of its class folder"):
+        folder = data.imagefolder(root, size=8)
+    expected = [*(f"a/{i}.png" for i in range(5)), "a/sub/5.png", *(f"b/{i}.png" for i in range(6))]
+    assert folder.names() == expected
+    assert folder.labels.tolist() == [0] * 6 + [1] * 6
 
 
 def test_mnist_super_is_mnist5k_in_five_superclasses_with_the_digit_as_sub_concept():

@@ -1,6 +1,8 @@
 """Image files decoded right: float and 32-bit integer TIFFs by their range, JPEGs and TIFFs
 upright."""
 
+from functools import partial
+
 import numpy as np
 import pytest
 import torch
@@ -8,6 +10,7 @@ from PIL import Image
 
 from repinterp.data import datasets as data
 from repinterp.data.image_files import image_tensor, read_image
+from repinterp.data.inputs import as_input
 
 RAMP = np.linspace(0, 255, 8 * 12, dtype=np.float32).reshape(8, 12)  # 8 rows, 12 columns
 
@@ -36,9 +39,21 @@ def test_float_and_32_bit_tiffs_are_read_by_their_range(tmp_path, values, scale)
     assert torch.allclose(_read(path, 3), expected.expand(3, -1, -1), atol=1e-6)
 
 
+@pytest.mark.parametrize("high", [1.0001, 1.0019, 1.0 + 2**-23])
+def test_float_pixels_just_above_1_are_rounding_not_255ths(tmp_path, high: float) -> None:
+    values = RAMP / 255
+    values[0, 0], values[0, 1] = high, -1e-4  # rounding on both sides of [0, 1]
+    path = tmp_path / "rounded.tif"
+    Image.fromarray(values.astype(np.float32)).save(path)
+    grey = _read(path)[0]
+    assert float(grey.max()) == 1.0 and float(grey.min()) == 0.0  # clipped, not divided
+    assert torch.allclose(grey[1:], torch.from_numpy(values[1:]), atol=1e-6)
+
+
 @pytest.mark.parametrize(
     ("values", "message"),
     [
+        (RAMP / 255 * 1.5, "float pixels run up to 1.5: above 1 by more than rounding"),
         (RAMP - 1, "float pixels run from -1 to 254, outside 0 to 65,535"),
         (RAMP.astype(np.int32) * 300, "32-bit integer pixels run from 0 to 76500, outside"),
         (np.full((8, 12), np.nan, np.float32), "float pixels are not all finite"),
@@ -61,6 +76,14 @@ def _turned_jpeg(path) -> None:
     exif = image.getexif()
     exif[0x0112] = 6
     image.save(path, exif=exif.tobytes(), quality=95)
+
+
+def test_a_pil_image_to_explain_is_turned_upright_as_its_file_is(tmp_path) -> None:
+    _turned_jpeg(tmp_path / "turned.jpg")
+    from_file = _read(tmp_path / "turned.jpg", 3)  # as `repinterp explain FILE` reads it
+    with Image.open(tmp_path / "turned.jpg") as picture:
+        given = as_input(picture, partial(image_tensor, channels=3))
+    assert from_file.shape == (3, 40, 20) and torch.equal(given, from_file)
 
 
 def test_a_jpeg_is_read_upright_by_its_exif_orientation(tmp_path) -> None:

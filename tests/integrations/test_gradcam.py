@@ -90,6 +90,14 @@ def test_targets_of_other_classes_are_refused_or_given_the_predicted_map(setup) 
     np.testing.assert_array_equal(anyway(inputs, other), own)
     with pytest.raises(ValueError, match="name classes, as ClassifierOutputTarget"):
         cam(inputs, [lambda out: out[0]] * 6)
+    # a class as a 0-d tensor or array, as grad-cam loops over argmax() pass it
+    as_tensors = [ClassifierOutputTarget(c) for c in model(inputs).argmax(1)]
+    np.testing.assert_array_equal(cam(inputs, as_tensors), own)
+    as_arrays = [ClassifierOutputTarget(np.array(c)) for c in predicted]
+    np.testing.assert_array_equal(cam(inputs, as_arrays), own)
+    for category in (torch.tensor(1.0), torch.tensor([1, 2]), torch.tensor(True)):
+        with pytest.raises(ValueError, match="name classes, as ClassifierOutputTarget"):
+            cam(inputs, [ClassifierOutputTarget(category)] * 6)
     with pytest.raises(ValueError, match="2 targets for 6 images"):
         cam(inputs, other[:2])
 

@@ -1,3 +1,4 @@
+import re
 from collections import OrderedDict
 
 import pytest
@@ -5,7 +6,7 @@ import torch
 import torchvision
 from torch import nn
 
-from repinterp.models.split import model_fingerprint, resolve_layer, split_model
+from repinterp.models.split import locate_split, model_fingerprint, resolve_layer, split_model
 
 from ..networks import randn, tiny_mlp_cnn, triangle_model
 
@@ -166,3 +167,130 @@ def test_fingerprint_follows_weights() -> None:
     with torch.no_grad():
         b.fc3.bias[0] += 1e-6
     assert model_fingerprint(a) != model_fingerprint(b)
+
+
+def _bn_model(track: bool = True, seed: int = 0) -> nn.Sequential:
+    """conv-BatchNorm-ReLU-conv-ReLU trunk ("block" holds the second conv and its ReLU) and a
+    head of a BatchNorm1d and a linear layer, for 1 x 8 x 8 inputs; in eval mode."""
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        model = nn.Sequential(
+            OrderedDict(
+                conv=nn.Conv2d(1, 4, 3, padding=1),
+                bn=nn.BatchNorm2d(4, track_running_stats=track),
+                relu=nn.ReLU(),
+                block=nn.Sequential(nn.Conv2d(4, 4, 3, padding=1), nn.Dropout(0.5), nn.ReLU()),
+                flat=nn.Flatten(),
+                norm=nn.BatchNorm1d(256),
+                fc=nn.Linear(256, 3),
+            )
+        )
+    return model.eval()
+
+
+def _state(model: nn.Module) -> dict[str, torch.Tensor]:
+    return {k: v.clone() for k, v in model.state_dict().items()}
+
+
+@pytest.mark.parametrize(
+    ("where", "name"),
+    [("bn", "'bn' (BatchNorm2d)"), ("block.1", "'block.1' (Dropout)"), ("norm", "'norm'")],
+)
+def test_a_module_left_in_training_mode_anywhere_is_refused_by_name(where, name) -> None:
+    model = _bn_model()
+    model.get_submodule(where).train()
+    before = _state(model)
+    with pytest.raises(ValueError, match=f"{re.escape(name)}.* training mode"):
+        split_model(model, "block")
+    # the split is made in eval mode, and a module put in training mode afterwards is refused
+    # at the next forward pass, before it runs
+    model.get_submodule(where).eval()
+    split = split_model(model, "block")
+    model.get_submodule(where).train()
+    x = randn(4, 1, 8, 8)
+    with pytest.raises(ValueError, match=f"{re.escape(name)}.* training mode"):
+        split.head(split.psi(x)) if where != "norm" else split.head(torch.zeros(4, 4, 8, 8))
+    with pytest.raises(ValueError, match="training mode"):
+        locate_split(model, (1, 8, 8))
+    after = _state(model)
+    assert all(torch.equal(before[k], after[k]) for k in before), "the model's state changed"
+
+
+def test_batch_norm_without_running_statistics_is_refused_by_name() -> None:
+    model = _bn_model(track=False)
+    with pytest.raises(ValueError, match=r"'bn' \(BatchNorm2d\).* statistics of each batch"):
+        split_model(model, "block")
+    model = _bn_model()
+    model.norm = nn.BatchNorm1d(256, track_running_stats=False).eval()
+    with pytest.raises(ValueError, match=r"'norm' \(BatchNorm1d\).* statistics of each batch"):
+        split_model(model, "block")
+
+
+def test_a_module_called_functionally_in_training_mode_is_refused() -> None:
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = nn.Conv2d(1, 2, 3)
+            self.fc = nn.Linear(2 * 4 * 4, 3)
+
+        def forward(self, x):
+            t = torch.nn.functional.dropout(self.conv(x), 0.5, training=True)
+            return self.fc(t.flatten(1))
+
+    with pytest.raises(ValueError, match=r"dropout.*training"):
+        split_model(Net().eval(), "conv")
+
+
+class _Expression(nn.Module):
+    """A conv trunk and a head ``fn(t)`` summed to 2 logits."""
+
+    def __init__(self, fn) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(1, 2, 3)
+        self.fn = fn
+
+    def forward(self, x):
+        t = self.conv(x)
+        return self.fn(t).flatten(1)[:, :2]
+
+
+@pytest.mark.parametrize(
+    ("fn", "linear"),
+    [
+        (lambda t: 1.0 / (t + 10), False),
+        (lambda t: (t + 10) / 4.0, True),
+        (lambda t: 2.0**t, False),
+        (lambda t: t**2, False),
+        (lambda t: torch.div(1.0, t), False),
+        (lambda t: torch.div(t, 2.0), True),
+        (lambda t: torch.true_divide(1.0, t), False),
+        (lambda t: 3.0 - t, True),
+        (lambda t: 3.0 * t, True),
+        (lambda t: t // 2, False),
+        (lambda t: 2 % (t + 5), False),
+        (lambda t: t.__rtruediv__(1.0), False),
+        (lambda t: t.div(2.0), False),
+    ],
+)
+def test_division_is_linear_only_by_a_constant(fn, linear: bool) -> None:
+    model = _Expression(fn).eval()
+    if linear:
+        split_model(model, "conv")
+    else:
+        with pytest.raises(ValueError, match="not known to be piecewise linear"):
+            split_model(model, "conv")
+
+
+def test_the_graph_fingerprint_follows_module_types_and_operations() -> None:
+    a, b = tiny_mlp_cnn(seed=0), tiny_mlp_cnn(seed=0)
+    assert split_model(a, "relu2").fingerprint == split_model(b, "relu2").fingerprint
+    b.relu1 = nn.LeakyReLU(0.01)  # same state_dict, another trunk
+    assert model_fingerprint(a) == model_fingerprint(b)
+    assert split_model(a, "relu2").fingerprint != split_model(b, "relu2").fingerprint
+    c = tiny_mlp_cnn(seed=0)
+    c.relu1 = nn.LeakyReLU(0.02)  # another setting of the same type
+    assert split_model(b, "relu2").fingerprint != split_model(c, "relu2").fingerprint
+    with torch.no_grad():  # the weights are the other fingerprint's
+        c.fc3.bias[0] += 1
+    c.relu1 = nn.LeakyReLU(0.01)
+    assert split_model(b, "relu2").fingerprint == split_model(c, "relu2").fingerprint

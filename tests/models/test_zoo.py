@@ -165,6 +165,15 @@ def test_weights_that_do_not_fit_give_one_line(tmp_path):
     with pytest.raises(ValueError, match="cannot read weights") as error:
         zoo.build_model("digits_cnn", 10, weights=tmp_path / "junk.pt")
     assert "\n" not in str(error.value)
+    # text, an empty file: said to be no weights file, not "101" or "pop from empty list"
+    for name, content in [("notes.txt", b"experiment 3\n"), ("n.md", b"# notes\n"), ("e.pt", b"")]:
+        (tmp_path / name).write_bytes(content)
+        with pytest.raises(ValueError) as error:
+            zoo.build_model("digits_cnn", 10, weights=tmp_path / name)
+        assert str(error.value) == (
+            f"cannot read weights from {tmp_path / name}: it is not a weights file (a PyTorch "
+            "checkpoint of torch.save, or safetensors)"
+        )
     with pytest.raises(FileNotFoundError):
         zoo.build_model("digits_cnn", 10, weights=tmp_path / "absent.safetensors")
 

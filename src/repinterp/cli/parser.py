@@ -27,6 +27,8 @@ from .evaluate import add_arguments as add_evaluate_arguments
 __all__ = ["main"]
 
 SHARD_SIZE = 1024  # repinterp.store.shards.DEFAULT_SHARD_SIZE, without importing torch for --help
+# The side of the largest square image that is read (data.image_files.MAX_PIXELS, 8,192 x 8,192)
+MAX_IMAGE_SIZE = 8192
 # The optional packages behind the extras: a missing one is named with its pip command.
 EXTRAS = {
     "mlxtend": "pip install 'repinterp[demo]'",
@@ -58,7 +60,10 @@ def _port(text: str) -> int:
     return port
 
 
-def _at_least(low: int) -> Any:
+def _at_least(low: int, high: int | None = None, why: str = "") -> Any:
+    """A whole number from ``low`` to ``high`` (no bound: None), ``why`` saying why the
+    bound."""
+
     def parse(text: str) -> int:
         try:
             value = int(text)
@@ -66,6 +71,8 @@ def _at_least(low: int) -> Any:
             raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
         if value < low:
             raise argparse.ArgumentTypeError(f"must be at least {low}, got {value}")
+        if high is not None and value > high:
+            raise argparse.ArgumentTypeError(f"must be at most {high}, got {value}{why}")
         return value
 
     return parse
@@ -89,8 +96,11 @@ def _overwrite(parser: argparse.ArgumentParser) -> None:
 
 
 def _image_folder_options(parser: argparse.ArgumentParser) -> None:
+    side = _at_least(
+        1, MAX_IMAGE_SIZE, f" (the largest square image read is {MAX_IMAGE_SIZE} pixels a side)"
+    )
     parser.add_argument(
-        "--image-size", type=_at_least(1), help="imagefolder: side of the square images (224)"
+        "--image-size", type=side, help="imagefolder: side of the square images (224)"
     )
     parser.add_argument(
         "--mean", type=float, nargs=3, metavar="M", help="imagefolder: R G B mean (ImageNet's)"

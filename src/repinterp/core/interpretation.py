@@ -88,8 +88,9 @@ class Explainer(Protocol):
         """``psi(images)``: N x C x H x W -> N x K x h x w, on the device."""
         ...
 
-    def forward(self, images: Tensor) -> tuple[Tensor, Tensor]:
-        """Logits (N x classes) and projections on ``Q`` (N x |Q|) of N x C x H x W images."""
+    def forward(self, images: Tensor, index: ReferenceIndex | None = None) -> tuple[Tensor, Tensor]:
+        """Logits (N x classes) and projections (N x |Q|) of N x C x H x W images on the ``Q``
+        of ``index`` (None: the interpreter's)."""
         ...
 
     def explain_reference(
@@ -131,6 +132,8 @@ class Interpretation:
         image: the input as ``explain`` took it (C x H x W: the caller's tensor, not a copy,
             or the tensor made of a NumPy array or PIL image), to draw it (`show`); None for
             ``explain_reference``.
+        index: the index it was solved on, kept when the interpreter is fitted again (its
+            similar images, distances and `covers` stay its own); None: the interpreter's.
     """
 
     predicted_class: int
@@ -149,9 +152,26 @@ class Interpretation:
     greedy_representativeness: int | None = None
     features: Tensor | None = None
     image: Tensor | None = None
+    index: ReferenceIndex | None = None
+
+    @property
+    def reference_index(self) -> ReferenceIndex:
+        """The index it was solved on (see ``index``)."""
+        return self.interpreter.fitted_index if self.index is None else self.index
+
+    @property
+    def stale(self) -> bool:
+        """Whether its interpreter was fitted (or loaded) again since: its index and reference
+        set are then no longer the interpreter's."""
+        return self.index is not None and self.interpreter.fitted_index is not self.index
+
+    @property
+    def class_names(self) -> list[str] | None:
+        """Names of the classes of its index, if known."""
+        return self.reference_index.meta.get("class_names")
 
     def __repr__(self) -> str:
-        names = self.interpreter.class_names
+        names = self.class_names
         name = f" ({names[self.predicted_class]!r})" if names else ""
         exact = f", optimal {self.optimal}" if self.optimal is not None else ""
         return (
@@ -203,7 +223,7 @@ class Interpretation:
             )
         if metric != "semantic":
             return self.feature_distances(metric)
-        index = self.interpreter.fitted_index
+        index = self.reference_index
         p = self.boundaries
         ref = index.projections[self.covered][:, p]
         return (ref - self.projections[p]).abs().sum(1)
@@ -219,7 +239,7 @@ class Interpretation:
             raise ValueError(
                 f"metric {metric!r} needs the feature maps: fit with keep_features=True"
             )
-        reference = self.interpreter.reference_features
+        reference = self.reference_index.features
         query = self.features.cpu().float().unsqueeze(0)
         if metric == "cosine":
             query = torch.nn.functional.normalize(query, dim=1)
@@ -271,7 +291,7 @@ class Interpretation:
     def covers(self, images: Tensor) -> Tensor:
         """N booleans: whether each image (N x C x H x W, any device) lies on ``x``'s side of
         every boundary of ``P(x)``."""
-        _, proj = self.interpreter.forward(images)
+        _, proj = self.interpreter.forward(images, self.reference_index)
         p = self.boundaries
         return (sides(proj[:, p]) == sides(self.projections[p]).unsqueeze(0)).all(1)
 
@@ -280,7 +300,7 @@ class Interpretation:
         ``metric`` (see `similar`), which ``"metric"`` names, and their distances."""
         similar = self.similar(top_k, metric)
         dist = dict(zip(self.covered.tolist(), self.distances(metric).tolist(), strict=True))
-        names = self.interpreter.class_names
+        names = self.class_names
         return {
             "predicted_class": self.predicted_class,
             "class_name": names[self.predicted_class] if names else None,
@@ -317,7 +337,7 @@ class Interpretation:
         """
         if not self.has_heatmap:
             raise ValueError(self.message)
-        index = self.interpreter.fitted_index
+        index = self.reference_index
         maps = features.to(self.channel_weights).view(-1, *index.feature_shape)
         return heatmaps(maps, self.channel_weights, tuple(index.input_shape[-2:]))
 
@@ -339,7 +359,7 @@ class Interpretation:
         if not self.has_heatmap:
             return None, None
         if self.features is not None:
-            kept = self.interpreter.reference_features[rows.cpu()]
+            kept = self.reference_index.features[rows.cpu()]
             maps = self.feature_heatmap(torch.cat([self.features.cpu().float()[None], kept]))
             return maps[0].cpu(), maps[1:].cpu()
         on_input = None if image is None else self.heatmap(image[None])[0].cpu()
@@ -361,7 +381,8 @@ class Interpretation:
 
         Args:
             reference: the reference set the interpreter was fitted on (anything ``fit``
-                takes), for the similar images' pixels; None: the set it holds, if any.
+                takes), for the similar images' pixels; None: the set it holds, if any (and
+                if it was not fitted again since).
             image: the input (C x H x W, as the model takes it); None: `image`.
             k: how many similar images (>= 0).
             metric: their distance (see `similar`).
@@ -377,12 +398,15 @@ class Interpretation:
         rows = self.similar(k, metric)
         by_row = dict(zip(self.covered.tolist(), self.distances(metric).tolist(), strict=True))
         image = self.image if image is None else image
-        images = self.interpreter.reference_images(rows, reference) if rows.numel() else None
+        known = reference is not None or not self.stale
+        images = None
+        if rows.numel() and known:
+            images = self.interpreter.reference_images(rows, reference)
         on_input, on_rows = self.display_heatmaps(image, rows, images)
         input_pixels, input_scaled = displayable(None if image is None else image[None])
         row_pixels, rows_scaled = displayable(images)
-        names = self.interpreter.class_names
-        predictions = self.interpreter.fitted_index.predictions[rows].tolist()
+        names = self.class_names
+        predictions = self.reference_index.predictions[rows].tolist()
 
         def name(c: int) -> str:
             return f"{c} ({names[c]})" if names else str(c)
@@ -425,9 +449,13 @@ class Interpretation:
                 + (" and its heat map." if heat else ".")
             )
         if rows.numel() and images is None:
+            why = (
+                "The interpreter does not hold its reference set (it was loaded, not fitted)"
+                if known
+                else "The interpreter was fitted again since this interpretation was made"
+            )
             notes.append(
-                "The interpreter does not hold its reference set (it was loaded, not fitted): "
-                "e.show(reference) with the set it was fitted on draws the images"
+                f"{why}: e.show(reference) with the set it was fitted on draws the images"
                 + (" and their heat maps." if heat else ".")
             )
         if input_scaled or rows_scaled:
@@ -564,6 +592,7 @@ def interpret(
                 ),
                 n_reference=len(index),
                 interpreter=explainer,
+                index=index,
                 solver=solver,
                 features=None if features is None else features[i],
                 **(_exact_fields(result, j) if isinstance(result, ExactCoverResult) else {}),

@@ -11,12 +11,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 import torch
 from torch import Tensor
 
+from ..runtime.checksums import file_sha256
 from .boundaries import Boundaries
 from .cover import CoverIndex, sides
 from .heatmap import channel_means
@@ -45,6 +46,7 @@ class ReferenceIndex:
         files: extra files saved with the index (e.g. ``features.npy``), by name.
         checksums: the SHA-256 of (some of) ``files`` as they were written; saving refuses a
             file that no longer has it.
+        mapped_features: the feature file's memory map, once it is made (see `features`).
     """
 
     boundaries: Boundaries
@@ -58,6 +60,7 @@ class ReferenceIndex:
     meta: dict[str, Any] = field(default_factory=dict)
     files: dict[str, Path] = field(default_factory=dict)
     checksums: dict[str, str] = field(default_factory=dict)
+    mapped_features: Tensor | None = field(default=None, repr=False)
 
     def __len__(self) -> int:
         return self.projections.shape[0]
@@ -85,22 +88,52 @@ class ReferenceIndex:
         frozen nor slotted, so that the cache can live in the instance's ``__dict__``)."""
         return sides(self.projections)
 
-    @cached_property
+    @property
     def features(self) -> Tensor:
         """|R| x (K h w) flattened reference feature maps, memory-mapped from the feature file
-        (CPU), mapped once per index object: a file that replaces it later (a new fit saved to
-        the same folder) does not change what this index reads.
+        (CPU), mapped once per index object, as soon as it is built or loaded (see
+        `map_features`): a file that replaces it later (a new fit saved to the same folder)
+        does not change what this index reads.
 
         Raises:
-            ValueError: the index was built without its feature maps (``keep_features``).
+            ValueError: the index was built without its feature maps (``keep_features``), or
+                the file no longer has the checksum it was written with.
         """
-        path = self.files.get(FEATURE_FILE)
-        if path is None:
+        if self.mapped_features is None:
+            self.map_features()
+        if self.mapped_features is None:
             raise ValueError(
                 "the reference feature maps were not kept: fit with keep_features=True "
                 "(repinterp fit without --no-features)"
             )
-        return torch.from_numpy(np.load(path, mmap_mode="c"))
+        return self.mapped_features
+
+    def map_features(self, file: BinaryIO | None = None) -> None:
+        """Memory-map the feature file now (nothing if the index has none, or has mapped it).
+
+        Args:
+            file: the feature file, open and already checked by the caller (`load_index`
+                checks it as it loads it, the build as it writes it); None: open it by its path
+                and check it here against its checksum in `checksums`, when there is one.
+
+        Raises:
+            ValueError: the file opened here no longer has its checksum (another fit wrote
+                over it), or is not an ``.npy`` file.
+        """
+        path = self.files.get(FEATURE_FILE)
+        if path is None or self.mapped_features is not None:
+            return
+        if file is None:
+            with open(path, "rb") as opened:
+                expected = self.checksums.get(FEATURE_FILE)
+                if expected is not None and file_sha256(opened) != expected:
+                    raise ValueError(
+                        f"{path} changed since this index was made (another fit saved over "
+                        "it?): its checksum differs; open the index again"
+                    )
+                self.mapped_features = _memory_map(opened, path)
+        else:
+            self.mapped_features = _memory_map(file, path)
 
     @cached_property
     def cover_index(self) -> CoverIndex:
@@ -143,6 +176,7 @@ class ReferenceIndex:
             meta=dict(self.meta),
             files=dict(self.files),
             checksums=dict(self.checksums),
+            mapped_features=self.mapped_features,
         )
 
     def tensors(self) -> dict[str, Tensor]:
@@ -160,3 +194,24 @@ class ReferenceIndex:
         if self.logic is not None:
             out["logic"] = self.logic
         return {k: v.detach().cpu().contiguous() for k, v in out.items()}
+
+
+def _memory_map(file: BinaryIO, path: Path) -> Tensor:
+    """The array of the open ``.npy`` file ``file`` (named ``path`` in messages), memory-mapped
+    copy-on-write: the mapping keeps the file's data while it exists, also once the file is
+    closed, removed or replaced."""
+    file.seek(0)
+    try:
+        version = np.lib.format.read_magic(file)
+        if version == (1, 0):
+            shape, fortran, dtype = np.lib.format.read_array_header_1_0(file)
+        elif version == (2, 0):
+            shape, fortran, dtype = np.lib.format.read_array_header_2_0(file)
+        else:
+            raise ValueError(f"version {version} of the format is not read")
+    except ValueError as exc:
+        raise ValueError(f"{path} is not a feature file: {exc}") from exc
+    array = np.memmap(
+        file, dtype=dtype, mode="c", shape=shape, order="F" if fortran else "C", offset=file.tell()
+    )
+    return torch.from_numpy(array)

@@ -15,9 +15,10 @@ sub-concepts by P) and `imagefolder` (a user's folder of images, one subfolder p
 import copy
 import gzip
 import importlib.resources
+import math
 import os
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -30,7 +31,7 @@ from torch.utils.data import Dataset
 from torchvision import datasets, transforms
 
 from ..runtime.checksums import file_sha256
-from .image_files import image_tensor, read_image
+from .image_files import MAX_PIXELS, image_tensor, read_image
 from .shape_drawing import draw_shapes
 
 
@@ -190,8 +191,11 @@ class ImageFolderSet(datasets.ImageFolder):
         root = Path(root)
         if not root.is_dir():
             raise FileNotFoundError(f"image folder not found: {root}")
-        if size < 1:
-            raise ValueError(f"the image size must be >= 1 pixel, got {size}")
+        if not 1 <= size <= math.isqrt(MAX_PIXELS):
+            raise ValueError(
+                f"the image size must be from 1 to {math.isqrt(MAX_PIXELS)} pixels (the largest "
+                f"square image read), got {size}"
+            )
         self.skipped: list[tuple[str, str]] = []
         self.files: dict[str, tuple[int, str]] = {}
 
@@ -238,6 +242,27 @@ class ImageFolderSet(datasets.ImageFolder):
             )
         self.size = size
         self.normalization = normalization
+
+    def make_dataset(
+        self,
+        directory: str | Path,
+        class_to_idx: dict[str, int],
+        extensions: tuple[str, ...] | None = None,
+        is_valid_file: Callable[[str], bool] | None = None,
+        allow_empty: bool = False,
+    ) -> list[tuple[str, int]]:
+        """``(path, class index)`` of each image, as torchvision's (its folders and files in
+        sorted order), but for links: a link (to a file or a folder) is followed only where
+        it stays inside its class folder, and each file is taken once, under its first name
+        in that order, so that a loop (``a/up -> ..``) neither repeats images nor gives one
+        class another's. A file linked out of its class folder is skipped and named."""
+        samples = []
+        for name in sorted(class_to_idx):
+            folder = Path(directory, name)
+            if folder.is_dir():
+                inside = _class_files(folder, self.skipped, Path(directory))
+                samples += [(p, class_to_idx[name]) for p in inside if is_valid_file(p)]
+        return samples
 
     def find_classes(self, directory: str | Path) -> tuple[list[str], dict[str, int]]:
         """The classes: the names of `directory`'s subfolders that do not start with ``.``,
@@ -287,6 +312,42 @@ class ImageFolderSet(datasets.ImageFolder):
 
 
 Images = ImageSet | ImageFolderSet
+
+
+def _class_files(folder: Path, skipped: list[tuple[str, str]], root: Path) -> list[str]:
+    """The paths of the files in ``folder`` and its subfolders, sorted as torchvision sorts
+    them, following links only where they stay inside ``folder`` and giving each file once
+    (by its own name rather than a link's); a file linked out of it is added to ``skipped``
+    as ``(path relative to root, why)`` unless hidden."""
+    own = os.path.realpath(folder)
+
+    def inside(path: str) -> bool:
+        return os.path.commonpath([own, os.path.realpath(path)]) == own
+
+    seen_folders = {own}
+    walked = []
+    for top, folders, files in os.walk(folder, followlinks=True):
+        kept = []  # folders before links to them
+        for sub in sorted(folders, key=lambda sub: (os.path.islink(os.path.join(top, sub)), sub)):
+            real = os.path.realpath(os.path.join(top, sub))
+            if inside(real) and real not in seen_folders:
+                seen_folders.add(real)
+                kept.append(sub)
+        folders[:] = kept
+        walked += [os.path.join(top, file) for file in files]
+    real_names = {os.path.realpath(path) for path in walked if not os.path.islink(path)}
+    paths, seen_files = [], set()
+    for path in sorted(walked, key=lambda path: (os.path.dirname(path), os.path.basename(path))):
+        real = os.path.realpath(path)
+        name = Path(path).relative_to(root)
+        if not inside(path):
+            if not any(part.startswith(".") for part in name.parts):
+                why = f"{name.as_posix()} links out of its class folder: not followed"
+                skipped.append((name.as_posix(), why))
+        elif real not in seen_files and (real not in real_names or not os.path.islink(path)):
+            seen_files.add(real)
+            paths.append(path)
+    return paths
 
 
 class Split(NamedTuple):

@@ -27,6 +27,7 @@ __all__ = [
     "check_size",
     "image_tensor",
     "read_image",
+    "upright",
 ]
 
 MAX_SIDE = 16_384
@@ -41,6 +42,12 @@ _ORIENTATION = 0x0112  # the EXIF tag of how the image is turned
 _FULL_SCALES = {"F": (1.0, 255.0, 65535.0), "I": (255.0, 65535.0)}
 """The full scales a float (``F``) or 32-bit integer (``I``) image may be stored at: it is read
 as its values divided by the smallest one that holds them all."""
+_ROUNDING = 1 / 512
+"""How far a float image's pixels may stray out of [0, 1] by rounding (half a step of 8 bits):
+they are clipped to it, not read as 0-255."""
+_DARKEST_255 = 2.0
+"""A float image whose largest pixel lies between 1 + `_ROUNDING` and this is refused: too far
+above 1 for rounding, and all but black if it were 0-255."""
 
 
 class ImageSizeError(ValueError):
@@ -83,12 +90,15 @@ def read_image(
         per channel), or ``F`` with values in [0, 1] for a grey image of more bits per pixel,
         read at its depth (not clipped to 8): 16-bit values divided by 65,535; float or
         32-bit integer values divided by the smallest full scale that holds them all (see
-        `_FULL_SCALES`: a float image in [0, 1] as it is, one of 0-255 by 255).
+        `_FULL_SCALES`: a float image in [0, 1] as it is, one of 0-255 by 255); float values
+        out of [0, 1] by rounding (at most `_ROUNDING`) are clipped to it.
 
     Raises:
         ValueError: the file is missing, is not an image, is broken or truncated, is too
             large (see `MAX_SIDE`, `MAX_PIXELS`, `MAX_ASPECT`), or is a
-            float or 32-bit image with values that are negative, not finite or above 65,535.
+            float or 32-bit image with values that are negative, not finite or above 65,535,
+            or a float image whose scale is ambiguous (its largest value between 1 +
+            `_ROUNDING` and `_DARKEST_255`).
     """
     if isinstance(source, Image.Image):
         name = name or getattr(source, "filename", "") or "the image"
@@ -119,26 +129,42 @@ def read_image(
         raise ValueError(f"cannot read {name} as an image: {exc}") from exc
 
 
+def upright(image: Image.Image) -> Image.Image:
+    """``image`` turned as its EXIF orientation says it is viewed (itself when it says
+    nothing): what ``Image.open`` does not do, and ``np.asarray`` of it cannot."""
+    if image.getexif().get(_ORIENTATION, 1) != 1:
+        return ImageOps.exif_transpose(image)
+    return image
+
+
 def _convert(image: Image.Image, channels: int) -> Image.Image:
     # Pillow before 10 opens a 16-bit grey PNG as "I" (PNG has no 32-bit pixels).
     sixteen = image.mode.startswith("I;16") or (image.mode == "I" and image.format == "PNG")
-    if image.getexif().get(_ORIENTATION, 1) != 1:
-        image = ImageOps.exif_transpose(image)
+    image = upright(image)
     if sixteen:
         return Image.fromarray(np.asarray(image, dtype=np.float32) / 65535)
     if image.mode in _FULL_SCALES:
         values = np.asarray(image, dtype=np.float64)
-        return Image.fromarray((values / _full_scale(values, image.mode)).astype(np.float32))
+        scaled = np.clip(values / _full_scale(values, image.mode), 0, 1)
+        return Image.fromarray(scaled.astype(np.float32))
     return image.convert("L" if channels == 1 else "RGB")
 
 
 def _full_scale(values: np.ndarray, mode: str) -> float:
     """The smallest of the full scales of ``mode`` (`_FULL_SCALES`) that holds
-    ``values``."""
+    ``values``; float values within `_ROUNDING` of [0, 1] are in [0, 1] (the caller clips
+    them)."""
     kind = "float" if mode == "F" else "32-bit integer"
     if not np.isfinite(values).all():
         raise ValueError(f"its {kind} pixels are not all finite")
     low, high = float(values.min()), float(values.max())
+    if mode == "F" and -_ROUNDING <= low and high <= 1 + _ROUNDING:
+        return 1.0
+    if mode == "F" and 1 + _ROUNDING < high < _DARKEST_255 and low >= 0:
+        raise ValueError(
+            f"its float pixels run up to {high:g}: above 1 by more than rounding, and all but "
+            "black if they were 0 to 255; scale it to 0-1 or 0-255, or save it at 8 or 16 bits"
+        )
     scales = [scale for scale in _FULL_SCALES[mode] if high <= scale]
     if low < 0 or not scales:
         raise ValueError(

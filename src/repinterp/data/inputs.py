@@ -1,13 +1,15 @@
 """Images to explain, as they come, made into the model's inputs.
 
 A tensor or a floating NumPy array is taken as the model takes it (normalised); a PIL image or
-a NumPy array of integer pixels (``uint8`` H x W x C, as ``np.asarray(Image.open(path))`` gives)
-is read by a *transform*: any callable from a PIL image to the normalised C x H x W tensor, a
-torchvision pipeline such as ``Compose([Resize(256), CenterCrop(224), ToTensor(),
-Normalize(mean, std)])`` included. An array of pixels reaches the transform as the PIL image it
-is (``Image.fromarray``), so that a pipeline written for PIL images takes it too.
-
-This module imports nothing from repinterp.
+a NumPy array of integer pixels (``uint8`` H x W x C) is read by a *transform*: any callable
+from a PIL image to the normalised C x H x W tensor, a torchvision pipeline such as
+``Compose([Resize(256), CenterCrop(224), ToTensor(), Normalize(mean, std)])`` included. A PIL
+image is first turned upright by its EXIF orientation, as an image file is
+([`upright`][repinterp.data.image_files.upright]), so that ``explain(Image.open(path))`` sees
+what ``repinterp explain path`` sees. An array of pixels reaches the transform as the PIL
+image it is (``Image.fromarray``); it has no orientation left to apply, so that
+``np.asarray(Image.open(path))`` of a photo taken on its side is on its side: give the PIL
+image, or ``np.asarray(ImageOps.exif_transpose(image))``.
 """
 
 from __future__ import annotations
@@ -20,10 +22,24 @@ import torch
 from PIL import Image
 from torch import Tensor
 
-__all__ = ["Transform", "as_input", "as_inputs", "channels_first"]
+from .image_files import upright
+
+__all__ = ["Transform", "as_input", "as_inputs", "channels_first", "check_dense"]
 
 Transform = Callable[[Image.Image], Tensor]
 """A PIL image -> its normalised C x H x W float tensor, as the model takes it."""
+
+
+def check_dense(tensor: Tensor, what: str = "images") -> None:
+    """Raise ``ValueError`` unless ``tensor`` holds its values as an ordinary (strided)
+    tensor: not sparse, nor on the meta device (which holds no values)."""
+    if tensor.is_meta:
+        raise ValueError(f"{what} are a tensor on the meta device, which holds no values")
+    if tensor.layout != torch.strided:
+        raise ValueError(
+            f"{what} are a {str(tensor.layout).removeprefix('torch.')} tensor: pass a dense "
+            "one (tensor.to_dense())"
+        )
 
 
 def channels_first(images: Tensor) -> Tensor:
@@ -75,16 +91,19 @@ def as_input(image: Any, transform: Transform | None = None) -> Tensor:
     Args:
         image: a C x H x W (or 1 x C x H x W) tensor, as it is; a floating NumPy array
             (C x H x W, or H x W x C by [`channels_first`][repinterp.data.inputs.channels_first]'s
-            rule), normalised as the model expects; or a PIL image or a NumPy array of integer
-            pixels (H x W, H x W x 1, 3 or 4), read by ``transform``.
+            rule), normalised as the model expects; or a PIL image (turned upright by its EXIF
+            orientation) or a NumPy array of integer pixels (H x W, H x W x 1, 3 or 4), read
+            by ``transform``.
         transform: see [`Transform`][repinterp.data.inputs.Transform]; None: PIL images and arrays
             of pixels are refused.
 
     Raises:
-        ValueError: anything else, a PIL image or array of pixels with no transform, or a
-            transform that does not return a C x H x W float tensor.
+        ValueError: anything else (a sparse tensor, one on the meta device too), a PIL image
+            or array of pixels with no transform, or a transform that does not return a
+            C x H x W float tensor.
     """
     if isinstance(image, Tensor):
+        check_dense(image, "an image to explain")
         return image[0] if image.ndim == 4 and image.shape[0] == 1 else image
     if isinstance(image, np.ndarray) and image.dtype.kind == "f":
         tensor = channels_first(torch.tensor(image))
@@ -92,7 +111,7 @@ def as_input(image: Any, transform: Transform | None = None) -> Tensor:
     if isinstance(image, np.ndarray) and image.dtype.kind in "biu":
         return _transformed(_pixels(image), transform, f"a {image.dtype} NumPy array of pixels")
     if isinstance(image, Image.Image):
-        return _transformed(image, transform, f"a PIL image ({type(image).__name__})")
+        return _transformed(upright(image), transform, f"a PIL image ({type(image).__name__})")
     raise ValueError(
         f"an image to explain is a tensor, a NumPy array or a PIL image, got {type(image).__name__}"
     )
@@ -114,6 +133,7 @@ def as_inputs(images: Any, transform: Transform | None, shape: Sequence[int]) ->
             list.
     """
     if isinstance(images, Tensor):
+        check_dense(images)
         return images
     if isinstance(images, np.ndarray) and images.dtype.kind == "f":
         return channels_first(torch.tensor(images))

@@ -46,7 +46,7 @@ from torch.utils.data import (
     default_collate,
 )
 
-from .inputs import channels_first
+from .inputs import channels_first, check_dense
 
 __all__ = [
     "IMAGE_KEYS",
@@ -79,7 +79,8 @@ def check_images(
     nonempty: bool = False,
     expected_by: str | None = None,
 ) -> None:
-    """Raise ``ValueError`` unless ``images`` is a finite floating N x C x H x W batch.
+    """Raise ``ValueError`` unless ``images`` is a finite floating N x C x H x W batch (dense,
+    with values: not sparse, not on the meta device).
 
     Args:
         images: the batch.
@@ -92,6 +93,7 @@ def check_images(
     """
     if not isinstance(images, Tensor):
         raise TypeError(f"{what} must be a tensor, got {type(images).__name__}")
+    check_dense(images, what)
     if images.ndim != 4:
         one = " (one image: image[None])" if images.ndim == 3 else ""
         raise ValueError(f"{what} must be N x C x H x W{one}, got shape {tuple(images.shape)}")
@@ -234,6 +236,8 @@ def as_batch(
         ValueError: see [`check_images`][repinterp.data.reference.check_images]; values that
             overflow ``dtype`` count as Inf.
     """
+    if isinstance(images, Tensor):
+        check_dense(images, what)
     if isinstance(images, Tensor) and images.is_floating_point():
         images = images.to(device=device, dtype=dtype, non_blocking=non_blocking)
     check_images(images, shape, what=what, expected_by="the index")

@@ -108,8 +108,8 @@ class Options:
             raise ValueError(f"unknown split {self.split!r}; choose one of {', '.join(SPLITS)}")
         if not all(0 < share <= 1 for share in self.draw) or len(self.draw) != 2:
             raise ValueError(f"draw must be two shares in (0, 1], got {self.draw}")
-        if self.time_limit <= 0:
-            raise ValueError(f"time_limit must be > 0, got {self.time_limit}")
+        if not self.time_limit > 0:  # NaN too
+            raise ValueError(f"time_limit must be a number of seconds > 0, got {self.time_limit}")
         if not self.methods:
             raise ValueError("unknown method(s) (none given)")
         self.resolve_methods()

@@ -24,12 +24,17 @@ __all__ = ["RepresentativeCAM"]
 
 
 def _category(target: Any) -> int:
-    """The class a pytorch-grad-cam target names (its ``category``)."""
+    """The class a pytorch-grad-cam target names (its ``category``): an integer, also as a
+    0-d tensor or array (``ClassifierOutputTarget(logits.argmax())``)."""
     category = getattr(target, "category", None)
+    if isinstance(category, (Tensor, np.ndarray)) and category.ndim == 0:
+        category = category.item()
     if not isinstance(category, (int, np.integer)) or isinstance(category, bool):
+        held = "" if category is None else f" whose category is {category!r}"
         raise ValueError(
             "RepresentativeCAM's targets name classes, as ClassifierOutputTarget(category) "
-            f"does (or targets=None: the predicted classes), got a {type(target).__name__}"
+            "does with an integer (or targets=None: the predicted classes), got a "
+            f"{type(target).__name__}{held}"
         )
     return int(category)
 

@@ -14,9 +14,10 @@ import torch
 import torch.nn.functional as F
 from torch import fx, nn
 
-__all__ = ["NonlinearHeadError", "check_piecewise_linear"]
+__all__ = ["NonlinearHeadError", "check_piecewise_linear", "where"]
 
-# Modules that are piecewise linear in eval mode. BatchNorm and Dropout only in eval mode.
+# Modules that are piecewise linear in eval mode (BatchNorm with running statistics; the split
+# refuses the others, `split.check_fixed`).
 _PL_MODULES: tuple[type[nn.Module], ...] = (
     nn.Linear,
     nn.Conv1d,
@@ -40,8 +41,6 @@ _PL_MODULES: tuple[type[nn.Module], ...] = (
     nn.Identity,
     nn.ZeroPad2d,
     nn.ConstantPad2d,
-)
-_EVAL_ONLY_MODULES: tuple[type[nn.Module], ...] = (
     nn.BatchNorm1d,
     nn.BatchNorm2d,
     nn.Dropout,
@@ -76,8 +75,10 @@ _PL_FUNCTIONS = {
     operator.getitem,
     getattr,
 }
-# Multiplication and division stay linear when one side is a constant, not a tensor of t.
-_SCALAR_FUNCTIONS = {operator.mul, operator.truediv, torch.mul}
+# Multiplication stays linear when one side is a constant, not a tensor of t; division when the
+# divisor is (``1 / t`` is not linear), and it does not round.
+_SCALAR_FUNCTIONS = {operator.mul, torch.mul}
+_DIVISIONS = {operator.truediv, torch.div, torch.true_divide}
 _PL_METHODS = {
     "view",
     "reshape",
@@ -104,7 +105,7 @@ class NonlinearHeadError(ValueError):
     """The head after the target layer is not known to be piecewise linear."""
 
 
-def _where(node: fx.Node) -> str:
+def where(node: fx.Node) -> str:
     """`` in 'head.norm' (LayerNorm2d)``: the module whose forward a traced call came from, or
     the node's name when it came from the model's own forward."""
     stack = node.meta.get("nn_module_stack")
@@ -114,13 +115,20 @@ def _where(node: fx.Node) -> str:
     return f" in {name!r} ({getattr(kind, '__name__', kind)})"
 
 
+def _by_a_constant(division: fx.Node, t_nodes: set[fx.Node]) -> bool:
+    """Whether a traced division divides by a value that does not depend on ``t``, without
+    rounding."""
+    divisor = division.args[1] if len(division.args) > 1 else division.kwargs.get("other")
+    rounding = division.kwargs.get("rounding_mode")
+    return not (isinstance(divisor, fx.Node) and divisor in t_nodes) and rounding is None
+
+
 def check_piecewise_linear(model: nn.Module, graph: fx.Graph, t_nodes: set[fx.Node]) -> None:
     """Raise unless every node of the head ``graph`` (traced from ``model``) is piecewise
     linear; ``t_nodes`` are the nodes whose values depend on the feature map.
 
     Raises:
-        ValueError: a BatchNorm or Dropout of the head is in training mode.
-        NonlinearHeadError: any other node not known to be piecewise linear, named.
+        NonlinearHeadError: a node not known to be piecewise linear, named.
     """
     modules = dict(model.named_modules())
     for node in graph.nodes:
@@ -128,13 +136,6 @@ def check_piecewise_linear(model: nn.Module, graph: fx.Graph, t_nodes: set[fx.No
             continue
         if node.op == "call_module":
             mod = modules[node.target]
-            if isinstance(mod, _EVAL_ONLY_MODULES):
-                if mod.training:
-                    raise ValueError(
-                        f"head layer {node.target!r} ({type(mod).__name__}) is in training "
-                        "mode, so G is not a fixed function: call model.eval() first"
-                    )
-                continue
             if isinstance(mod, _PL_MODULES):
                 continue
             what = f"layer {node.target!r} ({type(mod).__name__})"
@@ -142,14 +143,17 @@ def check_piecewise_linear(model: nn.Module, graph: fx.Graph, t_nodes: set[fx.No
             if node.target in _PL_FUNCTIONS:
                 continue
             if node.target in _SCALAR_FUNCTIONS:
-                tensor_args = [a for a in node.args if isinstance(a, fx.Node) and a in t_nodes]
+                args = [*node.args, *node.kwargs.values()]
+                tensor_args = [a for a in args if isinstance(a, fx.Node) and a in t_nodes]
                 if len(tensor_args) <= 1:
                     continue
-            what = f"function {getattr(node.target, '__name__', node.target)}{_where(node)}"
+            if node.target in _DIVISIONS and _by_a_constant(node, t_nodes):
+                continue
+            what = f"function {getattr(node.target, '__name__', node.target)}{where(node)}"
         else:
             if node.target in _PL_METHODS:
                 continue
-            what = f"method .{node.target}(){_where(node)}"
+            what = f"method .{node.target}(){where(node)}"
         raise NonlinearHeadError(
             f"the head G contains {what}, which is not known to be piecewise linear; "
             "pass allow_nonlinear_head=True to proceed (Eq. 2 then gives only local "

@@ -22,14 +22,17 @@ import torch
 from torch import Tensor, fx, nn
 
 from ..runtime.checksums import tensor_bytes
-from ..runtime.devices import model_device, model_dtype
-from .linearity import NonlinearHeadError, check_piecewise_linear
+from ..runtime.devices import eval_mode, model_device, model_dtype
+from .linearity import NonlinearHeadError, check_piecewise_linear, where
 
 __all__ = [
     "LayerSpec",
     "NonlinearHeadError",
     "SplitModel",
+    "UnfixedModelError",
     "check_feature_map",
+    "check_fixed",
+    "graph_fingerprint",
     "locate_split",
     "model_fingerprint",
     "resolve_layer",
@@ -177,6 +180,107 @@ def _writes_in_place(graph_module: fx.GraphModule) -> bool:
     return False
 
 
+class UnfixedModelError(ValueError):
+    """A module that the model's forward runs is not a fixed function of one image: it is in
+    training mode, or a batch norm uses the statistics of each batch."""
+
+
+_BATCH_NORMS = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.SyncBatchNorm)
+# The files of torch.nn.modules whose modules compute the same in training and eval mode, but
+# for those named in _MODE_DEPENDENT; any other module (batch and instance norms, dropouts,
+# recurrent layers, the user's own, which may read self.training) must be in eval mode.
+_MODE_FREE_FILES = {
+    "activation",
+    "channelshuffle",
+    "container",
+    "conv",
+    "distance",
+    "flatten",
+    "fold",
+    "linear",
+    "normalization",
+    "padding",
+    "pixelshuffle",
+    "pooling",
+    "upsampling",
+}
+_MODE_DEPENDENT = (nn.RReLU, nn.MultiheadAttention)
+
+
+def _depends_on_mode(module: nn.Module) -> bool:
+    """Whether ``module`` may compute otherwise in training mode than in eval mode."""
+    package, _, file = type(module).__module__.rpartition(".")
+    built_in = package == "torch.nn.modules" and file in _MODE_FREE_FILES
+    return not built_in or isinstance(module, _MODE_DEPENDENT)
+
+
+def _unfixed(name: str, module: nn.Module) -> str | None:
+    """Why ``module`` (called ``name`` in the model) is not a fixed function, or None."""
+    what = f"module {name!r} ({type(module).__name__})" if name else "the model"
+    if module.training and _depends_on_mode(module):
+        return (
+            f"{what} is in training mode: it would depend on chance or on the other images "
+            "of a batch, and running it could change the model (a batch norm's running "
+            "statistics); call model.eval() first"
+        )
+    if isinstance(module, _BATCH_NORMS) and module.running_mean is None:
+        return (
+            f"{what} uses the statistics of each batch (track_running_stats=False), so an "
+            "image's logits depend on the other images of its batch: give it running "
+            "statistics, or replace it"
+        )
+    return None
+
+
+def check_fixed(modules: Sequence[tuple[str, nn.Module]]) -> None:
+    """Raise `UnfixedModelError`, naming the first module, unless every module of ``modules``
+    (name, module) is a fixed function of each image: in eval mode (but for torch's modules
+    that compute the same in both modes, a convolution or a ReLU), and a batch norm with
+    running statistics."""
+    for name, module in modules:
+        problem = _unfixed(name, module)
+        if problem is not None:
+            raise UnfixedModelError(problem)
+
+
+def _modules_run(
+    model: nn.Module, nodes: Sequence[fx.Node], root: bool
+) -> list[tuple[str, nn.Module]]:
+    """The modules of ``model`` that running ``nodes`` runs (with the model itself when
+    ``root``): those it calls, with every module inside them, and those traced through; in the
+    model's order."""
+    names = {""} if root else set()
+    for node in nodes:
+        stack = node.meta.get("nn_module_stack") or {}
+        names.update(name for name, _ in stack.values())
+        if node.op == "call_module":
+            prefix = node.target
+            names.update(
+                f"{prefix}.{sub}" if sub else prefix
+                for sub, _ in model.get_submodule(prefix).named_modules()
+            )
+    return [(name, module) for name, module in model.named_modules() if name in names]
+
+
+def _functional_training(nodes: Sequence[fx.Node]) -> None:
+    """Raise `UnfixedModelError` for a traced call given ``training=True`` (``F.dropout``,
+    ``F.batch_norm`` called in the model's forward)."""
+    for node in nodes:
+        if node.op == "call_function" and node.kwargs.get("training") is True:
+            name = getattr(node.target, "__name__", node.target)
+            raise UnfixedModelError(
+                f"the model calls {name}{where(node)} with training=True: it would depend on "
+                "chance or on the other images of a batch; call it with training=self.training "
+                "and model.eval()"
+            )
+
+
+def _fixed_before_each_call(module: nn.Module, modules: list[tuple[str, nn.Module]]) -> None:
+    """Check `check_fixed` on ``modules`` before each forward pass of ``module``: a module put
+    in training mode after the split is refused before it runs."""
+    module.register_forward_pre_hook(lambda _module, _args: check_fixed(modules))
+
+
 class _Head(nn.Module):
     """``G``: runs the traced head on a feature map; the input is cloned when the head may
     write in place (`_writes_in_place`), so that the caller's feature map is never
@@ -201,15 +305,21 @@ class _Head(nn.Module):
 class SplitModel:
     """``F = G o psi``, split at ``layer``.
 
+    Both refuse to run (`UnfixedModelError`) while a module they run is in training mode.
+
     Attributes:
         psi: input (N x C x H x W) -> feature map (N x K x h x w); runs the trunk only.
         head: ``G``, feature map -> logits (N x classes); never runs the trunk.
         layer: dotted name of the target layer.
+        fingerprint: SHA-256 of the traced graphs of ``psi`` and ``G``: the operations, the
+            types and settings of the modules called (see `graph_fingerprint`); not the
+            weights, which `model_fingerprint` covers.
     """
 
     psi: nn.Module
     head: nn.Module
     layer: str
+    fingerprint: str
 
 
 class _TraceError(ValueError):
@@ -329,6 +439,8 @@ def split_model(
             without logits.
         NonlinearHeadError: a head that is not piecewise linear (naming the layer) unless
             ``allow_nonlinear_head``.
+        UnfixedModelError: a module that ``psi`` or ``G`` runs is in training mode, or is a
+            batch norm without running statistics (naming the module).
     """
     layer = resolve_layer(model, target_layer)
     graph = _trace(model, layer)
@@ -380,16 +492,22 @@ def split_model(
                 )
         env[node] = head_graph.node_copy(node, lambda n: env[n])
     head_graph.output(env[logits])
+    psi_nodes = list(psi_graph.nodes)
+    psi_modules = _modules_run(model, psi_nodes, root=True)
+    head_modules = _modules_run(model, list(head_graph.nodes), root=False)
+    check_fixed(psi_modules + head_modules)
+    _functional_training([*psi_nodes, *head_graph.nodes])
     if not allow_nonlinear_head:
         check_piecewise_linear(
             model, head_graph, {n for n in head_graph.nodes if n.op != "get_attr"}
         )
 
-    return SplitModel(
-        psi=_module(model, psi_graph, "Psi"),
-        head=_Head(_module(model, head_graph, "Head")),
-        layer=layer,
-    )
+    psi = _module(model, psi_graph, "Psi")
+    head = _Head(_module(model, head_graph, "Head"))
+    _fixed_before_each_call(psi, psi_modules)
+    _fixed_before_each_call(head, head_modules)
+    fingerprint = graph_fingerprint(model, [psi_graph, head_graph])
+    return SplitModel(psi=psi, head=head, layer=layer, fingerprint=fingerprint)
 
 
 def check_feature_map(t: Any, layer: str) -> None:
@@ -422,8 +540,8 @@ def _output_shapes(model: nn.Module, input_shape: Sequence[int]) -> list[tuple[s
 
     handles = [m.register_forward_hook(hook(n)) for n, m in model.named_modules() if n]
     probe = torch.zeros(1, *input_shape, device=model_device(model), dtype=model_dtype(model))
-    try:
-        with torch.inference_mode():
+    try:  # in eval mode, which leaves the model as it is (the split then refuses other modes)
+        with torch.inference_mode(), eval_mode(model):
             model(probe)
     finally:
         for handle in handles:
@@ -455,6 +573,7 @@ def locate_split(
     Raises:
         NonlinearHeadError: the head after the last spatial layer is not piecewise linear
             (naming the layer), unless ``allow_nonlinear_head``.
+        UnfixedModelError: as in [`split_model`][repinterp.models.split.split_model].
         ValueError: no layer qualifies.
     """
     shapes = _output_shapes(model, input_shape)
@@ -473,7 +592,7 @@ def locate_split(
             return split_model(model, name, allow_nonlinear_head, output)
         except NonlinearHeadError as error:
             raise NonlinearHeadError(f"the last spatial layer is {name!r}, but {error}") from error
-        except _TraceError:
+        except (_TraceError, UnfixedModelError):
             raise
         except ValueError:
             tried.append(name)
@@ -491,6 +610,35 @@ def _module(model: nn.Module, graph: fx.Graph, name: str) -> fx.GraphModule:
     gm.graph.eliminate_dead_code()
     gm.recompile()
     return gm
+
+
+def _callee(node: fx.Node, modules: dict[str, nn.Module]) -> str:
+    """What a traced node calls, by name alone (not where it is defined, which moves between
+    versions of torch, nor where it lies in memory): a module's class and settings (its
+    ``repr``, with the modules inside it), a function's name, a method's name."""
+    if node.op == "call_module":
+        module = modules[node.target]
+        return f"{type(module).__qualname__}:{module!r}"
+    if node.op == "call_function":
+        target = node.target
+        return getattr(target, "__qualname__", None) or type(target).__qualname__
+    return str(node.target)
+
+
+def graph_fingerprint(model: nn.Module, graphs: Sequence[fx.Graph]) -> str:
+    """SHA-256 of traced graphs of ``model``: each node's operation, what it calls (see
+    `_callee`) and its arguments (constants, and the other nodes by position), so that a
+    model with the same weights and another trunk or head (a ReLU swapped for a LeakyReLU, a
+    changed stride or slope) gives another one."""
+    modules = dict(model.named_modules())
+    digest = hashlib.sha256()
+    for graph in graphs:
+        position = {node: f"%{i}" for i, node in enumerate(graph.nodes)}
+        for node in graph.nodes:
+            args = fx.node.map_arg((node.args, node.kwargs), position.__getitem__)
+            digest.update(f"{node.op}|{_callee(node, modules)}|{args!r};".encode())
+        digest.update(b"#")
+    return digest.hexdigest()
 
 
 def model_fingerprint(model: nn.Module) -> str:

@@ -360,9 +360,27 @@ def model_for(
     )
 
 
+def _weights_kind(path: Path) -> str | None:
+    """``"torch"`` (torch.save's zip, or a pickle of an older torch), ``"safetensors"`` (an
+    8-byte header length, then the JSON header), or None, from the file's first bytes."""
+    with open(path, "rb") as f:
+        start = f.read(9)
+    if start.startswith(b"PK\x03\x04") or start.startswith(b"\x80"):
+        return "torch"
+    if len(start) == 9 and start[8:] == b"{":
+        return "safetensors"
+    return None
+
+
 def _read_state_dict(path: Path) -> dict[str, Tensor]:
+    kind = _weights_kind(path)
+    if kind is None and path.suffix != ".safetensors":
+        raise ValueError(
+            f"cannot read weights from {path}: it is not a weights file (a PyTorch checkpoint "
+            "of torch.save, or safetensors)"
+        )
     try:
-        if path.suffix == ".safetensors":
+        if kind == "safetensors" or path.suffix == ".safetensors":
             return load_file(path, device="cpu")
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as error:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
+from typing import BinaryIO
 
 import torch
 from torch import Tensor
@@ -21,10 +22,14 @@ def tensor_sha256(tensor: Tensor) -> str:
     return hashlib.sha256(tensor_bytes(tensor)).hexdigest()
 
 
-def file_sha256(path: str | Path) -> str:
-    """SHA-256 of a file, read in 1 MiB blocks."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
+def file_sha256(path: str | Path | BinaryIO) -> str:
+    """SHA-256 of a file, read in 1 MiB blocks: by its path, or a binary file already open
+    (read from its start, left at its end)."""
+    if not isinstance(path, (str, Path)):
+        path.seek(0)
+        digest = hashlib.sha256()
+        for block in iter(lambda: path.read(1 << 20), b""):
             digest.update(block)
-    return digest.hexdigest()
+        return digest.hexdigest()
+    with open(path, "rb") as f:
+        return file_sha256(f)

@@ -87,6 +87,7 @@ def _build_settings(
     settings = {
         "format_version": FORMAT_VERSION,
         "model_fingerprint": model_fingerprint(torch.nn.ModuleList([split.psi, split.head])),
+        "graph_fingerprint": split.fingerprint,
         "n_reference": plan.n,
         "n_boundaries": config.n_boundaries,
         "seed": config.seed,
@@ -413,7 +414,7 @@ def build_index(
     t = broadcast(assembly.tensors if rank == 0 else None)
     check_finite_rows("logits or projections of the reference set", t["logits"], t["projections"])
     neurons = torch.full((len(q) - len(sources.positions),), -1, dtype=torch.long)
-    return ReferenceIndex(
+    index = ReferenceIndex(
         boundaries=q,
         sources=torch.cat([sources.positions, neurons]).to(device),
         projections=t["projections"].to(device),
@@ -426,3 +427,7 @@ def build_index(
         files={feature_file.name: feature_file} if store is not None else {},
         checksums={feature_file.name: store.file_sha256()} if store is not None else {},
     )
+    if store is not None:  # mapped now: a later fit saved over the file does not change it
+        with open(feature_file, "rb") as file:
+            index.map_features(file)
+    return index

@@ -21,7 +21,7 @@ import warnings
 from collections.abc import Iterator
 from contextlib import ExitStack, suppress
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import torch
 from safetensors import SafetensorError
@@ -30,7 +30,7 @@ from safetensors.torch import save as save_bytes
 from torch import Tensor
 
 from ..core.boundaries import Boundaries
-from ..core.reference_index import ReferenceIndex
+from ..core.reference_index import FEATURE_FILE, ReferenceIndex
 from ..core.regions import REGIONS_FILE
 from ..data.image_files import MAX_SIDE
 from ..runtime.checksums import file_sha256
@@ -208,7 +208,9 @@ def load_index(path: str | Path, device: torch.device | str = "cpu") -> Referenc
 
     A missing or damaged regions file (``regions.safetensors``, the k-means result kept for
     the viewer, see `regions_file`) does not refuse the index: it is left
-    out of the index's files, with a warning, and the regions are computed again.
+    out of the index's files, with a warning, and the regions are computed again. The feature
+    file is memory-mapped from the handle its checksum was computed on, so that the index
+    reads the features it was checked with even if a new fit replaces the file later.
 
     Raises:
         IndexLoadError: missing files, a damaged file, an unknown format version, or
@@ -217,6 +219,28 @@ def load_index(path: str | Path, device: torch.device | str = "cpu") -> Referenc
     path = Path(path)
     manifest = read_manifest(path)
     files = _resolve(path, manifest)
+    feature_file = files.get(FEATURE_FILE)
+    with ExitStack() as stack:
+        opened = None
+        if feature_file is not None and feature_file.is_file():
+            try:
+                opened = stack.enter_context(open(feature_file, "rb"))
+            except OSError as exc:
+                raise IndexLoadError(f"cannot read {feature_file}: {exc.strerror}") from exc
+        index = _load(path, manifest, files, opened, device)
+        index.map_features(opened)  # the file checked, whatever replaces it later
+    return index
+
+
+def _load(
+    path: Path,
+    manifest: dict[str, Any],
+    files: dict[str, Path],
+    features: BinaryIO | None,
+    device: torch.device | str,
+) -> ReferenceIndex:
+    """`load_index` on the folder's manifest and files; ``features``: the feature file,
+    opened, which is checked from this very handle."""
     tensor_bytes = b""
     for name, file in list(files.items()):
         problem = None
@@ -227,14 +251,14 @@ def load_index(path: str | Path, device: torch.device | str = "cpu") -> Referenc
                 tensor_bytes = file.read_bytes()
                 digest = hashlib.sha256(tensor_bytes).hexdigest()
             else:
-                digest = file_sha256(file)
+                digest = file_sha256(features if name == FEATURE_FILE else file)
             if digest != manifest["sha256"][name]:
                 problem = f"{file} is damaged: its checksum differs from the manifest"
         if problem is not None:
             if name != REGIONS_FILE:
                 raise IndexLoadError(problem)
             warnings.warn(
-                f"{problem}: it is not used (the regions are computed again)", stacklevel=2
+                f"{problem}: it is not used (the regions are computed again)", stacklevel=3
             )
             del files[name]
     try:

@@ -13,6 +13,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from ..store.outputs import write_outputs
 from .names import POLYTOPE_SCORE_CAM, method_label
 from .plots import sanity_steps, save_plots
 
@@ -458,14 +459,16 @@ def _json_ready(value: Any) -> Any:
 
 
 def write_results(results: dict[str, Any], out: str | Path) -> list[Path]:
-    """Write ``results.json``, ``results.md`` and the protocol's PNG plots into ``out``.
+    """Write ``results.json``, ``results.md`` and the protocol's PNG plots into ``out``, each
+    replacing its earlier file by a rename (`write_outputs`).
 
     Returns:
         The files written.
     """
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "results.json").write_text(json.dumps(_json_ready(results), indent=2) + "\n")
     plots = save_plots(results, out)
-    (out / "results.md").write_text(results_markdown(results, [p.name for p in plots]))
+    text = json.dumps(_json_ready(results), indent=2) + "\n"
+    markdown = results_markdown(results, [p.name for p in plots])
+    write_outputs({out / "results.json": text.encode(), out / "results.md": markdown.encode()})
     return [out / "results.json", out / "results.md", *plots]

@@ -1,16 +1,16 @@
 """The ``repinterp`` command: train, fit, explain, evaluate, report, demo, serve.
 
-Every subcommand ends a bad input (a missing file, an unknown architecture or layer, weights that
-do not fit, an index made for another model, an output folder it must not write into) with a
-one-line error and exit status 2. Bad inputs are the errors the package raises for them:
+Every subcommand ends a bad input (a missing file, an unknown architecture or layer, weights
+that do not fit, an index made for another model, an output folder it must not write into)
+with a one-line error and exit status 2. Bad inputs are the errors the package raises for them:
 ``ValueError`` (``IndexLoadError`` and ``OutputError`` are ones) and ``FileNotFoundError``;
 argparse's own complaints are one line too, and so is what the machine refuses (a full disk, a
 file name too long, a read-only file system: ``OSError`` of those kinds, naming the file).
 Anything else (out of memory, a bug) is not the user's doing and ends with its traceback.
 
-A command writes only into a folder that is new, empty or its own kind of output (see `outputs`);
-``--overwrite`` lets it write into another folder, touching nothing but its own files, and never
-into an index.
+A command writes only into a folder that is new, empty or its own kind of output (see
+`outputs`); ``--overwrite`` lets it write into another folder, touching nothing
+but its own files, and never into an index.
 
 torch and the engine are imported inside the commands, so that ``--help`` answers at once.
 """

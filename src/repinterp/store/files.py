@@ -1,9 +1,10 @@
-"""Crash-safe file writes: what the project's indexes, shards, markers and weights are written with.
+"""Crash-safe file writes: what the project's indexes, shards, markers and weights are written
+with.
 
-`write_file` writes and flushes a file (or a part of one); `replace_file` replaces a whole file
-in one atomic rename, so that a crash leaves the old file or the new one, never a mix
-(`replace_files` several, all written before any is renamed). Both return the SHA-256 of the
-bytes as they were written. The temporary file of a replacement is named ``.NAME.tmp-TOKEN``
+`write_file` writes and flushes a file (or a part of one); `replace_file` replaces
+a whole file in one atomic rename, so that a crash leaves the old file or the new one, never a
+mix (`replace_files` several, all written before any is renamed). Both return the SHA-256 of
+the bytes as they were written. The temporary file of a replacement is named ``.NAME.tmp-TOKEN``
 beside ``NAME`` (`temporary_of` tells one).
 
 This module imports nothing from repinterp.

@@ -356,9 +356,8 @@ def build_index(
         raise ValueError("the reference set is empty")
     plan = ShardPlan.make(n_ref, config.batch_size, shards.size if shards else DEFAULT_SHARD_SIZE)
     with ExitStack() as claimed:
-        if (
-            rank_and_world()[0] == 0 and shards is not None
-        ):  # the rule of fit --shards: a folder of its own
+        # the rule of fit --shards: a folder of its own, its files listed before they are written
+        if shards is not None and rank_and_world()[0] == 0:
             claimed.enter_context(claim(shards.directory, "partial"))
             names = partial_files(plan)
             if feature_file is not None and feature_file.parent == shards.directory:

@@ -340,8 +340,8 @@ def build_index(
         shards: write the index in shards as it goes, to resume a killed build (see
             [`Shards`][repinterp.store.index_build.Shards]); keep ``feature_file`` in the same
             folder so that it survives too. The folder follows the rule of ``fit --shards``
-            (see [`claim`][repinterp.store.outputs.claim]): new, empty or the shards of an
-            earlier build, never an index or a folder of other files.
+            (`claim`): new, empty or the shards of an earlier build, never an index or a folder
+            of other files.
         dtype: the model's floating dtype; images of any floating dtype are converted to it.
 
     Raises:

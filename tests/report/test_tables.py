@@ -1,6 +1,8 @@
 """The evaluation tables bold a column's best only where it is one: a tie is bold nowhere; the
 reference tables and plot show both readings."""
 
+import os
+
 from repinterp.report.tables import overview_markdown, results_markdown
 
 
@@ -109,3 +111,30 @@ def test_the_reference_plot_has_a_row_for_each_reading(tmp_path) -> None:
             sizes.append(image.size)
     (width, one), (same_width, two) = sizes
     assert same_width == width and 1.8 * one < two < 2.2 * one  # own S, then RI's S below
+
+
+def test_results_and_reports_are_replaced_never_written_through_links(tmp_path) -> None:
+    """Issue 30, item 3: writing results (and the HTML report) again over a folder leaves a
+    hard-linked backup of its files (cp -al) as it was, and the file outside the folder that a
+    symbolic link there points to."""
+    from repinterp.report import write_report, write_results
+
+    methods = {"RI": {"mAD": 20.0, "mAD_std": 1.0, "mAI": 9.0, "mAI_std": 1.0, "time_s": 1.0}}
+    out, backup, outside = tmp_path / "out", tmp_path / "backup", tmp_path / "outside.md"
+    files = write_results(_unseen(methods), out)
+    write_report(out / "index.html", "a report", "intro", [])
+    backup.mkdir()
+    for file in out.iterdir():
+        os.link(file, backup / file.name)
+    saved = {p.name: p.read_bytes() for p in backup.iterdir()}
+    outside.write_text("my notes")
+    (out / "results.md").unlink()
+    (out / "results.md").symlink_to(outside)
+    methods["RI"]["mAD"] = 30.0
+    assert write_results(_unseen(methods), out) == files
+    write_report(out / "index.html", "another report", "intro", [])
+    assert {p.name: p.read_bytes() for p in backup.iterdir()} == saved
+    assert outside.read_text() == "my notes"
+    assert "30.00" in (out / "results.md").read_text()
+    assert "another report" in (out / "index.html").read_text()
+    assert sorted(p.name for p in out.iterdir()) == sorted(saved)  # no stray file

@@ -21,7 +21,14 @@ from safetensors.torch import load_file
 from repinterp.cli.parser import main
 from repinterp.store import files
 from repinterp.store.index_folder import IndexLoadError, load_index, save_index
-from repinterp.store.outputs import LOCK_FILE, MARKER_FILE, OutputError, claim, folder_kind
+from repinterp.store.outputs import (
+    LOCK_FILE,
+    MARKER_FILE,
+    OutputError,
+    claim,
+    folder_kind,
+    write_outputs,
+)
 
 from ..commandline import FIT, assert_one_line_error, edit_manifest, listing, run, user_folder
 
@@ -109,14 +116,17 @@ def test_claim_refuses_foreign_folders_and_indexes_and_writes_nothing_there(tmp_
 def test_a_failing_command_leaves_the_folder_as_it_found_it(tmp_path) -> None:
     """Issue 22, items 4 and 16: a command that fails before it wrote anything leaves no
     marker, and removes every folder it made (n1/n2/n3: all three); the marker lists what a
-    command wrote, and one of another kind that fails leaves it as it was."""
+    command wrote (issue 30, item 1: not a file someone else saved there meanwhile), and one
+    of another kind that fails leaves it as it was."""
     out = tmp_path / "n1" / "n2" / "n3"
     with pytest.raises(RuntimeError), claim(out, "report"):
         assert json.loads((out / MARKER_FILE).read_text()) == {"kind": "report", "files": []}
         raise RuntimeError("the command failed")
     assert list(tmp_path.iterdir()) == []
     with claim(out, "report"):
-        (out / "index.html").write_text("<html>")
+        write_outputs({out / "index.html": b"<html>"})
+        (out / "notes.md").write_text("the user's, saved meanwhile")
+    (out / "notes.md").unlink()
     assert json.loads((out / MARKER_FILE).read_text()) == {
         "kind": "report",
         "files": ["index.html"],
@@ -131,6 +141,21 @@ def test_a_failing_command_leaves_the_folder_as_it_found_it(tmp_path) -> None:
         assert folder_kind(out) == "explain"
         raise RuntimeError("the command failed")
     assert listing(out) == before and folder_kind(out) == "report"
+
+
+def test_what_a_killed_command_left_is_removed_by_the_next(tmp_path) -> None:
+    """Issue 30, item 3: the temporary files of the project's files that a command killed while
+    writing left (``.NAME.tmp-TOKEN``) are removed by the next command that claims the folder;
+    a temporary-looking file of a name the project never wrote is the user's, and kept."""
+    out = tmp_path / "report"
+    with claim(out, "report"):
+        write_outputs({out / "index.html": b"<html>"})
+    left = out / ".index.html.tmp-0123abcd"  # what a kill -9 between write and rename leaves
+    left.write_bytes(b"<ht")
+    mine = out / ".notes.md.tmp-0123abcd"
+    mine.write_text("mine")
+    with claim(out, "report"):
+        assert not left.exists() and mine.read_text() == "mine"
 
 
 def test_a_second_fit_fails_at_once(tmp_path, capsys) -> None:
@@ -254,7 +279,9 @@ def test_a_fit_failing_at_any_write_leaves_the_old_index_or_the_new(
         monkeypatch.setattr(os, "replace", at_the_kth(os.replace))
         try:
             main([*FIT, "--seed", "1", "--out", str(out)])
-        except OSError:
+        except SystemExit as exc:  # a full disk: one line, exit status 2 (issue 30, item 17)
+            assert exc.code == 2
+        except OSError:  # a failed rename (not a full disk) is not the user's
             pass
         finally:
             monkeypatch.undo()

@@ -16,8 +16,10 @@ from repinterp.cli.parser import main
 from repinterp.core.reference_index import FEATURE_FILE
 from repinterp.models.zoo import build_model, save_weights
 from repinterp.store import shards as shards_module
+from repinterp.store.outputs import OutputError
 from repinterp.store.shards import Shards
 
+from ..commandline import listing
 from ..networks import random_setup
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -218,3 +220,26 @@ def test_cli_fit_interrupted_then_resumed(tmp_path, capsys, monkeypatch) -> None
     assert not (tmp_path / "lean" / FEATURE_FILE).exists()
     lean, plain = (load_file(str(p / "index.safetensors")) for p in (tmp_path / "lean", out))
     assert all(torch.equal(lean[name], plain[name]) for name in plain)
+
+
+def test_shards_follow_the_folder_rule_of_fit_shards(setup, tmp_path) -> None:
+    """Issue 30, item 2: ``Shards`` of an index folder, or of a user's folder of other files
+    (its own features.npy and partial.json), is refused before anything is written there."""
+    model, images, _ = setup
+    index = tmp_path / "index"
+    interpreter(model).fit(Reference(images), keep_features=True).save(index)
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / FEATURE_FILE).write_bytes(b"my features")
+    (mine / "partial.json").write_text('{"mine": true}')
+    for folder, message in (
+        (index, "is a repinterp index"),
+        (mine, "holds files that repinterp did not write"),
+    ):
+        before = listing(folder)
+        with pytest.raises(OutputError, match=message):
+            interpreter(model).fit(
+                Reference(images), keep_features=True, shards=Shards(folder, SHARD)
+            )
+        assert listing(folder) == before
+    assert len(RepresentativeInterpreter.load(index, model).fitted_index) == N

@@ -112,7 +112,7 @@ def _keep_regions(workspace: Workspace) -> None:
 def _fit(args: argparse.Namespace) -> None:
     from ..core.config import FitConfig
     from ..runtime.distributed import broadcast, init_from_env, rank_and_world, shutdown
-    from ..store.outputs import claim, discard
+    from ..store.outputs import claim
     from ..store.shards import Shards
     from ..workspace import fit_workspace
 
@@ -174,10 +174,9 @@ def _fit(args: argparse.Namespace) -> None:
             shutdown()
         if rank != 0:
             return
-        ws.save(out)
+        ws.save(out, args.overwrite)
         shards.remove()
         _keep_regions(ws)
-    discard(directory)
     index = ws.interpreter.fitted_index
     print(
         f"indexed {len(index)} reference images on {len(index.boundaries)} boundaries at layer "
@@ -197,7 +196,9 @@ def explain_to_files(
     own: list[int | None] | None = None,
     metric: str = "semantic",
 ) -> list[dict[str, Any]]:
-    """Explain images (N x C x H x W in [0, 1]); write a case-study PNG and a JSON each.
+    """Explain images (N x C x H x W in [0, 1]); write a case-study PNG and a JSON each, the
+    pair replacing any earlier one together (`write_outputs`: a failure while writing leaves
+    the earlier pair as it was).
 
     Args:
         workspace: the index with its model and data.
@@ -214,12 +215,14 @@ def explain_to_files(
     Returns:
         One report entry per image (see `write_report`).
     """
+    import io
     import json
 
     import torch
     from tqdm.auto import tqdm
 
     from ..report import case_study, save_case_study_figure
+    from ..store.outputs import write_outputs
 
     ri = workspace.interpreter
     normalize = workspace.normalization
@@ -237,13 +240,15 @@ def explain_to_files(
         study = case_study(
             e, shown, titles, normalize, class_name, references=similar, metric=metric
         )
-        save_case_study_figure(study, out / f"{name}.png", name)
+        figure = io.BytesIO()
+        save_case_study_figure(study, figure, name)
         summary = e.to_dict(top_k=top_k + 1, metric=metric)
         summary["similar"] = [s for s in summary["similar"] if s["reference"] != me][:top_k]
         summary["input"] = name
         if study.masked_scores is not None:
             summary["masked_scores"] = dict(zip(study.titles, study.masked_scores, strict=True))
-        (out / f"{name}.json").write_text(json.dumps(summary, indent=2) + "\n")
+        text = json.dumps(summary, indent=2) + "\n"
+        write_outputs({out / f"{name}.png": figure.getvalue(), out / f"{name}.json": text.encode()})
         entries.append(
             {"name": name, "figure": f"{name}.png", "json": f"{name}.json", "summary": summary}
         )
@@ -293,7 +298,7 @@ def _demo(args: argparse.Namespace) -> None:
     with claim(out, "demo", args.overwrite), claim(out / "index", "index", args.overwrite):
         config = FitConfig(seed=args.seed, progress=not args.quiet)
         ws = fit_workspace(DEMO_MODEL, None, "mnist5k", config=config, device=args.device)
-        ws.save(out / "index")
+        ws.save(out / "index", args.overwrite)
         _keep_regions(ws)
         unseen = ws.data.unseen
         firsts = [int((unseen.labels == c).nonzero()[0]) for c in range(len(unseen.class_names))]

@@ -4,8 +4,9 @@ Every subcommand ends a bad input (a missing file, an unknown architecture or la
 that do not fit, an index made for another model, an output folder it must not write into)
 with a one-line error and exit status 2. Bad inputs are the errors the package raises for them:
 ``ValueError`` (``IndexLoadError`` and ``OutputError`` are ones) and ``FileNotFoundError``;
-argparse's own complaints are one line too. Anything else (out of memory, a bug) is not the
-user's doing and ends with its traceback.
+argparse's own complaints are one line too, and so is what the machine refuses (a full disk, a
+file name too long, a read-only file system: ``OSError`` of those kinds, naming the file).
+Anything else (out of memory, a bug) is not the user's doing and ends with its traceback.
 
 A command writes only into a folder that is new, empty or its own kind of output (see
 `outputs`); ``--overwrite`` lets it write into another folder, touching nothing
@@ -17,6 +18,7 @@ torch and the engine are imported inside the commands, so that ``--help`` answer
 from __future__ import annotations
 
 import argparse
+import errno
 import sys
 from typing import Any, NoReturn
 
@@ -40,6 +42,11 @@ EXTRAS = {
     # Quantus asks for opencv-python, which clashes with grad-cam's opencv-python-headless
     "quantus": "pip install --no-deps quantus pandas cachetools",
 }
+
+
+# What the machine refuses, not a bug: a full disk or quota, a name too long, a read-only file
+# system, a file too large (what was saved before is kept: see docs/reliability.md).
+_THE_MACHINES = {errno.ENOSPC, errno.EDQUOT, errno.ENAMETOOLONG, errno.EROFS, errno.EFBIG}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -289,6 +296,12 @@ def main(argv: list[str] | None = None) -> None:
     except (ValueError, FileNotFoundError) as exc:
         message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         print(f"repinterp: error: {message}", file=sys.stderr)
+        raise SystemExit(2) from None
+    except OSError as exc:
+        if exc.errno not in _THE_MACHINES:
+            raise
+        where = f": {exc.filename}" if exc.filename else ""
+        print(f"repinterp: error: {exc.strerror}{where}", file=sys.stderr)
         raise SystemExit(2) from None
     except ModuleNotFoundError as exc:
         install = EXTRAS.get((exc.name or "").split(".")[0])

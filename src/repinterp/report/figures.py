@@ -4,6 +4,7 @@ and a legend that names every number."""
 
 from __future__ import annotations
 
+import io
 import textwrap
 from collections import Counter
 from collections.abc import Callable
@@ -21,6 +22,7 @@ from ..data.datasets import Normalization
 from ..evaluation.metrics import keep_top_pixels
 from ..interpreter import Interpretation
 from ..runtime.precision import exact_float32
+from ..store.outputs import write_outputs
 
 if TYPE_CHECKING:
     from ..interpreter import RepresentativeInterpreter
@@ -281,7 +283,8 @@ def save_case_study_figure(
 
     Args:
         study: what to draw.
-        path: a file name or a binary file open for writing.
+        path: a binary file open for writing, or a file name (the file is then replaced by a
+            rename, see `write_outputs`).
         title: shown above the figure, with the predicted class.
         cmap: colormap of the heat maps (see [`colorize`][repinterp.core.heatmap.colorize]).
         alpha: opacity of the heat map in the overlay row.
@@ -349,7 +352,12 @@ def save_case_study_figure(
     fig.canvas.draw()
     # RGB (no alpha channel) and light compression: a third of the time of savefig's PNG
     rgb = np.asarray(fig.canvas.buffer_rgba())[..., :3]
-    Image.fromarray(rgb).save(path, format="png", compress_level=3)
+    if not isinstance(path, str | Path):
+        Image.fromarray(rgb).save(path, format="png", compress_level=3)
+        return
+    png = io.BytesIO()
+    Image.fromarray(rgb).save(png, format="png", compress_level=3)
+    write_outputs({Path(path): png.getvalue()})
 
 
 def _colour_bar(

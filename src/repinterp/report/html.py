@@ -9,6 +9,7 @@ from typing import Any
 
 from ..core.heatmap import DEFAULT_COLORMAP, SCALE
 from ..core.interpretation import METRIC_MEANINGS
+from ..store.outputs import write_outputs
 
 __all__ = ["GLOSSARY", "colorbar_css", "write_report"]
 
@@ -112,7 +113,7 @@ def write_report(path: str | Path, title: str, intro: str, entries: list[dict[st
     contents, and a legend with the heat maps' colour bar.
 
     Args:
-        path: the HTML file to write.
+        path: the HTML file to write (replaced by a rename, see `write_outputs`).
         title: page title.
         intro: a paragraph about the model, data and index (plain text).
         entries: one per explained input: ``name``, ``figure`` (relative path of its PNG),
@@ -150,4 +151,4 @@ def write_report(path: str | Path, title: str, intro: str, entries: list[dict[st
         for entry in group:
             parts += _entry(entry)
     parts.append("</body></html>")
-    Path(path).write_text("\n".join(parts))
+    write_outputs({Path(path): "\n".join(parts).encode()})

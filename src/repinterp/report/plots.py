@@ -6,9 +6,11 @@ Error bars are one standard deviation over the runs.
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 from typing import Any
 
+from ..store.outputs import write_outputs
 from .names import method_label
 
 __all__ = ["sanity_steps", "save_plots"]
@@ -46,9 +48,13 @@ def _bars(ax: Any, names: list[str], blocks: list[dict[str, Any]], key: str, tit
 
 
 def _save(fig: Any, path: Path) -> Path:
+    """Write ``fig`` as the PNG ``path``, replacing any earlier file by a rename
+    (`write_outputs`)."""
     fig.tight_layout()
-    fig.savefig(path, dpi=DPI)
+    png = io.BytesIO()
+    fig.savefig(png, format="png", dpi=DPI)
     _pyplot().close(fig)
+    write_outputs({Path(path): png.getvalue()})
     return path
 
 

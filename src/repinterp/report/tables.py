@@ -15,6 +15,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from ..store.outputs import write_outputs
 from .names import POLYTOPE_SCORE_CAM, method_label
 from .plots import save_plots
 
@@ -695,7 +696,9 @@ def _json_ready(value: Any) -> Any:
 
 
 def write_results(results: dict[str, Any], out: str | Path) -> list[Path]:
-    """Write ``results.json``, ``results.md`` and the protocol's PNG plots into ``out``.
+    """Write ``results.json``, ``units.json`` (when every run has per-image values),
+    ``results.md`` and the protocol's PNG plots into ``out``, each replacing its earlier file
+    by a rename (`write_outputs`).
 
     Returns:
         The files written.
@@ -703,16 +706,19 @@ def write_results(results: dict[str, Any], out: str | Path) -> list[Path]:
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     units = [run.get("units") for run in results.get("per_run", [])]
-    written = []
+    contents = {}
     if units and all(u is not None for u in units):
         results = results | {
             "per_run": [
                 {k: v for k, v in run.items() if k != "units"} for run in results["per_run"]
             ]
         }
-        (out / "units.json").write_text(json.dumps(_json_ready(units), separators=(",", ":")))
-        written.append(out / "units.json")
-    (out / "results.json").write_text(json.dumps(_json_ready(results), indent=2) + "\n")
+        text = json.dumps(_json_ready(units), separators=(",", ":"))
+        contents[out / "units.json"] = text.encode()
     plots = save_plots(results, out)
-    (out / "results.md").write_text(results_markdown(results, [p.name for p in plots]))
-    return [out / "results.json", *written, out / "results.md", *plots]
+    text = json.dumps(_json_ready(results), indent=2) + "\n"
+    markdown = results_markdown(results, [p.name for p in plots])
+    contents = {out / "results.json": text.encode(), **contents}
+    contents[out / "results.md"] = markdown.encode()
+    write_outputs(contents)
+    return [*contents, *plots]

@@ -3,8 +3,9 @@ with.
 
 `write_file` writes and flushes a file (or a part of one); `replace_file` replaces
 a whole file in one atomic rename, so that a crash leaves the old file or the new one, never a
-mix. Both return the SHA-256 of the bytes as they were written. The temporary file of a
-replacement is named ``.NAME.tmp-TOKEN`` beside ``NAME`` (`temporary_of` tells one).
+mix (`replace_files` several, all written before any is renamed). Both return the SHA-256 of
+the bytes as they were written. The temporary file of a replacement is named ``.NAME.tmp-TOKEN``
+beside ``NAME`` (`temporary_of` tells one).
 
 This module imports nothing from repinterp.
 """
@@ -20,7 +21,7 @@ from contextlib import suppress
 from pathlib import Path
 from typing import IO
 
-__all__ = ["replace_file", "sync_dir", "temporary_of", "write_file"]
+__all__ = ["replace_file", "replace_files", "sync_dir", "temporary_of", "write_file"]
 
 _TEMPORARY = re.compile(r"\.(.+)\.tmp-[0-9a-f]{8}")
 
@@ -62,11 +63,8 @@ def write_file(
 
 
 def replace_file(path: str | Path, data: bytes) -> str:
-    """Write ``data`` as the file ``path`` (new or replaced) in one atomic rename.
-
-    The bytes go to a temporary file beside it (``.NAME.tmp-TOKEN``), flushed to the disk and
-    renamed over ``path``; the folder's entries are then flushed too. A crash leaves the old
-    file or the new one; a failure also removes the temporary file.
+    """Write ``data`` as the file ``path`` (new or replaced) in one atomic rename (see
+    `replace_files`).
 
     Returns:
         The SHA-256 of ``data`` as it was written.
@@ -74,17 +72,45 @@ def replace_file(path: str | Path, data: bytes) -> str:
     Raises:
         OSError: the file could not be written or renamed (``path`` unchanged).
     """
-    path = Path(path)
-    temporary = path.with_name(f".{path.name}.tmp-{secrets.token_hex(4)}")
+    return replace_files({Path(path): data})[Path(path)]
+
+
+def replace_files(contents: dict[Path, bytes]) -> dict[Path, str]:
+    """Write each file of ``contents`` (path: its bytes), new or replaced, by an atomic rename.
+
+    The bytes of each go to a temporary file beside it (``.NAME.tmp-TOKEN``), flushed to the
+    disk; once all are written, each is renamed over its file (the old file is replaced, never
+    written into: a hard link to it, or the target of a symbolic link in its place, keeps the
+    old bytes) and the folders' entries are flushed. A failure while writing (a full disk)
+    leaves every file as it was; a crash leaves each file old or new; a failure also removes the
+    temporary files.
+
+    Returns:
+        The SHA-256 of each file's bytes as they were written, by path.
+
+    Raises:
+        OSError: a file could not be written (all unchanged) or renamed; it names the file.
+    """
+    temporaries = {
+        path: path.with_name(f".{path.name}.tmp-{secrets.token_hex(4)}") for path in contents
+    }
+    digests, path = {}, None
     try:
-        digest = write_file(temporary, [data])
-        os.replace(temporary, path)
-    except BaseException:
-        with suppress(OSError):
-            temporary.unlink(missing_ok=True)
+        for path, data in contents.items():
+            digests[path] = write_file(temporaries[path], [data])
+        for path, temporary in temporaries.items():
+            os.replace(temporary, path)
+    except OSError as exc:
+        if exc.filename in (None, str(temporaries.get(path))):  # name the file, not its temporary
+            raise OSError(exc.errno, exc.strerror, str(path)) from exc
         raise
-    sync_dir(path.parent)
-    return digest
+    finally:
+        for temporary in temporaries.values():
+            with suppress(OSError):
+                temporary.unlink(missing_ok=True)
+    for folder in {path.parent for path in contents}:
+        sync_dir(folder)
+    return digests
 
 
 def temporary_of(name: str) -> str | None:

@@ -10,6 +10,7 @@ keeping per image its projections on ``Q``, logits, prediction and label; option
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,7 +38,8 @@ from ..runtime.checksums import tensor_sha256
 from ..runtime.distributed import broadcast, gather, rank_and_world
 from ..runtime.precision import exact_float32
 from .index_folder import FORMAT_VERSION
-from .shards import DEFAULT_SHARD_SIZE, FeatureFile, PartialBuild, ShardPlan, Shards
+from .outputs import claim, record
+from .shards import DEFAULT_SHARD_SIZE, FeatureFile, PartialBuild, ShardPlan, Shards, partial_files
 
 __all__ = ["build_index"]
 
@@ -355,20 +357,46 @@ def build_index(
             protocols that need them (k-means regions, Euclidean neighbours).
         shards: write the index in shards as it goes, to resume a killed build (see
             [`Shards`][repinterp.store.index_build.Shards]); keep ``feature_file`` in the same
-            folder so that it survives too.
+            folder so that it survives too. The folder follows the rule of ``fit --shards``
+            (`claim`): new, empty or the shards of an earlier build, never an index or a folder
+            of other files.
         dtype: the model's floating dtype; images of any floating dtype are converted to it.
 
     Raises:
         ValueError: an empty reference set, bad images, a target layer without N x K x h x w
             output, non-finite logits, projections or boundaries (saying for how many images),
             or a partial folder made with other settings.
+        OutputError: the folder of ``shards`` is refused, or another process is writing to it.
     """
     reference = as_reference(reference)
     n_ref = reference_size(reference)
     if n_ref == 0:
         raise ValueError("the reference set is empty")
-    rank, world = rank_and_world()
     plan = ShardPlan.make(n_ref, config.batch_size, shards.size if shards else DEFAULT_SHARD_SIZE)
+    with ExitStack() as claimed:
+        # the rule of fit --shards: a folder of its own, its files listed before they are written
+        if shards is not None and rank_and_world()[0] == 0:
+            claimed.enter_context(claim(shards.directory, "partial"))
+            names = partial_files(plan)
+            if feature_file is not None and feature_file.parent == shards.directory:
+                names.append(feature_file.name)
+            record(shards.directory, names)
+        return _build(split, reference, config, device, feature_file, shards, dtype, plan)
+
+
+def _build(
+    split: SplitModel,
+    reference: Reference,
+    config: FitConfig,
+    device: torch.device,
+    feature_file: Path | None,
+    shards: Shards | None,
+    dtype: torch.dtype,
+    plan: ShardPlan,
+) -> ReferenceIndex:
+    """`build_index` once its partial folder is claimed."""
+    rank, world = rank_and_world()
+    n_ref = plan.n
     wants_features = feature_file is not None
     header, partial, store, done = None, None, None, {}
     if rank == 0:

@@ -99,9 +99,10 @@ def save_index(
             (the index's files are written there, nothing else is touched).
 
     Raises:
-        OutputError: ``path`` holds other files (without ``overwrite``; the message names
-            this Python argument, ``overwrite=True``), or the shards of a fit, or another
-            process is writing to it.
+        OutputError: ``path`` holds other files, or a file of the name of one the index
+            writes (``features.npy``) that neither its marker nor its manifest lists (without
+            ``overwrite``; the message names this Python argument, ``overwrite=True``), or the
+            shards of a fit, or another process is writing to it.
         IndexLoadError: an extra file changed while it was being copied.
         ValueError: a manifest that loading would refuse (more than ``MAX_CLASSES``
             classes, an input larger than ``MAX_INPUT_VALUES``, ...); nothing is saved.
@@ -110,9 +111,9 @@ def save_index(
     with ExitStack() as claimed:
         try:
             claimed.enter_context(claim(path, "index", overwrite))
-        except OutputError as exc:  # claim's messages name the command line's option
+            _Save(path, index, index.files if extra_files is None else extra_files, overwrite).run()
+        except OutputError as exc:  # the messages name the command line's option
             raise OutputError(str(exc).replace("--overwrite", "overwrite=True")) from None
-        _Save(path, index, index.files if extra_files is None else extra_files).run()
 
 
 def add_file(
@@ -152,10 +153,6 @@ def add_file(
             raise IndexLoadError(
                 f"the index at {path} is not the one {name} was computed from (its "
                 f"{', '.join(changed)} changed): another index was saved there since"
-            )
-        if (path / name).exists() and name not in base["sha256"] and name not in listed(path):
-            raise OutputError(
-                f"{path / name} was not written by repinterp: remove or rename it first"
             )
         return _Add(path, name, data, base).run()[name]
 
@@ -400,10 +397,28 @@ class _Commit:
     (and the manifest says so), and what earlier saves left is swept. A failure before the
     commit removes what it wrote; after it, the folder holds the new files."""
 
-    def __init__(self, path: Path, names: list[str]) -> None:
-        self.path, self.names = path, names
+    replacing = "remove or rename it first"  # what the refusal of a user's file says
+
+    def __init__(self, path: Path, names: list[str], overwrite: bool = False) -> None:
+        self.path, self.names, self.overwrite = path, names, overwrite
         self.token = secrets.token_hex(4)
         self.committed = False
+
+    def _refuse_others(self) -> None:
+        """Refuse, unless ``overwrite``, to replace a file of the folder that the project did
+        not write: one that neither the marker nor the committed manifest lists (a user's
+        ``features.npy`` beside an index fitted without one)."""
+        if self.overwrite:
+            return
+        try:
+            own = listed(self.path) | set(read_manifest(self.path)["sha256"])
+        except IndexLoadError:
+            own = listed(self.path)
+        for name in self.names:
+            if os.path.lexists(self.path / name) and name not in own:
+                raise OutputError(
+                    f"{self.path / name} was not written by repinterp: {self.replacing}"
+                )
 
     def _contents(self) -> Iterator[tuple[str, Iterator[bytes]]]:
         """``(name, its bytes)`` of each data file, in ``names``' order."""
@@ -433,6 +448,7 @@ class _Commit:
         """Commit the files; their checksums, by name."""
         path, written = self.path, []
         checksums, moved = {}, {}
+        self._refuse_others()
         targets = {  # each data file under its own name, or beside the live one
             name: path / (_variant(name, self.token) if (path / name).exists() else name)
             for name in self.names
@@ -466,8 +482,12 @@ class _Commit:
 class _Save(_Commit):
     """One save of ``index`` into ``path`` (see `ReferenceIndex.save`)."""
 
-    def __init__(self, path: Path, index: ReferenceIndex, extra_files: dict[str, Path]) -> None:
-        super().__init__(path, [_TENSOR_FILE, *extra_files])
+    replacing = "remove or rename it first, or pass --overwrite to replace it"
+
+    def __init__(
+        self, path: Path, index: ReferenceIndex, extra_files: dict[str, Path], overwrite: bool
+    ) -> None:
+        super().__init__(path, [_TENSOR_FILE, *extra_files], overwrite)
         self.index, self.extra = index, extra_files
 
     def _contents(self) -> Iterator[tuple[str, Iterator[bytes]]]:

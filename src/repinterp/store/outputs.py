@@ -10,12 +10,15 @@ and no output folder holds one of the command's inputs or lies inside a folder o
 
 The project's own folders are known by their marker file alone, ``.repinterp-output.json``:
 it records their kind and the files the project wrote there (`listed`), and only those
-are ever removed (`remove_listed`); [`record`][repinterp.store.shards.FeatureFile.record] lists a
-file before it is written, so that what a killed command leaves is known too. A folder that the
-project did not make never gets a marker, ``overwrite`` or not; an index saved before markers
-existed (repinterp 0.2) is recognised by its manifest, whose checksums of its files must hold. A
-command that fails before it wrote a new file leaves the marker as it found it, and removes the
-folders it made. A folder is claimed under a lock (`lock`): a second writer fails at once.
+are ever removed (`remove_listed`). A command lists each file before it writes it (`record`;
+`write_outputs` does both), so that what a killed command leaves is known too, and a file that
+someone else saves into the folder meanwhile is never taken for the project's. A command that
+writes into another kind's folder (``overwrite``) takes over none of its files: they are kept as
+a user's are. A folder that the project did not make never gets a marker, ``overwrite`` or not;
+an index saved before markers existed (repinterp 0.2) is recognised by its manifest, whose
+checksums of its files must hold. A command that fails before it wrote a new file leaves the
+marker as it found it, and removes the folders it made. A folder is claimed under a lock
+(`lock`): a second writer fails at once.
 
 Imports from repinterp only `files` and the runtime's checksums.
 """
@@ -33,7 +36,7 @@ from typing import Any
 import filelock
 
 from ..runtime.checksums import file_sha256
-from .files import replace_file, temporary_of
+from .files import replace_file, replace_files, temporary_of
 
 __all__ = [
     "KINDS",
@@ -49,6 +52,7 @@ __all__ = [
     "record",
     "refuse_inputs",
     "remove_listed",
+    "write_outputs",
 ]
 
 MARKER_FILE = ".repinterp-output.json"
@@ -123,6 +127,25 @@ def record(folder: str | Path, names: Iterable[str]) -> None:
     if marker is not None and not names <= set(marker["files"]):
         data = _marker_bytes(marker["kind"], {*marker["files"], *names})
         replace_file(folder / MARKER_FILE, data)
+
+
+def write_outputs(contents: dict[Path, bytes]) -> None:
+    """Write a command's output files (path: bytes) into the folders it claimed: each is
+    listed in its folder's marker first (`record`), then all are written beside their files and
+    renamed over them (`replace_files`). A file is replaced, never written into: a hard-linked
+    backup of the folder, or the file outside it that a symbolic link there points to, keeps
+    its bytes (the link itself is replaced). A failure while writing (a full disk) leaves every
+    earlier file as it was.
+
+    Raises:
+        OSError: a file could not be written (naming it).
+    """
+    folders: dict[Path, list[str]] = {}
+    for path in contents:
+        folders.setdefault(path.parent, []).append(path.name)
+    for folder, names in folders.items():
+        record(folder, names)
+    replace_files(contents)
 
 
 def remove_listed(folder: str | Path, keep: Iterable[str]) -> None:
@@ -391,16 +414,21 @@ def claim(
     refuse_inputs(folder, inputs)
     _check(folder, kind, overwrite)
     made = _first_missing(folder)
+    if made is not None and made.parent.resolve() in held:  # a folder of the project's, in one
+        record(made.parent, [made.name])  # this thread holds (fit's OUT/.partial, demo's index)
     try:
         with lock(folder):
             found = _check(folder, kind, overwrite)  # again: another command may have written
             marked = found != "foreign"  # a user's folder is never made the project's
             before, earlier = _entries(folder), _marker(folder)
             previous = _read_bytes(folder / MARKER_FILE)
+            files: set[str] = set()
             if marked:
-                for stale in folder.glob(f".{MARKER_FILE}.tmp-*"):  # left by a killed command
-                    stale.unlink(missing_ok=True)
-                files = listed(folder) if earlier or found is None else before  # 0.2's index
+                if earlier is None and found is not None:  # 0.2's index: its files are ours
+                    files = before
+                elif earlier is not None and earlier["kind"] == kind:
+                    files = set(earlier["files"])  # another kind's files are kept, as a user's
+                _remove_temporaries(folder, {MARKER_FILE, *listed(folder), *files})
                 if previous != (data := _marker_bytes(kind, files)):
                     replace_file(folder / MARKER_FILE, data)
             held[key], failed = kind, True
@@ -413,10 +441,20 @@ def claim(
                 else:
                     held[key] = outer
                 if marked:
-                    _settle(folder, kind, before, (earlier, previous) if failed else None)
+                    ended = (earlier, previous) if failed else None
+                    _settle(folder, kind, before, files, ended)
     finally:
         if made is not None:
             _remove_made(folder, made)
+
+
+def _remove_temporaries(folder: Path, names: set[str]) -> None:
+    """Remove the temporary files of the files ``names`` (see `replace_files`) that a killed
+    command left in ``folder``: under the folder's lock, no other command is writing them."""
+    for entry in folder.iterdir():
+        if temporary_of(entry.name) in names and entry.is_file() and not entry.is_symlink():
+            with suppress(OSError):
+                entry.unlink()
 
 
 def _held() -> dict[Path, str]:
@@ -430,15 +468,21 @@ def _settle(
     folder: Path,
     kind: str,
     before: set[str],
+    base: set[str],
     failed: tuple[dict[str, Any] | None, bytes | None] | None,
 ) -> None:
     """Leave the marker of ``folder`` listing what the project wrote there once a command of
-    ``kind`` ends. One that ``failed`` having written no new file leaves it as it was before:
-    ``failed`` is then that marker and its bytes (None, None: there was none)."""
+    ``kind`` ends: the files it listed when it claimed the folder (``base``) and those the
+    command listed before writing them (`record`), as far as they exist; a file that someone
+    else saved there meanwhile is not the project's. One that ``failed`` having written no new
+    file leaves the marker as it was before: ``failed`` is then that marker and its bytes (None,
+    None: there was none)."""
+    if not folder.is_dir():  # the command removed it (a partial folder once the index is saved)
+        return
     now = _entries(folder)
-    new = now - before
+    ours = listed(folder) & now
     path = folder / MARKER_FILE
-    if failed is not None and not new:
+    if failed is not None and not (ours - base) - before:
         earlier, previous = failed
         if earlier is None:  # no marker of this version before: none is left
             if previous is None:
@@ -446,18 +490,20 @@ def _settle(
             elif _read_bytes(path) != previous:
                 replace_file(path, previous)
             return
-        kind = str(earlier["kind"])
-    data = _marker_bytes(kind, (listed(folder) | new) & now)
+        kind, ours = str(earlier["kind"]), (set(earlier["files"]) | ours) & now
+    data = _marker_bytes(kind, ours)
     if _read_bytes(path) != data:
         replace_file(path, data)
 
 
 def _remove_made(folder: Path, made: Path) -> None:
     """Remove ``folder`` and its parents up to ``made``, the folders a claim made, if they
-    hold nothing but bookkeeping."""
-    if not folder.is_dir() or _entries(folder):
-        return
-    discard(folder)
+    hold nothing but bookkeeping (``folder`` itself may never have been made: a name too
+    long)."""
+    with suppress(OSError):
+        if folder.is_dir() and _entries(folder):
+            return
+        discard(folder)
     path = folder
     while path != made:
         path = path.parent

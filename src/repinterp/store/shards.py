@@ -29,8 +29,9 @@ from ..core.boundaries import Boundaries
 from ..core.reference_index import FEATURE_FILE
 from ..runtime.checksums import file_sha256
 from .files import replace_file, temporary_of, write_file
+from .outputs import discard
 
-__all__ = ["DEFAULT_SHARD_SIZE", "Shards"]
+__all__ = ["DEFAULT_SHARD_SIZE", "Shards", "partial_files"]
 
 DEFAULT_SHARD_SIZE = 1024
 _PARTIAL_MANIFEST = "partial.json"
@@ -72,11 +73,11 @@ class Shards:
             raise ValueError(f"the shard size must be >= 1, got {self.size}")
 
     def remove(self) -> None:
-        """Delete the partial files (the feature file kept there included), and ``directory``
-        if that empties it: once the index is saved they are no longer needed."""
+        """Delete the partial files (the feature file kept there included) and the folder's
+        bookkeeping (see `outputs`), and ``directory`` if that empties it: once the index is
+        saved they are no longer needed."""
         _clear_partial(self.directory)
-        if self.directory.is_dir() and not any(self.directory.iterdir()):
-            self.directory.rmdir()
+        discard(self.directory)
 
 
 def _clear_partial(directory: Path) -> None:
@@ -89,6 +90,12 @@ def _clear_partial(directory: Path) -> None:
         name = temporary_of(path.name) or path.name
         if name in names or re.fullmatch(r"shard-\d+\.safetensors", name):
             path.unlink(missing_ok=True)
+
+
+def partial_files(plan: ShardPlan) -> list[str]:
+    """The names of the files a build of ``plan`` writes in its partial folder (but the
+    feature file)."""
+    return [_PARTIAL_MANIFEST, _SHARD_LOG, _BOUNDARY_FILE, *map(_shard_name, range(plan.n_shards))]
 
 
 @dataclass(frozen=True)

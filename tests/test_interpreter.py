@@ -1,3 +1,4 @@
+import json
 import math
 import warnings
 
@@ -13,7 +14,7 @@ from repinterp.core.heatmap import polytope_heatmaps
 from repinterp.data.shape_drawing import draw_shapes
 from repinterp.store.index_folder import IndexLoadError
 from repinterp.store.outputs import OutputError
-from repinterp.workspace import load_image_file, open_index
+from repinterp.workspace import ImageTransform, load_image_file, open_index
 
 from .commandline import run
 from .networks import (
@@ -400,7 +401,8 @@ def _save_png(pixels: torch.Tensor, path) -> None:
     Image.fromarray((pixels * 255).round().byte().permute(1, 2, 0).numpy()).save(path)
 
 
-def test_an_index_fitted_by_the_cli_reads_images_as_the_cli_does(tmp_path, capsys) -> None:
+def _cli_index(tmp_path, capsys):
+    """An index fitted by ``repinterp fit`` on a folder of 15 PNGs, and a new 60 x 52 PNG."""
     drawn = draw_shapes(16, seed=0, size=48)
     for i, (image, label) in enumerate(zip(drawn.images[:15], drawn.labels, strict=False)):
         _save_png(image, tmp_path / "shapes" / f"class{int(label)}" / f"{i}.png")
@@ -408,10 +410,15 @@ def test_an_index_fitted_by_the_cli_reads_images_as_the_cli_does(tmp_path, capsy
     fit += ["--image-size", "48", "--boundaries", "5", "--out", str(tmp_path / "index"), "--quiet"]
     code, _, err = run(fit, capsys)
     assert code == 0, err
-    ws = open_index(tmp_path / "index", progress=False)
-    ri = ws.interpreter
     file = tmp_path / "new.png"  # 60 x 52: resized and cropped to 48 x 48
     _save_png(F.interpolate(drawn.images[15:], size=(60, 52), mode="bilinear")[0], file)
+    return tmp_path / "index", file
+
+
+def test_an_index_fitted_by_the_cli_reads_images_as_the_cli_does(tmp_path, capsys) -> None:
+    index, file = _cli_index(tmp_path, capsys)
+    ws = open_index(index, progress=False)
+    ri = ws.interpreter
     cli = ws.normalization(load_image_file(file, ri.fitted_index.input_shape))
     expected = ri.explain(cli)
     assert expected.has_heatmap
@@ -420,3 +427,19 @@ def test_an_index_fitted_by_the_cli_reads_images_as_the_cli_does(tmp_path, capsy
             e = ri.explain(given)
             torch.testing.assert_close(e.image, cli, rtol=0, atol=0)
             _same([e], [expected])
+
+
+def test_loading_a_cli_index_with_its_model_gives_the_cli_transform(tmp_path, capsys) -> None:
+    index, file = _cli_index(tmp_path, capsys)
+    ws = open_index(index, progress=False)
+    loaded = RepresentativeInterpreter.load(index, ws.interpreter.model, progress=False)
+    assert loaded.transform == ws.interpreter.transform
+    with Image.open(file) as image:
+        _same([loaded.explain(image)], [ws.interpreter.explain(image)])
+    mine = RepresentativeInterpreter.load(index, ws.interpreter.model, transform=None)
+    assert mine.transform is None  # a transform given is kept, None included
+    record = json.loads((index / "manifest.json").read_text())["transform"]
+    assert ImageTransform.from_record(record) == loaded.transform
+    for bad in ({**record, "std": [0.0, 1.0, 1.0]}, {**record, "mean": [0.5]}, {}, None):
+        with pytest.raises(ValueError, match=r"the recorded transform .* is not one"):
+            ImageTransform.from_record(bad)

@@ -18,6 +18,7 @@ from .core.config import FitConfig
 from .core.interpretation import Interpretation, check_solver, interpret
 from .core.reference_index import FEATURE_FILE, ReferenceIndex
 from .core.regions import RegionSet
+from .data.datasets import ImageTransform
 from .data.inputs import Transform, as_input, as_inputs
 from .data.reference import (
     Reference,
@@ -95,8 +96,9 @@ class RepresentativeInterpreter:
             array of ``uint8`` pixels): a callable from a PIL image to its normalised
             C x H x W tensor, e.g. the torchvision pipeline of training (see
             [`inputs`][repinterp.data.inputs]); None: only tensors and float arrays are explained.
-            An index opened with [`open_index`][repinterp.workspace.open_index] has the command
-            line's.
+            An index made by the command line records its reading
+            ([`ImageTransform`][repinterp.workspace.ImageTransform]), and `load` (also through
+            [`open_index`][repinterp.workspace.open_index]) gives it back.
 
     Raises:
         ValueError: a model in training mode or in half precision, a bad target layer or
@@ -516,6 +518,8 @@ class RepresentativeInterpreter:
         """
         index = self.fitted_index
         index.meta["model_fingerprint"] = model_fingerprint(self.model)
+        if isinstance(self.transform, ImageTransform):
+            index.meta["transform"] = self.transform.record()
         save_index(index, path, extra_files=index.files, overwrite=overwrite)
         index.files = {name: Path(path) / name for name in index.files}
 
@@ -529,6 +533,13 @@ class RepresentativeInterpreter:
     ) -> RepresentativeInterpreter:
         """Load a saved index for ``model``.
 
+        Args:
+            path: the index folder.
+            model: the model it was made with.
+            device: where to compute; None means the model's device.
+            kwargs: the other arguments of the constructor; without ``transform``, the one the
+                index records (that of ``repinterp fit``), if any.
+
         Raises:
             IndexLoadError: the folder is damaged, or was made with other weights or at a layer
                 this model does not have; the message says which.
@@ -538,6 +549,11 @@ class RepresentativeInterpreter:
         layer = meta.get("target_layer")
         if layer not in dict(model.named_modules()):
             raise IndexLoadError(f"{path} was made at layer {layer!r}, which the model lacks")
+        if "transform" in meta and "transform" not in kwargs:
+            try:
+                kwargs["transform"] = ImageTransform.from_record(meta["transform"])
+            except ValueError as exc:
+                raise IndexLoadError(f"{Path(path) / 'manifest.json'} is damaged: {exc}") from None
         ri = cls(
             model,
             layer,

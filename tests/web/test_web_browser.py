@@ -11,10 +11,8 @@ zoom and an error, at desktop and phone width, to ``/tmp/web-shots/``.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import time
-import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,17 +31,6 @@ from .test_web import N_REGIONS, as_uploaded, png_bytes, running, saved_copy, sm
 
 pytestmark = [pytest.mark.usefixtures("one_thread"), pytest.mark.slow]  # headless Chromium
 
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 SHOTS = Path("/tmp/web-shots")
 TIMEOUT_MS = 30_000
 DESKTOP = {"width": 1280, "height": 900}
@@ -82,31 +69,6 @@ BLANK_IMAGES = """s => [...document.querySelectorAll(s)].filter(i => i.checkVisi
 }).map(i => i.src)"""
 
 BOXES = "s => [...document.querySelectorAll(s)].map(b => [b.offsetWidth, b.offsetHeight])"
-
-
-def _unavailable(reason: str) -> None:
-    message = f"BROWSER TESTS NOT RUN: {reason}; `make browser` installs Chromium"
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"{message} (CI=true requires them)")
-    warnings.warn(message, stacklevel=2)
-    pytest.skip(message)
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    try:
-        from playwright.sync_api import Error, sync_playwright
-    except ImportError as exc:
-        _unavailable(f"the playwright package is missing ({exc})")
-    if not CHROMIUM.exists():
-        _unavailable(f"{CHROMIUM} is missing")
-    with sync_playwright() as playwright:
-        try:
-            chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        except Error as exc:
-            _unavailable(f"{CHROMIUM} does not start: {exc.message.splitlines()[0]}")
-        yield chromium
-        chromium.close()
 
 
 @dataclass

@@ -7,7 +7,7 @@ import html
 from pathlib import Path
 from typing import Any
 
-from ..core.heatmap import DEFAULT_COLORMAP, SCALE
+from ..core.heatmap import SCALE, colorbar_css
 from ..core.interpretation import METRIC_MEANINGS
 
 __all__ = ["GLOSSARY", "colorbar_css", "write_report"]
@@ -60,15 +60,6 @@ nav ol { columns: 2 16rem; } .note { color: #c06000; }
 @media (max-width: 600px) { dl.legend { grid-template-columns: 1fr; } dl.legend dd {
   margin-bottom: .5rem; } }
 """
-
-
-def colorbar_css(cmap: str = DEFAULT_COLORMAP, stops: int = 11) -> str:
-    """A CSS ``linear-gradient`` (left = 0 = coldest) of a matplotlib colormap."""
-    from matplotlib import colormaps
-    from matplotlib.colors import to_hex
-
-    colours = [to_hex(colormaps[cmap](i / (stops - 1))) for i in range(stops)]
-    return f"linear-gradient(to right, {', '.join(colours)})"
 
 
 def _class_of(summary: dict[str, Any]) -> str:

@@ -31,7 +31,14 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ..core.heatmap import COLORMAPS, DEFAULT_COLORMAP, SCALE, colorize, normalize_maps
+from ..core.heatmap import (
+    COLORMAPS,
+    DEFAULT_COLORMAP,
+    SCALE,
+    colorbar_css,
+    colorize,
+    normalize_maps,
+)
 from ..core.interpretation import METRIC_MEANINGS, Interpretation
 from ..core.regions import Polytope, RegionSet, distinct_polytopes
 from ..data.datasets import ImageFolderSet
@@ -44,7 +51,6 @@ from ..report.figures import (
     masked_class_scores,
     save_case_study_figure,
 )
-from ..report.html import colorbar_css
 from ..store.regions_file import (
     DEFAULT_REGIONS,
     DEFAULT_SEED,

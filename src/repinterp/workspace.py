@@ -15,7 +15,7 @@ import os
 import re
 import reprlib
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +23,14 @@ import torch
 from torch import Tensor
 
 from .core.config import FitConfig
-from .data.datasets import Images, ImageTransform, Normalization, Split, load_dataset
+from .data.datasets import (
+    ImageFolderSet,
+    Images,
+    ImageTransform,
+    Normalization,
+    Split,
+    load_dataset,
+)
 from .data.image_files import MAX_SIDE, load_image_file
 from .data.provenance import describe_split, fingerprint, fingerprint_change
 from .interpreter import RepresentativeInterpreter
@@ -69,6 +76,7 @@ class Workspace:
     data: Split
     recipe: dict[str, Any]
     folder: Path | None = None
+    _names: list[str] | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def reference(self) -> Images:
@@ -81,6 +89,16 @@ class Workspace:
     def reference_pixels(self, indices: Tensor | list[int]) -> Tensor:
         """Reference images at ``indices`` in [0, 1] pixel space, N x C x H x W."""
         return torch.stack([self.reference.pixels(int(i)) for i in indices])
+
+    def reference_name(self, i: int) -> str:
+        """How reference image ``i`` is named wherever it is shown or written: an image
+        folder's file by its path relative to the folder (``disc/21.png``; the rows follow
+        the files' order, sorted as strings: ``disc/0.png, disc/1.png, disc/10.png, ...``),
+        else as the command line takes it (``reference:61``)."""
+        if self._names is None:
+            reference = self.reference
+            self._names = reference.names() if isinstance(reference, ImageFolderSet) else []
+        return self._names[i] if self._names else f"reference:{i}"
 
     def save(self, path: str | Path, overwrite: bool = False) -> None:
         """Save the index to the folder ``path`` (see

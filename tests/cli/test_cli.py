@@ -274,9 +274,10 @@ def test_demo_end_to_end(tmp_path, capsys) -> None:
         assert summary["representativeness"] > 50
         assert 0 < len(summary["boundaries"]) <= 50
         assert summary["delta"] >= summary["conflicts"] >= 0
-        assert set(summary["masked_scores"]) == {"input"} | {
-            f"ref {s['reference']}" for s in summary["similar"]
-        }
+        assert set(summary["masked_scores"]) == {"input"} | {s["name"] for s in summary["similar"]}
+        assert [s["name"] for s in summary["similar"]] == [
+            f"reference:{s['reference']}" for s in summary["similar"]
+        ]
         assert f"src='{path.stem}.png'" in page
         with Image.open(path.with_suffix(".png")) as image:
             assert image.format == "PNG"

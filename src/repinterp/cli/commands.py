@@ -232,14 +232,20 @@ def explain_to_files(
         class_name = (
             names_of_classes[e.predicted_class] if names_of_classes else str(e.predicted_class)
         )
-        titles = ["input"] + [f"ref {i}" for i in similar]
+        titles = ["input"] + [workspace.reference_name(i) for i in similar]
         study = case_study(
             e, shown, titles, normalize, class_name, references=similar, metric=metric
         )
         save_case_study_figure(study, out / f"{name}.png", name)
         summary = e.to_dict(top_k=top_k + 1, metric=metric)
-        summary["similar"] = [s for s in summary["similar"] if s["reference"] != me][:top_k]
+        summary["similar"] = [
+            {**s, "name": workspace.reference_name(s["reference"])}
+            for s in summary["similar"]
+            if s["reference"] != me
+        ][:top_k]
         summary["input"] = name
+        if me is not None:
+            summary["reference"], summary["reference_name"] = me, workspace.reference_name(me)
         if study.masked_scores is not None:
             summary["masked_scores"] = dict(zip(study.titles, study.masked_scores, strict=True))
         (out / f"{name}.json").write_text(json.dumps(summary, indent=2) + "\n")

@@ -264,6 +264,14 @@ def _cells(images: list[np.ndarray]) -> list[np.ndarray]:
     ]
 
 
+_TITLE_CHARS = 16  # of a 10 pt title fit in a column
+
+
+def _column_title(title: str) -> str:
+    """``title`` as it fits above its column: a long one (a file's path) keeps its end."""
+    return title if len(title) <= _TITLE_CHARS else "…" + title[-(_TITLE_CHARS - 1) :]
+
+
 def save_case_study_figure(
     study: CaseStudy,
     path: str | Path | BinaryIO,
@@ -335,7 +343,7 @@ def save_case_study_figure(
         text(_LEFT / 2, top + _SIDE / 2, name, 10, rotation=90, ha="center", va="center")
     for j, left in enumerate(lefts):
         centre = left + _SIDE / 2
-        text(centre, tops[0] - 4, study.titles[j], 10, ha="center", va="bottom")
+        text(centre, tops[0] - 4, _column_title(study.titles[j]), 10, ha="center", va="bottom")
         score = f"score {study.scores[j]:.3f}{below[j]}"
         text(centre, tops[0] + _SIDE + 4, score, 9, ha="center", va="top", linespacing=1.2)
         if study.masked_scores is not None:  # with the heat maps (see `CaseStudy`)

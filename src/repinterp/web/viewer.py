@@ -268,6 +268,7 @@ class Viewer:
         return {
             "key": key,
             "reference": ref,
+            "name": self.workspace.reference_name(ref),
             "score": float(self.index.logits[ref].float().softmax(0)[predicted]),
             "predicted_class": int(self.index.predictions[ref]),
             "label": int(self.labels[ref]),
@@ -292,6 +293,7 @@ class Viewer:
             key=entry.key,
             source="upload" if i is None else "reference",
             reference=i,
+            name=None if i is None else self.workspace.reference_name(i),
             label=None if i is None else int(self.labels[i]),
             n_reference=e.n_reference,
             has_heatmap=e.has_heatmap,
@@ -452,7 +454,8 @@ class Viewer:
     def _study(self, key: str) -> CaseStudy:
         entry = self._entry(key)
         refs = entry.ranked[:EXPORT_K].tolist()
-        titles = ["input"] + [f"#{n + 1} ref {ref}" for n, ref in enumerate(refs)]
+        name = self.workspace.reference_name
+        titles = ["input"] + [f"#{n + 1} {name(ref)}" for n, ref in enumerate(refs)]
         class_name = self.class_names[entry.explanation.predicted_class]
         return case_study(
             entry.explanation,
@@ -518,6 +521,7 @@ class Viewer:
             **self._item(ref, entry),
             "regions": polytope.regions,
             "inputs": polytope.inputs,
+            "input_names": [self.workspace.reference_name(ref) for ref in polytope.inputs],
             "class_name": self.class_names[e.predicted_class],
             "representativeness": e.representativeness,
             "interpreted": polytope.interpreted,

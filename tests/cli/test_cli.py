@@ -8,7 +8,7 @@ import torch
 from PIL import Image
 
 from repinterp.cli.parser import build_parser, main
-from repinterp.core.regions import RegionSet
+from repinterp.core.regions import RegionSet, distinct_polytopes
 from repinterp.store.regions_file import DEFAULT_REGIONS, DEFAULT_SEED, load_regions
 from repinterp.workspace import open_index
 
@@ -180,7 +180,7 @@ def test_report_gives_every_predicted_class_a_region(digits_index, tmp_path, cap
     out = tmp_path / "b"
     code, _, err = run([*report, "--regions", str(m), "--out", str(out)], capsys)
     assert code == 0, err
-    summaries = [json.loads(f.read_text()) for f in sorted(out.glob("region-*.json"))]
+    summaries = [json.loads(f.read_text()) for f in sorted(out.glob("polytope-*.json"))]
     assert sorted(s["predicted_class"] for s in summaries) == predicted.tolist()
     for s in summaries:  # the region's input and its similar image, each masked
         assert len(s["masked_scores"]) == 2
@@ -286,3 +286,21 @@ def test_demo_end_to_end(tmp_path, capsys) -> None:
     assert len(ws.interpreter.fitted_index) == 4000
     assert Path(ws.interpreter.fitted_index.files["features.npy"]).is_file()
     assert load_regions(ws.interpreter, DEFAULT_REGIONS, DEFAULT_SEED) is not None  # serve's
+
+
+def test_report_draws_one_figure_per_distinct_polytope(digits_index, tmp_path, capsys) -> None:
+    _, index = digits_index
+    out = tmp_path / "report"
+    report = ["report", "--index", str(index), "--top-k", "1", "--regions", "30", "--quiet"]
+    code, printed, err = run([*report, "--out", str(out)], capsys)
+    assert code == 0, err
+    regions = RegionSet.build(open_index(index, progress=False).interpreter, 30, 0, by_class=True)
+    polytopes = distinct_polytopes(regions)
+    assert len(polytopes) < len(regions)  # some regions share a polytope: drawn once
+    assert len(list(out.glob("*.png"))) == len(polytopes)
+    summaries = [json.loads(f.read_text()) for f in sorted(out.glob("polytope-*.json"))]
+    assert sorted(s["regions"] for s in summaries) == sorted(p.regions for p in polytopes)
+    assert sorted(v for s in summaries for v in s["regions"]) == list(range(len(regions)))
+    assert sum(s["interprets"] for s in summaries) == len(regions.interpreter.fitted_index)
+    assert f"30 regions, {len(polytopes)} distinct polytopes" in printed
+    assert f"drawn once: {len(polytopes)} distinct polytopes" in (out / "index.html").read_text()

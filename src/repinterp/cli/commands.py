@@ -327,9 +327,11 @@ def _demo(args: argparse.Namespace) -> None:
 
 # ----------------------------------------------------------------------------- report
 def _report(args: argparse.Namespace) -> None:
+    import json
+
     from tqdm.auto import tqdm
 
-    from ..core.regions import RegionSet
+    from ..core.regions import RegionSet, distinct_polytopes
     from ..report import write_report
     from ..store.outputs import claim, refuse_inputs
 
@@ -340,16 +342,22 @@ def _report(args: argparse.Namespace) -> None:
         ri = ws.interpreter
         with tqdm(total=1, desc="k-means regions", disable=args.quiet) as bar:
             regions = RegionSet.build(ri, args.regions, args.seed, by_class=True)
+            polytopes = distinct_polytopes(regions)
             bar.update()
-        inputs = regions.inputs.tolist()
-        names = [f"region-{v}-ref-{i}" for v, i in enumerate(inputs)]
+        inputs = [p.inputs[0] for p in polytopes]
+        names = [f"polytope-{n + 1}-ref-{i}" for n, i in enumerate(inputs)]
         pixels = ws.reference_pixels(inputs)
         entries = explain_to_files(ws, pixels, names, out, args.top_k, not args.quiet, inputs)
+        for entry, p in zip(entries, polytopes, strict=True):
+            entry["summary"].update(regions=p.regions, interprets=p.interpreted)
+            (out / entry["json"]).write_text(json.dumps(entry["summary"], indent=2) + "\n")
         intro = (
             f"{len(regions)} regions: k-means (seed {args.seed}) on the reference feature maps "
             f"of {args.index}, within each class the model predicts on them, the regions shared "
             "among those classes in proportion to their images, at least one each; each region "
-            "is the polytope P(x) of the reference image nearest a centre."
+            "is the polytope P(x) of the reference image nearest a centre. Regions whose "
+            f"inputs share one polytope are drawn once: {len(polytopes)} distinct polytopes, "
+            "the most representative first within each class."
         )
         n_classes = ri.fitted_index.n_classes
         unpredicted = sorted(set(range(n_classes)) - set(regions.classes.tolist()))
@@ -362,7 +370,10 @@ def _report(args: argparse.Namespace) -> None:
         finds = regions.group_stats().sentence()
         intro += f" Over the reference set, {finds}."
         write_report(out / "index.html", "repinterp regions", intro, entries)
-    print(f"report of {len(regions)} regions ({finds}): open {out / 'index.html'}")
+    print(
+        f"report of {len(regions)} regions, {len(polytopes)} distinct polytopes ({finds}): "
+        f"open {out / 'index.html'}"
+    )
 
 
 # ----------------------------------------------------------------------------- serve

@@ -7,6 +7,7 @@ import html
 from pathlib import Path
 from typing import Any
 
+from ..core.display import MEANINGS
 from ..core.heatmap import SCALE, colorbar_css
 from ..core.interpretation import METRIC_MEANINGS
 
@@ -84,6 +85,10 @@ def _entry(entry: dict[str, Any]) -> list[str]:
     ]
     if s.get("reference_name"):
         rows.insert(0, ("input", "the reference image explained", s["reference_name"]))
+    if "regions" in s:
+        regions = ", ".join(map(str, s["regions"]))
+        rows.append(("regions", MEANINGS["regions"], regions))
+        rows.append(("interprets", MEANINGS["interprets"], str(s["interprets"])))
     table = "".join(
         f"<tr><th><abbr title='{html.escape(tip)}'>{html.escape(key)}</abbr></th>"
         f"<td>{html.escape(value)}</td></tr>"

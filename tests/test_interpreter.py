@@ -10,7 +10,8 @@ from PIL import Image
 from torchvision import transforms
 
 from repinterp import RepresentativeInterpreter
-from repinterp.core.heatmap import polytope_heatmaps
+from repinterp.core.boundaries import project
+from repinterp.core.heatmap import channel_means, polytope_heatmaps
 from repinterp.data.shape_drawing import draw_shapes
 from repinterp.store.index_folder import IndexLoadError
 from repinterp.store.outputs import OutputError
@@ -443,3 +444,33 @@ def test_loading_a_cli_index_with_its_model_gives_the_cli_transform(tmp_path, ca
     for bad in ({**record, "std": [0.0, 1.0, 1.0]}, {**record, "mean": [0.5]}, {}, None):
         with pytest.raises(ValueError, match=r"the recorded transform .* is not one"):
             ImageTransform.from_record(bad)
+
+
+def test_the_contrastive_map_is_the_boundary_of_the_two_classes_at_the_input() -> None:
+    ri, images = fit_random(200, 20)
+    x = images[:8]
+    predicted = ri.model(x).argmax(1)
+    others = (predicted + 1 + torch.arange(8) % 3) % 4  # every other class, never the predicted
+    t = ri.split.psi(x).detach().requires_grad_(True)
+    logits = ri.split.head(t)
+    rows = torch.arange(8)
+    gap = logits[rows, predicted] - logits[rows, others]
+    (gradient,) = torch.autograd.grad(gap.sum(), t)
+    alphas = gradient.flatten(2).mean(2)  # the mean over positions of d(G_c - G_c')/dt at x
+    b = ri.contrastive_boundaries(x, others)
+    assert torch.equal(b.top_classes, torch.stack([predicted, others], 1))
+    assert torch.equal(channel_means(b), alphas)
+    torch.testing.assert_close(project(t.detach(), b).diagonal(), gap.detach())  # exact at t
+    maps = ri.contrastive_heatmap(x, others)
+    raw = torch.relu((alphas[:, :, None, None] * t.detach()).sum(1, keepdim=True))
+    up = F.interpolate(raw, size=(12, 12), mode="bilinear", align_corners=False)[:, 0]
+    low, high = up.amin((1, 2), keepdim=True), up.amax((1, 2), keepdim=True)
+    torch.testing.assert_close(maps, (up - low) / (high - low + 1e-7))
+    one = ri.contrastive_heatmap(x[2:3], int(others[2]))  # one class for all, or one each
+    torch.testing.assert_close(one[0], maps[2])
+    with pytest.raises(ValueError, match=r"image 0 is predicted class \d, the contrast class"):
+        ri.contrastive_heatmap(x, predicted)
+    with pytest.raises(ValueError, match="contrast class 4 is not one of the model's 4 classes"):
+        ri.contrastive_heatmap(x, 4)
+    with pytest.raises(ValueError, match="3 contrast classes for 8 images"):
+        ri.contrastive_heatmap(x, [0, 1, 2])

@@ -304,3 +304,29 @@ def test_report_draws_one_figure_per_distinct_polytope(digits_index, tmp_path, c
     assert sum(s["interprets"] for s in summaries) == len(regions.interpreter.fitted_index)
     assert f"30 regions, {len(polytopes)} distinct polytopes" in printed
     assert f"drawn once: {len(polytopes)} distinct polytopes" in (out / "index.html").read_text()
+
+
+def test_explain_draws_the_contrastive_map_of_a_class_asked_for(
+    digits_index, tmp_path, capsys
+) -> None:
+    _, index = digits_index
+    ws = open_index(index, progress=False)
+    ri = ws.interpreter
+    predicted = ri.explain(ws.normalization(ws.data.unseen.pixels(0))).predicted_class
+    other = (predicted + 1) % 10
+    explain = ["explain", "unseen:0", "--index", str(index), "--quiet", "--contrast"]
+    code, _, err = run([*explain, ri.class_names[other], "--out", str(tmp_path / "a")], capsys)
+    assert code == 0, err
+    summary = json.loads((tmp_path / "a" / "unseen-0.json").read_text())
+    assert summary["contrast"]["class"] == other
+    assert summary["contrast"]["figure"] == f"unseen-0-vs-{other}.png"
+    with Image.open(tmp_path / "a" / f"unseen-0-vs-{other}.png") as image:
+        assert image.format == "PNG"
+    code, _, err = run([*explain, str(predicted), "--out", str(tmp_path / "b")], capsys)
+    assert code == 0, err
+    summary = json.loads((tmp_path / "b" / "unseen-0.json").read_text())
+    assert "figure" not in summary["contrast"]
+    assert "its map is its interpretation's own" in summary["contrast"]["message"]
+    code, _, err = run([*explain, "dog", "--out", str(tmp_path / "c")], capsys)
+    assert_one_line_error(code, err, "--contrast dog: no such class (classes: 0, 1, 2")
+    assert not (tmp_path / "c").exists()

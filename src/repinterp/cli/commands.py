@@ -195,6 +195,7 @@ def explain_to_files(
     progress: bool = False,
     own: list[int | None] | None = None,
     metric: str = "semantic",
+    contrast: int | None = None,
 ) -> list[dict[str, Any]]:
     """Explain images (N x C x H x W in [0, 1]); write a case-study PNG and a JSON each.
 
@@ -209,6 +210,10 @@ def explain_to_files(
             similar images, as the viewer does), else None.
         metric: the distance that ranks the similar images (see ``Interpretation.similar``),
             shown in the figure and named in the JSON.
+        contrast: a class ``c'``: each image predicted another class also gets a figure of
+            its contrastive map against ``c'`` (see
+            [`contrastive_heatmap`][repinterp.interpreter.RepresentativeInterpreter.contrastive_heatmap]),
+            ``NAME-vs-C.png`` (``C`` the class's index), which the JSON's ``contrast`` names.
 
     Returns:
         One report entry per image (see `write_report`).
@@ -248,11 +253,53 @@ def explain_to_files(
             summary["reference"], summary["reference_name"] = me, workspace.reference_name(me)
         if study.masked_scores is not None:
             summary["masked_scores"] = dict(zip(study.titles, study.masked_scores, strict=True))
+        if contrast is not None:
+            c = e.predicted_class
+            summary["contrast"] = _contrast(workspace, image, c, contrast, name, out)
         (out / f"{name}.json").write_text(json.dumps(summary, indent=2) + "\n")
         entries.append(
             {"name": name, "figure": f"{name}.png", "json": f"{name}.json", "summary": summary}
         )
     return entries
+
+
+def _contrast(
+    workspace: Workspace, pixels: Tensor, predicted: int, contrast: int, name: str, out: Path
+) -> dict[str, Any]:
+    """The contrastive map of one image (C x H x W in [0, 1]) against class ``contrast``, drawn
+    to ``NAME-vs-C.png`` unless the image is predicted ``contrast``: its JSON summary."""
+    from ..report import contrastive_case_study, save_case_study_figure
+
+    names = workspace.interpreter.class_names or [str(c) for c in range(contrast + 1)]
+    summary: dict[str, Any] = {"class": contrast, "class_name": names[contrast]}
+    if predicted == contrast:
+        summary["message"] = (
+            "the image is predicted this class: its map is its interpretation's own"
+        )
+        return summary
+    study = contrastive_case_study(
+        workspace.interpreter, pixels, workspace.normalization, contrast, names[predicted]
+    )
+    figure = f"{name}-vs-{contrast}.png"
+    save_case_study_figure(study, out / figure, f"{name}, contrast with {names[contrast]!r}")
+    summary.update(figure=figure, masked_score=study.masked_scores[0])
+    return summary
+
+
+def contrast_class(workspace: Workspace, given: str) -> int:
+    """The class ``--contrast`` names, by its index or its name.
+
+    Raises:
+        ValueError: no such class.
+    """
+    names = workspace.interpreter.class_names or []
+    n = workspace.interpreter.fitted_index.n_classes
+    if given.isdigit() and int(given) < n:
+        return int(given)
+    if given in names:
+        return names.index(given)
+    known = ", ".join(names) if names else f"0 to {n - 1}"
+    raise ValueError(f"--contrast {given}: no such class (classes: {known})")
 
 
 def _open(args: argparse.Namespace) -> Workspace:
@@ -274,7 +321,10 @@ def _explain(args: argparse.Namespace) -> None:
         refuse_inputs(out, _inputs(data=ws.recipe.get("dataset")))
         pixels, names = resolve_images(ws, args.images)
         own = [int(n) if p == "reference" and n.isdigit() else None for p, _, n in parts]
-        entries = explain_to_files(ws, pixels, names, out, args.top_k, not args.quiet, own)
+        contrast = None if args.contrast is None else contrast_class(ws, args.contrast)
+        entries = explain_to_files(
+            ws, pixels, names, out, args.top_k, not args.quiet, own, contrast=contrast
+        )
     for entry in entries:
         s = entry["summary"]
         print(

@@ -198,6 +198,14 @@ def build_parser() -> argparse.ArgumentParser:
     _index_options(p)
     p.add_argument("--out", required=True, help="folder for the figures and JSON files")
     p.add_argument("--top-k", type=_at_least(0), default=8, help="similar images shown (8)")
+    p.add_argument(
+        "--contrast",
+        metavar="CLASS",
+        help="beyond the paper: also draw, for each image predicted another class, the "
+        "contrastive map of why the model says its class rather than CLASS (a class's index or "
+        "name): the heat map of the boundary between the two classes at the image (Eq. 2's "
+        "weights)",
+    )
     _overwrite(p)
     _common(p)
     p.set_defaults(func=commands._explain)

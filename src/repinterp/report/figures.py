@@ -30,6 +30,7 @@ __all__ = [
     "CaseStudy",
     "case_study",
     "class_scores",
+    "contrastive_case_study",
     "legend",
     "masked_class_scores",
     "save_case_study_figure",
@@ -232,6 +233,48 @@ def case_study(
         metric=None if distances is None else metric,
         distances=distances,
         masked_classes=masked_classes,
+    )
+
+
+def contrastive_case_study(
+    interpreter: RepresentativeInterpreter,
+    pixels: Tensor,
+    normalize: Normalization,
+    contrast: int,
+    class_name: str,
+    fraction: float = FRACTION,
+) -> CaseStudy:
+    """Beyond the paper: a one-column case study of an image's contrastive map against class
+    ``contrast`` (see
+    [`contrastive_heatmap`][repinterp.interpreter.RepresentativeInterpreter.contrastive_heatmap]),
+    with the score of its predicted class, whole and with only the map's hottest pixels kept.
+
+    Args:
+        interpreter: a fitted interpreter.
+        pixels: C x H x W in [0, 1].
+        normalize: pixels -> model inputs.
+        contrast: the class ``c'``, other than the image's predicted class.
+        class_name: the name of the predicted class.
+        fraction: share of pixels kept for the masked score.
+    """
+    pixels = pixels.cpu()[None]
+    inputs = normalize(pixels).to(interpreter.device)
+    heat = interpreter.contrastive_heatmap(inputs, contrast)
+    c = int(interpreter.forward(inputs)[0].argmax(1)[0])
+    score = class_scores(interpreter, inputs, c)
+    masked = _masked_probabilities(interpreter, pixels, heat, normalize, fraction)
+    names = interpreter.class_names
+    given = [
+        class_name if g == c else names[g] if names else str(g) for g in masked.argmax(1).tolist()
+    ]
+    return CaseStudy(
+        pixels,
+        ["input"],
+        score,
+        heat.cpu(),
+        masked[:, c].tolist(),
+        class_name,
+        masked_classes=given,
     )
 
 

@@ -123,7 +123,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--arch", help=argparse.SUPPRESS)  # the old name of --model, still accepted
     p.add_argument("--epochs", type=_at_least(1), default=5, help="passes over the data (5)")
     p.add_argument("--lr", type=float, default=1e-3, help="base learning rate (1e-3)")
-    p.add_argument("--batch-size", type=_at_least(1), default=64, help="images per step (64)")
+    p.add_argument(
+        "--batch-size",
+        type=_at_least(1),
+        default=64,
+        help="images per step (64); each epoch leaves out its last incomplete batch when the "
+        "set holds more than one batch (batch norm needs two images)",
+    )
     p.add_argument("--weights", help="start from these weights (fine-tuning; last layer reset)")
     p.add_argument("--data-seed", type=int, default=0, help="seed of the data split (0)")
     p.add_argument("--out", required=True, help="weights file to write (.safetensors)")

@@ -87,7 +87,9 @@ class Workspace:
         return self.data.reference.normalization
 
     def reference_pixels(self, indices: Tensor | list[int]) -> Tensor:
-        """Reference images at ``indices`` in [0, 1] pixel space, N x C x H x W."""
+        """Reference images at ``indices`` in [0, 1] pixel space, N x C x H x W (N may be 0)."""
+        if len(indices) == 0:
+            return torch.empty(0, *self.interpreter.fitted_index.input_shape)
         return torch.stack([self.reference.pixels(int(i)) for i in indices])
 
     def reference_name(self, i: int) -> str:

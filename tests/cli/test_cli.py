@@ -330,3 +330,17 @@ def test_explain_draws_the_contrastive_map_of_a_class_asked_for(
     code, _, err = run([*explain, "dog", "--out", str(tmp_path / "c")], capsys)
     assert_one_line_error(code, err, "--contrast dog: no such class (classes: 0, 1, 2")
     assert not (tmp_path / "c").exists()
+
+
+def test_explain_and_report_draw_an_input_with_no_similar_image(
+    digits_index, tmp_path, capsys
+) -> None:
+    _, index = digits_index
+    explain = ["explain", "reference:0", "unseen:0", "--index", str(index), "--top-k", "0"]
+    code, _, err = run([*explain, "--out", str(tmp_path / "x"), "--quiet"], capsys)
+    assert code == 0, err
+    for name in ("reference-0", "unseen-0"):
+        summary = json.loads((tmp_path / "x" / f"{name}.json").read_text())
+        assert summary["similar"] == [] and list(summary["masked_scores"]) == ["input"]
+        with Image.open(tmp_path / "x" / f"{name}.png") as image:
+            assert image.format == "PNG"

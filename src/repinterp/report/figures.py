@@ -307,11 +307,14 @@ def _cells(images: list[np.ndarray]) -> list[np.ndarray]:
     ]
 
 
-_TITLE_CHARS = 16  # of a 10 pt title fit in a column
+_TITLE_CHARS = 14  # of a 10 pt title fit in a column
 
 
 def _column_title(title: str) -> str:
-    """``title`` as it fits above its column: a long one (a file's path) keeps its end."""
+    """``title`` as it fits above its column: a file's path too long for it by the file's
+    name, then a name still too long by its end."""
+    if len(title) > _TITLE_CHARS:
+        title = title.rsplit("/", 1)[-1]
     return title if len(title) <= _TITLE_CHARS else "…" + title[-(_TITLE_CHARS - 1) :]
 
 

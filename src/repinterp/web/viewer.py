@@ -454,8 +454,7 @@ class Viewer:
     def _study(self, key: str) -> CaseStudy:
         entry = self._entry(key)
         refs = entry.ranked[:EXPORT_K].tolist()
-        name = self.workspace.reference_name
-        titles = ["input"] + [f"#{n + 1} {name(ref)}" for n, ref in enumerate(refs)]
+        titles = ["input"] + [self.workspace.reference_name(ref) for ref in refs]
         class_name = self.class_names[entry.explanation.predicted_class]
         return case_study(
             entry.explanation,

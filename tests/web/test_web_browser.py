@@ -187,6 +187,26 @@ def test_gallery_has_one_card_per_polytope_sorted_and_filtered_by_class(session)
 
 
 # ----------------------------------------------------------------------------- explanation
+def test_the_input_can_show_the_contrastive_map_of_another_class(session):
+    page = session.page
+    session.explain_id(7)
+    data = _api(session, "/api/explain/r7")
+    c = data["predicted_class"]
+    options = page.eval_on_selector_all("#contrast option", "o => o.map(x => x.value)")
+    assert options == [""] + [str(k) for k in range(10) if k != c]  # every other class
+    other = (c + 1) % 10
+    page.select_option("#contrast", str(other))
+    page.wait_for_function(LOADED, arg="#input-pictures img")
+    source = page.locator("#input-pictures img.heat").get_attribute("src")
+    assert "heat=r7" in source and f"contrast={other}" in source
+    assert page.evaluate(BLANK_IMAGES, "#input-pictures img") == []
+    caption = page.locator("#input-pictures .pic").get_attribute("aria-label")
+    assert f"why {c} rather than {other}" in caption
+    assert "beyond the paper" in page.locator("#contrast").get_attribute("title")
+    page.select_option("#contrast", "")
+    assert "contrast=" not in page.locator("#input-pictures img.heat").get_attribute("src")
+
+
 def test_image_by_id_with_heat_maps_similar_images_and_paging(session):
     page = session.page
     session.explain_id(7)

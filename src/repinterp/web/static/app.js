@@ -234,14 +234,38 @@ function similarCard(item, data) {
   return card("card", item, caption, link, numbers);
 }
 
+const CONTRAST_TIP =
+  "beyond the paper: the input's heat map becomes the contrastive map of why the model says its class " +
+  "rather than the class chosen (the boundary between the two classes at the input, Eq. 2's weights)";
+
+// The input's picture: P(x)'s heat map, or the contrastive map against class `contrast` ("": none).
+function showInput(data, title, contrast) {
+  const numbers = () => [num("score", percent(data.score)), num("rep", data.representativeness), num("tau", data.delta)];
+  const item = contrast === "" ? data : { ...data, heatmap: `${data.heatmap}&contrast=${contrast}` };
+  const caption =
+    contrast === "" ? title : `${title}: why ${className(data.predicted_class)} rather than ${className(Number(contrast))}`;
+  $("input-pictures").replaceChildren(picture(item, caption, { numbers }));
+}
+
+function contrastSelect(data, title) {
+  const others = state.info.class_names.map((name, c) => [name, c]).filter(([, c]) => c !== data.predicted_class);
+  const select = el(
+    "select",
+    { id: "contrast", title: CONTRAST_TIP },
+    el("option", { value: "" }, "— (P(x)'s map)"),
+    ...others.map(([name, c]) => el("option", { value: String(c) }, name)),
+  );
+  select.addEventListener("change", () => showInput(data, title, select.value));
+  return select;
+}
+
 function render(data) {
   const similar = data.similar;
   Object.assign(state, { key: data.key, data, offset: similar.offset, limit: similar.limit, total: similar.total });
   const title = data.source === "reference" ? `Reference image ${refFull(data)}` : "Uploaded image";
   $("title").textContent = title;
   $("title").title = data.source === "reference" ? "reference images are numbered from 0" : "an image you uploaded";
-  const inputNumbers = () => [num("score", percent(data.score)), num("rep", data.representativeness), num("tau", data.delta)];
-  $("input-pictures").replaceChildren(picture(data, title, { numbers: inputNumbers }));
+  showInput(data, title, "");
   const info = state.info;
   const facts = [
     fact("class", "Predicted class", className(data.predicted_class), "the class the model predicts for this image"),
@@ -255,6 +279,7 @@ function render(data) {
     ),
     fact("boundaries", "Boundaries |P(x)|", `${data.boundaries.length} of ${info.n_boundaries}`, `|P(x)|: ${tip("p")}`),
     fact("delta", "τ(x) (delta)", String(data.delta), `τ(x): ${tip("tau")}`),
+    data.heatmap === null ? [] : fact("contrast", "Rather than", contrastSelect(data, title), CONTRAST_TIP),
   ];
   $("facts").replaceChildren(...facts.flat());
   $("message").textContent = data.message || "";

@@ -27,6 +27,8 @@ def test_site_builds_strictly(tmp_path: Path) -> None:
         timeout=300,
     )
     assert done.returncode == 0, done.stdout + done.stderr
+    excluded = [line for line in done.stderr.splitlines() if "excluded from the built site" in line]
+    assert not excluded, "links that 404 on the site: " + "; ".join(excluded)
     for page in ("index.html", "method/index.html", "api/interpreter/index.html"):
         assert (tmp_path / page).is_file(), page
     api = (tmp_path / "api" / "interpreter" / "index.html").read_text()

@@ -11,11 +11,12 @@ from PIL import Image
 from torchvision import transforms
 
 from repinterp import RepresentativeInterpreter
-from repinterp.core.heatmap import polytope_heatmaps
+from repinterp.core.boundaries import project
+from repinterp.core.heatmap import channel_means, polytope_heatmaps
 from repinterp.data.shape_drawing import draw_shapes
 from repinterp.store.index_folder import IndexLoadError
 from repinterp.store.outputs import OutputError
-from repinterp.workspace import load_image_file, open_index
+from repinterp.workspace import ImageTransform, load_image_file, open_index
 
 from .commandline import edit_manifest, run
 from .networks import (
@@ -402,7 +403,8 @@ def _save_png(pixels: torch.Tensor, path) -> None:
     Image.fromarray((pixels * 255).round().byte().permute(1, 2, 0).numpy()).save(path)
 
 
-def test_an_index_fitted_by_the_cli_reads_images_as_the_cli_does(tmp_path, capsys) -> None:
+def _cli_index(tmp_path, capsys):
+    """An index fitted by ``repinterp fit`` on a folder of 15 PNGs, and a new 60 x 52 PNG."""
     drawn = draw_shapes(16, seed=0, size=48)
     for i, (image, label) in enumerate(zip(drawn.images[:15], drawn.labels, strict=False)):
         _save_png(image, tmp_path / "shapes" / f"class{int(label)}" / f"{i}.png")
@@ -410,10 +412,15 @@ def test_an_index_fitted_by_the_cli_reads_images_as_the_cli_does(tmp_path, capsy
     fit += ["--image-size", "48", "--boundaries", "5", "--out", str(tmp_path / "index"), "--quiet"]
     code, _, err = run(fit, capsys)
     assert code == 0, err
-    ws = open_index(tmp_path / "index", progress=False)
-    ri = ws.interpreter
     file = tmp_path / "new.png"  # 60 x 52: resized and cropped to 48 x 48
     _save_png(F.interpolate(drawn.images[15:], size=(60, 52), mode="bilinear")[0], file)
+    return tmp_path / "index", file
+
+
+def test_an_index_fitted_by_the_cli_reads_images_as_the_cli_does(tmp_path, capsys) -> None:
+    index, file = _cli_index(tmp_path, capsys)
+    ws = open_index(index, progress=False)
+    ri = ws.interpreter
     cli = ws.normalization(load_image_file(file, ri.fitted_index.input_shape))
     expected = ri.explain(cli)
     assert expected.has_heatmap
@@ -496,3 +503,49 @@ def test_a_loaded_index_reads_the_features_it_was_loaded_with(tmp_path) -> None:
     other.fit(pictures[100:], keep_features=True).save(tmp_path / "index")  # a re-fit
     assert torch.equal(loaded.reference_features, expected)
     assert torch.equal(ri.reference_features, expected)  # the saved index's own, too
+
+
+def test_loading_a_cli_index_with_its_model_gives_the_cli_transform(tmp_path, capsys) -> None:
+    index, file = _cli_index(tmp_path, capsys)
+    ws = open_index(index, progress=False)
+    loaded = RepresentativeInterpreter.load(index, ws.interpreter.model, progress=False)
+    assert loaded.transform == ws.interpreter.transform
+    with Image.open(file) as image:
+        _same([loaded.explain(image)], [ws.interpreter.explain(image)])
+    mine = RepresentativeInterpreter.load(index, ws.interpreter.model, transform=None)
+    assert mine.transform is None  # a transform given is kept, None included
+    record = json.loads((index / "manifest.json").read_text())["transform"]
+    assert ImageTransform.from_record(record) == loaded.transform
+    for bad in ({**record, "std": [0.0, 1.0, 1.0]}, {**record, "mean": [0.5]}, {}, None):
+        with pytest.raises(ValueError, match=r"the recorded transform .* is not one"):
+            ImageTransform.from_record(bad)
+
+
+def test_the_contrastive_map_is_the_boundary_of_the_two_classes_at_the_input() -> None:
+    ri, images = fit_random(200, 20)
+    x = images[:8]
+    predicted = ri.model(x).argmax(1)
+    others = (predicted + 1 + torch.arange(8) % 3) % 4  # every other class, never the predicted
+    t = ri.split.psi(x).detach().requires_grad_(True)
+    logits = ri.split.head(t)
+    rows = torch.arange(8)
+    gap = logits[rows, predicted] - logits[rows, others]
+    (gradient,) = torch.autograd.grad(gap.sum(), t)
+    alphas = gradient.flatten(2).mean(2)  # the mean over positions of d(G_c - G_c')/dt at x
+    b = ri.contrastive_boundaries(x, others)
+    assert torch.equal(b.top_classes, torch.stack([predicted, others], 1))
+    assert torch.equal(channel_means(b), alphas)
+    torch.testing.assert_close(project(t.detach(), b).diagonal(), gap.detach())  # exact at t
+    maps = ri.contrastive_heatmap(x, others)
+    raw = torch.relu((alphas[:, :, None, None] * t.detach()).sum(1, keepdim=True))
+    up = F.interpolate(raw, size=(12, 12), mode="bilinear", align_corners=False)[:, 0]
+    low, high = up.amin((1, 2), keepdim=True), up.amax((1, 2), keepdim=True)
+    torch.testing.assert_close(maps, (up - low) / (high - low + 1e-7))
+    one = ri.contrastive_heatmap(x[2:3], int(others[2]))  # one class for all, or one each
+    torch.testing.assert_close(one[0], maps[2])
+    with pytest.raises(ValueError, match=r"image 0 is predicted class \d, the contrast class"):
+        ri.contrastive_heatmap(x, predicted)
+    with pytest.raises(ValueError, match="contrast class 4 is not one of the model's 4 classes"):
+        ri.contrastive_heatmap(x, 4)
+    with pytest.raises(ValueError, match="3 contrast classes for 8 images"):
+        ri.contrastive_heatmap(x, [0, 1, 2])

@@ -32,10 +32,13 @@ def _check(views: list[str]) -> None:
     for html in views:
         assert 'class="repinterp"' in html and PNG in html
     first, loaded, given, resnet = views
-    # fitted here: the input and 8 similar digits, each with its heat map, and the colour bar
-    assert first.count(PNG) == 2 * (1 + 8) + 1
+    # fitted here: the input and 8 similar digits, each with its heat map, the colour bar drawn
+    # by CSS (a theme's img rule cannot squash it), each similar digit's true label
+    assert first.count(PNG) == 2 * (1 + 8) and 'aria-label="colour bar: inferno"' in first
+    assert first.count("<br>label ") + first.count('bold">label ') == 8
     # loaded: no reference image, the input, the 9 heat maps and the colour bar, and how to draw
-    assert loaded.count('alt="image"') == 1 and loaded.count(PNG) == 1 + 9 + 1
+    assert loaded.count('alt="image"') == 1 and loaded.count(PNG) == 1 + 9
+    assert 'aria-label="colour bar: inferno"' in loaded
     assert "e.show(reference)" in loaded
     assert given.count('alt="image"') == 1 + 4
     assert resnet.count('alt="image"') >= 2 and 'alt="heat map"' in resnet

@@ -7,17 +7,21 @@ here) and builds region sets ([`RegionSet`][repinterp.core.regions.RegionSet]).
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
+from .core.boundaries import Boundaries, compute_boundaries
 from .core.config import FitConfig
+from .core.heatmap import channel_means, polytope_heatmaps
 from .core.interpretation import Interpretation, check_solver, interpret
 from .core.logic import check_granularity, default_gamma, logic_vectors, project_blocks
 from .core.reference_index import FEATURE_FILE, ReferenceIndex
 from .core.regions import RegionSet
+from .data.datasets import ImageTransform
 from .data.inputs import Transform, as_input, as_inputs
 from .data.reference import (
     Reference,
@@ -95,8 +99,9 @@ class RepresentativeInterpreter:
             array of ``uint8`` pixels): a callable from a PIL image to its normalised
             C x H x W tensor, e.g. the torchvision pipeline of training (see
             [`inputs`][repinterp.data.inputs]); None: only tensors and float arrays are explained.
-            An index opened with [`open_index`][repinterp.workspace.open_index] has the command
-            line's.
+            An index made by the command line records its reading
+            ([`ImageTransform`][repinterp.workspace.ImageTransform]), and `load` (also through
+            [`open_index`][repinterp.workspace.open_index]) gives it back.
         granularity: a setting of the fit (see ``FitConfig``): ``"class"``, the paper's RI
             (the default), or ``"logic"``, polytopes of one decision logic below the class
             (beyond the paper, see [`logic`][repinterp.core.logic]).
@@ -558,6 +563,82 @@ class RepresentativeInterpreter:
             self._logic(vectors),
         )
 
+    # ------------------------------------------------------------------ beyond the paper
+    @exact_float32()
+    def contrastive_boundaries(
+        self, images: Any, contrast: int | Sequence[int] | Tensor
+    ) -> Boundaries:
+        """Beyond the paper: for each image ``x``, predicted class ``c``, and a class ``c'``
+        asked for, the linear boundary between ``c`` and ``c'`` at ``x``'s own feature map
+        ``t = psi(x)``, with Eq. 2's weights: ``W = d(G_c - G_c')/dt`` at ``t`` and
+        ``b = (G_c - G_c')(t) - <W, t>``. It equals ``G_c - G_c'`` exactly on ``t``'s linear
+        region of ``G``, and ``x`` lies on its positive side (``c`` wins at ``x``).
+
+        Args:
+            images: N images (anything
+                [`explain_batch`][repinterp.interpreter.RepresentativeInterpreter.explain_batch]
+                takes).
+            contrast: ``c'``: one class for every image, or one per image.
+
+        Returns:
+            N boundaries; ``top_classes`` holds each ``(c, c')``.
+
+        Raises:
+            ValueError: a class out of range, a number of classes other than of images, or
+                ``c' = c`` for some image (its map is its interpretation's own,
+                ``explain(x).heatmap``).
+        """
+        index = self.fitted_index
+        images = as_inputs(images, self.transform, index.input_shape)
+        features = self.features(images)
+        with torch.inference_mode():
+            predicted = self.split.head(features).argmax(1).cpu()
+        others = torch.as_tensor(contrast, dtype=torch.long).flatten().cpu()
+        if others.numel() == 1:
+            others = others.expand(len(predicted))
+        if others.numel() != len(predicted):
+            raise ValueError(f"{others.numel()} contrast classes for {len(predicted)} images")
+        bad = (others < 0) | (others >= index.n_classes)
+        if bool(bad.any()):
+            raise ValueError(
+                f"contrast class {int(others[bad][0])} is not one of the model's "
+                f"{index.n_classes} classes (0 to {index.n_classes - 1})"
+            )
+        same = (others == predicted).nonzero().flatten()
+        if same.numel():
+            i = int(same[0])
+            raise ValueError(
+                f"image {i} is predicted class {int(predicted[i])}, the contrast class asked "
+                "for: the map of its predicted class is its interpretation's (explain(x).heatmap)"
+            )
+        classes = torch.stack([predicted, others], 1)
+        return compute_boundaries(self.split.head, features, classes)
+
+    @exact_float32()
+    def contrastive_heatmap(self, images: Any, contrast: int | Sequence[int] | Tensor) -> Tensor:
+        """Beyond the paper: the contrastive map of each image ``x``, why the model says its
+        predicted class ``c`` rather than ``c'``: the heat map (§5.1's drawing of a boundary:
+        ``ReLU(sum_k alpha_k t_k)``, upsampled, min-max) of
+        [`contrastive_boundaries`][repinterp.interpreter.RepresentativeInterpreter.contrastive_boundaries],
+        whose channel weights ``alpha_k`` are ``W``'s mean over channel ``k``'s positions.
+
+        Args:
+            images: N images (anything ``explain_batch`` takes).
+            contrast: ``c'``: one class for every image, or one per image.
+
+        Returns:
+            N x H x W in [0, 1] on the device.
+
+        Raises:
+            ValueError: see ``contrastive_boundaries``.
+        """
+        images = as_inputs(images, self.transform, self.fitted_index.input_shape)
+        boundaries = self.contrastive_boundaries(images, contrast)
+        alphas = list(channel_means(boundaries).unsqueeze(1))
+        which = torch.arange(len(alphas), device=self.device)
+        size = tuple(images.shape[-2:])
+        return polytope_heatmaps(self.features(images), alphas, which, size)
+
     @exact_float32()
     def regions(self, n_regions: int | None = None, seed: int = 0) -> RegionSet:
         """k-means regions over the reference set (see
@@ -584,6 +665,8 @@ class RepresentativeInterpreter:
         index = self.fitted_index
         index.meta["model_fingerprint"] = model_fingerprint(self.model)
         index.meta["graph_fingerprint"] = self.split.fingerprint
+        if isinstance(self.transform, ImageTransform):
+            index.meta["transform"] = self.transform.record()
         save_index(index, path, extra_files=index.files, overwrite=overwrite)
         index.files = {name: Path(path) / name for name in index.files}
 
@@ -602,9 +685,14 @@ class RepresentativeInterpreter:
         (``graph_fingerprint``, before repinterp 0.3) is checked by the weights alone.
 
         Args:
+            path: the index folder.
+            model: the model it was made with.
+            device: where to compute; None means the model's device.
             granularity: the granularity the index must have (``"class"`` or ``"logic"``);
                 None: the index's own.
-            kwargs: the interpreter's own settings (``solver``, ``gamma``, ...).
+            kwargs: the other arguments of the constructor (``solver``, ``gamma``, ...);
+                without ``transform``, the one the index records (that of ``repinterp fit``),
+                if any.
 
         Raises:
             IndexLoadError: the folder is damaged, or was made with other weights, another
@@ -626,6 +714,11 @@ class RepresentativeInterpreter:
         layer = meta.get("target_layer")
         if layer not in dict(model.named_modules()):
             raise IndexLoadError(f"{path} was made at layer {layer!r}, which the model lacks")
+        if "transform" in meta and "transform" not in kwargs:
+            try:
+                kwargs["transform"] = ImageTransform.from_record(meta["transform"])
+            except ValueError as exc:
+                raise IndexLoadError(f"{Path(path) / 'manifest.json'} is damaged: {exc}") from None
         ri = cls(
             model,
             layer,

@@ -15,17 +15,23 @@ import os
 import re
 import reprlib
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 import torch
-from PIL import Image
 from torch import Tensor
 
 from .core.config import FitConfig
-from .data.datasets import Images, Normalization, Split, load_dataset
-from .data.image_files import MAX_SIDE, image_tensor, read_image
+from .data.datasets import (
+    ImageFolderSet,
+    Images,
+    ImageTransform,
+    Normalization,
+    Split,
+    load_dataset,
+)
+from .data.image_files import MAX_SIDE, load_image_file
 from .data.provenance import describe_split, fingerprint, fingerprint_change
 from .interpreter import RepresentativeInterpreter
 from .models.zoo import DataShape, check_model, model_for, target_layer_for
@@ -70,6 +76,7 @@ class Workspace:
     data: Split
     recipe: dict[str, Any]
     folder: Path | None = None
+    _names: list[str] | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def reference(self) -> Images:
@@ -80,8 +87,20 @@ class Workspace:
         return self.data.reference.normalization
 
     def reference_pixels(self, indices: Tensor | list[int]) -> Tensor:
-        """Reference images at ``indices`` in [0, 1] pixel space, N x C x H x W."""
+        """Reference images at ``indices`` in [0, 1] pixel space, N x C x H x W (N may be 0)."""
+        if len(indices) == 0:
+            return torch.empty(0, *self.interpreter.fitted_index.input_shape)
         return torch.stack([self.reference.pixels(int(i)) for i in indices])
+
+    def reference_name(self, i: int) -> str:
+        """How reference image ``i`` is named wherever it is shown or written: an image
+        folder's file by its path relative to the folder (``disc/21.png``; the rows follow
+        the files' order, sorted as strings: ``disc/0.png, disc/1.png, disc/10.png, ...``),
+        else as the command line takes it (``reference:61``)."""
+        if self._names is None:
+            reference = self.reference
+            self._names = reference.names() if isinstance(reference, ImageFolderSet) else []
+        return self._names[i] if self._names else f"reference:{i}"
 
     def save(self, path: str | Path, overwrite: bool = False) -> None:
         """Save the index to the folder ``path`` (see
@@ -307,48 +326,6 @@ def open_index(
             "fit the index again"
         )
     return Workspace(_with_transform(ri, data), data, recipe, path)
-
-
-def load_image_file(
-    path: str | Path | BinaryIO | Image.Image, shape: tuple[int, int, int]
-) -> Tensor:
-    """Read an image file (or an image opened from one) as C x H x W pixels in [0, 1], resized
-    (shorter side) and centre-cropped to the index's input size, grey or RGB as the model
-    expects, at its bit depth.
-
-    Raises:
-        ValueError: the file is missing, is not a readable image, or is too large (see
-            `read_image`).
-    """
-    channels, height, width = shape
-    image = read_image(path, channels)
-    scale = max(height / image.height, width / image.width)
-    size = (max(width, round(image.width * scale)), max(height, round(image.height * scale)))
-    image = image.resize(size, Image.BILINEAR)
-    left, top = (size[0] - width) // 2, (size[1] - height) // 2
-    return image_tensor(image.crop((left, top, left + width, top + height)), channels)
-
-
-@dataclass(frozen=True)
-class ImageTransform:
-    """The command line's reading of an image
-    ([`load_image_file`][repinterp.workspace.load_image_file], then the data set's
-    normalisation), as an interpreter's ``transform``:
-    [`open_index`][repinterp.workspace.open_index] and
-    [`fit_workspace`][repinterp.workspace.fit_workspace] give it to theirs, so that ``explain``
-    takes a PIL image or a NumPy array of pixels and explains it as ``repinterp explain FILE`` does.
-
-    Attributes:
-        shape: the index's C x H x W.
-        normalization: the data set's.
-    """
-
-    shape: tuple[int, int, int]
-    normalization: Normalization
-
-    def __call__(self, image: Image.Image) -> Tensor:
-        """``image`` as the model takes it: C x H x W, normalised."""
-        return self.normalization(load_image_file(image, self.shape))
 
 
 def _with_transform(ri: RepresentativeInterpreter, data: Split) -> RepresentativeInterpreter:

@@ -8,7 +8,7 @@ import torch
 from PIL import Image
 
 from repinterp.cli.parser import build_parser, main
-from repinterp.core.regions import RegionSet
+from repinterp.core.regions import RegionSet, distinct_polytopes
 from repinterp.store.regions_file import DEFAULT_REGIONS, DEFAULT_SEED, load_regions
 from repinterp.workspace import open_index
 
@@ -200,7 +200,7 @@ def test_report_gives_every_predicted_class_a_region(digits_index, tmp_path, cap
     out = tmp_path / "b"
     code, _, err = run([*report, "--regions", str(m), "--out", str(out)], capsys)
     assert code == 0, err
-    summaries = [json.loads(f.read_text()) for f in sorted(out.glob("region-*.json"))]
+    summaries = [json.loads(f.read_text()) for f in sorted(out.glob("polytope-*.json"))]
     assert sorted(s["predicted_class"] for s in summaries) == predicted.tolist()
     for s in summaries:  # the region's input and its similar image, each masked
         assert len(s["masked_scores"]) == 2
@@ -294,9 +294,10 @@ def test_demo_end_to_end(tmp_path, capsys) -> None:
         assert summary["representativeness"] > 50
         assert 0 < len(summary["boundaries"]) <= 50
         assert summary["delta"] >= summary["conflicts"] >= 0
-        assert set(summary["masked_scores"]) == {"input"} | {
-            f"ref {s['reference']}" for s in summary["similar"]
-        }
+        assert set(summary["masked_scores"]) == {"input"} | {s["name"] for s in summary["similar"]}
+        assert [s["name"] for s in summary["similar"]] == [
+            f"reference:{s['reference']}" for s in summary["similar"]
+        ]
         assert f"src='{path.stem}.png'" in page
         with Image.open(path.with_suffix(".png")) as image:
             assert image.format == "PNG"
@@ -305,3 +306,61 @@ def test_demo_end_to_end(tmp_path, capsys) -> None:
     assert len(ws.interpreter.fitted_index) == 4000
     assert Path(ws.interpreter.fitted_index.files["features.npy"]).is_file()
     assert load_regions(ws.interpreter, DEFAULT_REGIONS, DEFAULT_SEED) is not None  # serve's
+
+
+def test_report_draws_one_figure_per_distinct_polytope(digits_index, tmp_path, capsys) -> None:
+    _, index = digits_index
+    out = tmp_path / "report"
+    report = ["report", "--index", str(index), "--top-k", "1", "--regions", "30", "--quiet"]
+    code, printed, err = run([*report, "--out", str(out)], capsys)
+    assert code == 0, err
+    regions = RegionSet.build(open_index(index, progress=False).interpreter, 30, 0, by_class=True)
+    polytopes = distinct_polytopes(regions)
+    assert len(polytopes) < len(regions)  # some regions share a polytope: drawn once
+    assert len(list(out.glob("*.png"))) == len(polytopes)
+    summaries = [json.loads(f.read_text()) for f in sorted(out.glob("polytope-*.json"))]
+    assert sorted(s["regions"] for s in summaries) == sorted(p.regions for p in polytopes)
+    assert sorted(v for s in summaries for v in s["regions"]) == list(range(len(regions)))
+    assert sum(s["interprets"] for s in summaries) == len(regions.interpreter.fitted_index)
+    assert f"30 regions, {len(polytopes)} distinct polytopes" in printed
+    assert f"drawn once: {len(polytopes)} distinct polytopes" in (out / "index.html").read_text()
+
+
+def test_explain_draws_the_contrastive_map_of_a_class_asked_for(
+    digits_index, tmp_path, capsys
+) -> None:
+    _, index = digits_index
+    ws = open_index(index, progress=False)
+    ri = ws.interpreter
+    predicted = ri.explain(ws.normalization(ws.data.unseen.pixels(0))).predicted_class
+    other = (predicted + 1) % 10
+    explain = ["explain", "unseen:0", "--index", str(index), "--quiet", "--contrast"]
+    code, _, err = run([*explain, ri.class_names[other], "--out", str(tmp_path / "a")], capsys)
+    assert code == 0, err
+    summary = json.loads((tmp_path / "a" / "unseen-0.json").read_text())
+    assert summary["contrast"]["class"] == other
+    assert summary["contrast"]["figure"] == f"unseen-0-vs-{other}.png"
+    with Image.open(tmp_path / "a" / f"unseen-0-vs-{other}.png") as image:
+        assert image.format == "PNG"
+    code, _, err = run([*explain, str(predicted), "--out", str(tmp_path / "b")], capsys)
+    assert code == 0, err
+    summary = json.loads((tmp_path / "b" / "unseen-0.json").read_text())
+    assert "figure" not in summary["contrast"]
+    assert "its map is its interpretation's own" in summary["contrast"]["message"]
+    code, _, err = run([*explain, "dog", "--out", str(tmp_path / "c")], capsys)
+    assert_one_line_error(code, err, "--contrast dog: no such class (classes: 0, 1, 2")
+    assert not (tmp_path / "c").exists()
+
+
+def test_explain_and_report_draw_an_input_with_no_similar_image(
+    digits_index, tmp_path, capsys
+) -> None:
+    _, index = digits_index
+    explain = ["explain", "reference:0", "unseen:0", "--index", str(index), "--top-k", "0"]
+    code, _, err = run([*explain, "--out", str(tmp_path / "x"), "--quiet"], capsys)
+    assert code == 0, err
+    for name in ("reference-0", "unseen-0"):
+        summary = json.loads((tmp_path / "x" / f"{name}.json").read_text())
+        assert summary["similar"] == [] and list(summary["masked_scores"]) == ["input"]
+        with Image.open(tmp_path / "x" / f"{name}.png") as image:
+            assert image.format == "PNG"

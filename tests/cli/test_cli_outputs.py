@@ -411,3 +411,34 @@ def test_a_failing_command_removes_the_folders_it_made(index, tmp_path, capsys) 
     code, _, err = run([*fit, "--out", str(imgs / "idx")], capsys)
     assert_one_line_error(code, err, f"{imgs / 'idx'} is inside {imgs}, which this command reads")
     assert listing(imgs) == before and not (imgs / "idx").exists()
+
+
+def test_the_explain_json_and_report_name_reference_images_by_their_files(tmp_path, capsys) -> None:
+    root = tmp_path / "disc-star"
+    rng = np.random.default_rng(0)
+    for name in ("circle", "disc", "star"):
+        (root / name).mkdir(parents=True)
+        for i in range(12):  # sorted as strings: 0, 1, 10, 11, 2, ...
+            pixels = rng.integers(0, 256, (24, 24, 3), dtype=np.uint8)
+            Image.fromarray(pixels).save(root / name / f"{i}.png")
+    index = tmp_path / "index"
+    fit = ["fit", "--model", "shapes_cnn", "--reference", f"imagefolder:{root}"]
+    fit += ["--image-size", "24", "--boundaries", "5", "--out", str(index)]
+    code, _, err = run(fit, capsys)
+    assert code == 0, err
+    code, _, err = run(
+        ["explain", "reference:0", "--index", str(index), "--out", str(tmp_path / "x")], capsys
+    )
+    assert code == 0, err
+    summary = json.loads((tmp_path / "x" / "reference-0.json").read_text())
+    from repinterp.workspace import open_index
+
+    ws = open_index(index, progress=False)
+    assert summary["reference_name"] == ws.reference.names()[0]
+    assert summary["similar"]
+    for item in summary["similar"]:
+        name, row = item["name"], item["reference"]
+        assert name.split("/")[0] in ("circle", "disc", "star") and name.endswith(".png")
+        with Image.open(root / name) as image:  # the file named holds the image of that row
+            pixels = np.asarray(image, dtype=np.float32) / 255
+        np.testing.assert_array_equal(ws.reference_pixels([row])[0].permute(1, 2, 0), pixels)

@@ -17,7 +17,7 @@ from PIL import Image
 from torch.utils.data import TensorDataset
 
 from repinterp import RepresentativeInterpreter
-from repinterp.core.display import displayable
+from repinterp.core.display import COLOUR_BAR_HEIGHT, COLOUR_BAR_WIDTH, displayable
 from repinterp.core.groups import polytope_key
 from repinterp.core.heatmap import overlay
 from repinterp.core.interpretation import METRIC_MEANINGS
@@ -57,10 +57,11 @@ def test_the_strip_shows_the_input_and_its_similar_images_with_their_heat_maps(f
     top = e.similar(8)
     assert 1 < len(top) <= 8
     pictures = _pictures(page)
-    # input and each similar image: its pixels, then its heat map over them; then the colour bar
-    assert [alt for alt, _ in pictures] == ["image", "heat map"] * (1 + len(top)) + [
-        "colour bar: inferno"
-    ]
+    # input and each similar image: its pixels, then its heat map over them, the rows named
+    assert [alt for alt, _ in pictures] == ["image", "heat map"] * (1 + len(top))
+    assert 'aria-label="colour bar: inferno"' in page
+    header = re.search(r'<div class="ri-rows".*?</div></div>', page).group(0)
+    assert re.findall(r">([^<>]+)</div>", header) == ["image", "P(x)&#x27;s heat map over it"]
     shown = torch.cat([images[3:4], images[top]])
     pixels, scaled = displayable(shown)
     assert scaled  # the images are normalised inputs, not [0, 1] pixels
@@ -105,6 +106,7 @@ def test_a_loaded_interpreter_draws_the_heat_maps_and_says_how_to_draw_the_image
     # heat maps, drawn alone
     assert [alt for alt, _ in _pictures(page)].count("heat map") == 1 + k
     assert page.count('alt="image"') == 1
+    assert page.count(">image not held</div>") == k  # the rows still line up
     assert "e.show(reference)" in page
     full = e.show(reference=images).html
     assert full.count('alt="image"') == 1 + k and "e.show(reference)" not in full
@@ -123,7 +125,7 @@ def test_without_feature_maps_or_images_the_numbers_are_still_shown(tmp_path) ->
     assert "e.show(image=x) draws it and its heat map" in page
     assert "draws the images and their heat maps" in page
     drawn = e.show(reference=images, image=images[7]).html
-    assert drawn.count(PNG) == 2 * (1 + min(8, e.representativeness)) + 1
+    assert drawn.count(PNG) == 2 * (1 + min(8, e.representativeness))
 
 
 def test_a_dataset_reference_set_is_drawn_from_the_dataset() -> None:
@@ -180,3 +182,58 @@ def test_regions_sharing_a_polytope_are_one_card(fitted) -> None:
     assert sorted(p.regions for p in polytopes) == [[0, 2], [1, 4], [3]]
     assert sum(p.interpreted for p in polytopes) == 200
     assert regions._repr_html_().count('class="ri-tile"') == 3
+
+
+def test_a_true_label_is_shown_beside_a_mispredicted_similar_image() -> None:
+    model, images = random_setup(n=200)
+    predicted = model(images).argmax(1)
+    options = {"n_boundaries": 20, "progress": False}
+    first = RepresentativeInterpreter(model, "relu2", **options).fit(images)
+    e = first.explain(images[3])
+    wrong, right = e.similar(2).tolist()
+    labels = predicted.clone()
+    labels[wrong] = (predicted[wrong] + 1) % 4  # the model mispredicts this one
+    ri = RepresentativeInterpreter(model, "relu2", **options)
+    ri.fit(TensorDataset(images, labels), class_names=NAMES, keep_features=True)
+    e = ri.explain(images[3])
+    assert e.similar(2).tolist() == [wrong, right]  # labels do not change the index
+
+    def name(c: torch.Tensor) -> str:
+        return f"{int(c)} ({html.escape(NAMES[int(c)])})"
+
+    given = (labels[3] + 1) % 4
+    page = e.show(label=int(given)).html
+    score = ri.fitted_index.logits[wrong].softmax(0).max()
+    distance = e.distances()[e.covered == wrong].item()
+    assert (
+        f"#1: reference {wrong}<br>semantic distance {distance:.4g}<br>score {score:.3f}<br>"
+        f'predicted {name(predicted[wrong])}<br><span class="ri-mispredicted" '
+        f'style="color:#c00000;font-weight:bold">label {name(labels[wrong])}: mispredicted</span>'
+    ) in page
+    assert f"predicted {name(predicted[right])}<br>label {name(labels[right])}</figcaption>" in page
+    # the input's own label, given, is beside its prediction, marked too
+    assert f"<b>label</b> {name(given)}" in page
+    assert f'font-weight:bold">label {name(given)}: mispredicted</span>' in page
+    assert "in red, marked &#x27;mispredicted&#x27;" in page  # the legend says so
+    # a region card says its input's label
+    regions = ri.regions(n_regions=8, seed=0)
+    cards = regions.show().html
+    for p in distinct_polytopes(regions):
+        row = p.inputs[0]
+        line = f"label {name(labels[row])}"
+        if labels[row] != predicted[row]:
+            line = f"{line}: mispredicted"
+        assert f"predicted {name(predicted[row])}<br>" in cards and line in cards
+
+
+@pytest.mark.slow
+def test_the_colour_bar_keeps_its_size_under_a_theme_that_sizes_images(fitted, browser) -> None:
+    ri, images = fitted
+    theme = "<style>img {height: auto; max-width: 100%} span {height: auto}</style>"
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    body = ri.explain(images[3])._repr_html_()
+    page.set_content(f"<!doctype html><html><head>{theme}</head><body>{body}</body></html>")
+    size = "b => [b.getBoundingClientRect().width, b.getBoundingClientRect().height]"
+    bar = page.eval_on_selector(".ri-colour-bar > *", size)
+    page.close()
+    assert bar == [COLOUR_BAR_WIDTH, COLOUR_BAR_HEIGHT] == [192, 10]

@@ -75,17 +75,24 @@ def test_fits_on_a_reference_set_and_takes_any_batch_size(setup) -> None:
     assert cam(inputs[:0]).shape == (0, 16, 16)
 
 
-def test_targets_of_other_classes_are_refused_or_given_the_predicted_map(setup) -> None:
+def test_targets_of_other_classes_get_the_contrastive_map_or_are_refused(setup) -> None:
     model, _, pixels, ri = setup
     inputs = normalize(pixels)
     predicted = model(inputs).argmax(1).tolist()
     cam = RepresentativeCAM(model, [model[3]], ri)
     own = cam(inputs, [ClassifierOutputTarget(c) for c in predicted])
     np.testing.assert_array_equal(own, cam(inputs))
-    other = [ClassifierOutputTarget((c + 1) % 4) for c in predicted]
+    others = [(c + 1) % 4 for c in predicted]
+    other = [ClassifierOutputTarget(c) for c in others]
+    contrastive = ri.contrastive_heatmap(inputs, others).numpy()
+    np.testing.assert_array_equal(cam(inputs, other), contrastive)
+    assert not np.allclose(contrastive, own, atol=1e-3)
+    mixed = [ClassifierOutputTarget(c) for c in predicted[:3] + others[3:]]
+    np.testing.assert_array_equal(cam(inputs, mixed), np.concatenate([own[:3], contrastive[3:]]))
+    refusing = RepresentativeCAM(model, [model[3]], ri, other_targets="refuse")
     message = rf"image 0 is predicted class {predicted[0]}, its target is class .*6 of 6 images"
     with pytest.raises(ValueError, match=message):
-        cam(inputs, other)
+        refusing(inputs, other)
     anyway = RepresentativeCAM(model, [model[3]], ri, other_targets="predicted")
     np.testing.assert_array_equal(anyway(inputs, other), own)
     with pytest.raises(ValueError, match="name classes, as ClassifierOutputTarget"):
@@ -128,7 +135,7 @@ def test_what_does_not_fit_is_refused(setup) -> None:
     other = balance(tiny_cnn(seed=1).eval(), reference)
     with pytest.raises(ValueError, match="an interpreter of another model object"):
         RepresentativeCAM(other, [other[3]], ri)
-    with pytest.raises(ValueError, match="other_targets must be one of refuse, predicted"):
+    with pytest.raises(ValueError, match="must be one of refuse, predicted, contrast"):
         RepresentativeCAM(model, [model[3]], ri, other_targets="any")
 
 

@@ -39,7 +39,7 @@ from starlette.applications import Starlette
 from repinterp.cli.parser import build_parser
 from repinterp.core.config import FitConfig
 from repinterp.core.groups import polytope_key
-from repinterp.core.heatmap import colorize, normalize_maps, overlay
+from repinterp.core.heatmap import channel_means, colorize, heatmaps, normalize_maps, overlay
 from repinterp.core.interpretation import METRIC_MEANINGS
 from repinterp.core.regions import RegionSet, distinct_polytopes
 from repinterp.evaluation.baselines import ReusableCAM
@@ -319,6 +319,31 @@ def test_heat_maps_are_the_engines_in_a_per_image_min_max_colormap(client, viewe
     drawn = _decoded(client.get(f"/api/image/r12.png?heat=r7{query}"))
     assert np.abs(drawn.astype(int) - expected).max() <= 1
     assert drawn.reshape(-1, 3).min(0).sum() < drawn.reshape(-1, 3).max(0).sum(), "not blank"
+
+
+def test_the_contrastive_map_of_another_class_is_the_engines(client, viewer):
+    e = viewer.interpreter.explain_reference([7])[0]
+    other = (e.predicted_class + 1) % 10
+    normalize = viewer.workspace.normalization
+    seven = normalize(viewer.workspace.reference.pixels(7).unsqueeze(0))
+    twelve = normalize(viewer.workspace.reference.pixels(12).unsqueeze(0))
+    own = viewer.interpreter.contrastive_heatmap(seven, other)[0]  # on r7 itself
+    expected = np.rint(colorize(normalize_maps(own), "inferno") * 255)
+    drawn = _decoded(client.get(f"/api/image/r7.png?heat=r7&contrast={other}"))
+    assert np.abs(drawn.astype(int) - expected).max() <= 1
+    alphas = channel_means(viewer.interpreter.contrastive_boundaries(seven, other))
+    reused = heatmaps(viewer.interpreter.features(twelve), alphas, (28, 28))[0]  # r7's, on r12
+    expected = np.rint(colorize(normalize_maps(reused), "inferno") * 255)
+    drawn = _decoded(client.get(f"/api/image/r12.png?heat=r7&contrast={other}"))
+    assert np.abs(drawn.astype(int) - expected).max() <= 1
+    for query, message in (
+        (f"contrast={e.predicted_class}", "its map is its polytope's"),
+        ("contrast=10", "contrast must lie in [0, 9], got 10"),
+        ("contrast=x", "contrast must be a whole number"),
+        (f"contrast={other}&method=gradcam", "give heat=KEY, no method"),
+    ):
+        response = client.get(f"/api/image/r7.png?heat=r7&{query}")
+        assert response.status_code == 400 and message in response.json()["error"], query
 
 
 def test_bad_image_options_are_400(client):
@@ -719,7 +744,8 @@ def test_the_exported_figure_is_drawn_as_the_page_shows_it(client, viewer, monke
     entry = viewer.explanation("r7", limit="8")["similar"]["items"]
     assert study.metric == "semantic"
     assert study.distances == pytest.approx([item["distance"] for item in entry])
-    assert study.titles[1:] == [f"#{n + 1} ref {item['reference']}" for n, item in enumerate(entry)]
+    assert study.titles[1:] == [item["name"] for item in entry]  # in rank order
+    assert [item["name"] for item in entry] == [f"reference:{item['reference']}" for item in entry]
     for query in ("opacity=101", "opacity=-5", "opacity=half", "cmap=rainbow"):
         response = client.get(f"/api/export/r7.png?{query}")
         assert response.status_code == 400 and response.json()["error"], query

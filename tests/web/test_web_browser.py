@@ -11,10 +11,8 @@ zoom and an error, at desktop and phone width, to ``/tmp/web-shots/``.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import time
-import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,17 +31,6 @@ from .test_web import N_REGIONS, as_uploaded, png_bytes, running, saved_copy, sm
 
 pytestmark = [pytest.mark.usefixtures("one_thread"), pytest.mark.slow]  # headless Chromium
 
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 SHOTS = Path("/tmp/web-shots")
 TIMEOUT_MS = 30_000
 DESKTOP = {"width": 1280, "height": 900}
@@ -82,31 +69,6 @@ BLANK_IMAGES = """s => [...document.querySelectorAll(s)].filter(i => i.checkVisi
 }).map(i => i.src)"""
 
 BOXES = "s => [...document.querySelectorAll(s)].map(b => [b.offsetWidth, b.offsetHeight])"
-
-
-def _unavailable(reason: str) -> None:
-    message = f"BROWSER TESTS NOT RUN: {reason}; `make browser` installs Chromium"
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"{message} (CI=true requires them)")
-    warnings.warn(message, stacklevel=2)
-    pytest.skip(message)
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    try:
-        from playwright.sync_api import Error, sync_playwright
-    except ImportError as exc:
-        _unavailable(f"the playwright package is missing ({exc})")
-    if not CHROMIUM.exists():
-        _unavailable(f"{CHROMIUM} is missing")
-    with sync_playwright() as playwright:
-        try:
-            chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        except Error as exc:
-            _unavailable(f"{CHROMIUM} does not start: {exc.message.splitlines()[0]}")
-        yield chromium
-        chromium.close()
 
 
 @dataclass
@@ -225,6 +187,26 @@ def test_gallery_has_one_card_per_polytope_sorted_and_filtered_by_class(session)
 
 
 # ----------------------------------------------------------------------------- explanation
+def test_the_input_can_show_the_contrastive_map_of_another_class(session):
+    page = session.page
+    session.explain_id(7)
+    data = _api(session, "/api/explain/r7")
+    c = data["predicted_class"]
+    options = page.eval_on_selector_all("#contrast option", "o => o.map(x => x.value)")
+    assert options == [""] + [str(k) for k in range(10) if k != c]  # every other class
+    other = (c + 1) % 10
+    page.select_option("#contrast", str(other))
+    page.wait_for_function(LOADED, arg="#input-pictures img")
+    source = page.locator("#input-pictures img.heat").get_attribute("src")
+    assert "heat=r7" in source and f"contrast={other}" in source
+    assert page.evaluate(BLANK_IMAGES, "#input-pictures img") == []
+    caption = page.locator("#input-pictures .pic").get_attribute("aria-label")
+    assert f"why {c} rather than {other}" in caption
+    assert "beyond the paper" in page.locator("#contrast").get_attribute("title")
+    page.select_option("#contrast", "")
+    assert "contrast=" not in page.locator("#input-pictures img.heat").get_attribute("src")
+
+
 def test_image_by_id_with_heat_maps_similar_images_and_paging(session):
     page = session.page
     session.explain_id(7)

@@ -7,6 +7,7 @@ and imports torch and the engine when it runs, not when the parser is built.
 from __future__ import annotations
 
 import argparse
+import io
 import sys
 import time
 from contextlib import ExitStack
@@ -195,6 +196,7 @@ def explain_to_files(
     progress: bool = False,
     own: list[int | None] | None = None,
     metric: str = "semantic",
+    contrast: int | None = None,
 ) -> list[dict[str, Any]]:
     """Explain images (N x C x H x W in [0, 1]); write a case-study PNG and a JSON each, the
     pair replacing any earlier one together (`write_outputs`: a failure while writing leaves
@@ -211,11 +213,14 @@ def explain_to_files(
             similar images, as the viewer does), else None.
         metric: the distance that ranks the similar images (see ``Interpretation.similar``),
             shown in the figure and named in the JSON.
+        contrast: a class ``c'``: each image predicted another class also gets a figure of
+            its contrastive map against ``c'`` (see
+            [`contrastive_heatmap`][repinterp.interpreter.RepresentativeInterpreter.contrastive_heatmap]),
+            ``NAME-vs-C.png`` (``C`` the class's index), which the JSON's ``contrast`` names.
 
     Returns:
         One report entry per image (see `write_report`).
     """
-    import io
     import json
 
     import torch
@@ -236,23 +241,81 @@ def explain_to_files(
         class_name = (
             names_of_classes[e.predicted_class] if names_of_classes else str(e.predicted_class)
         )
-        titles = ["input"] + [f"ref {i}" for i in similar]
+        titles = ["input"] + [workspace.reference_name(i) for i in similar]
         study = case_study(
             e, shown, titles, normalize, class_name, references=similar, metric=metric
         )
         figure = io.BytesIO()
         save_case_study_figure(study, figure, name)
         summary = e.to_dict(top_k=top_k + 1, metric=metric)
-        summary["similar"] = [s for s in summary["similar"] if s["reference"] != me][:top_k]
+        summary["similar"] = [
+            {**s, "name": workspace.reference_name(s["reference"])}
+            for s in summary["similar"]
+            if s["reference"] != me
+        ][:top_k]
         summary["input"] = name
+        if me is not None:
+            summary["reference"], summary["reference_name"] = me, workspace.reference_name(me)
         if study.masked_scores is not None:
             summary["masked_scores"] = dict(zip(study.titles, study.masked_scores, strict=True))
-        text = json.dumps(summary, indent=2) + "\n"
-        write_outputs({out / f"{name}.png": figure.getvalue(), out / f"{name}.json": text.encode()})
+        files = {out / f"{name}.png": figure.getvalue()}
+        if contrast is not None:
+            c = e.predicted_class
+            summary["contrast"] = _contrast(workspace, image, c, contrast, name, out, files)
+        files[out / f"{name}.json"] = (json.dumps(summary, indent=2) + "\n").encode()
+        write_outputs(files)
         entries.append(
             {"name": name, "figure": f"{name}.png", "json": f"{name}.json", "summary": summary}
         )
     return entries
+
+
+def _contrast(
+    workspace: Workspace,
+    pixels: Tensor,
+    predicted: int,
+    contrast: int,
+    name: str,
+    out: Path,
+    files: dict[Path, bytes],
+) -> dict[str, Any]:
+    """The contrastive map of one image (C x H x W in [0, 1]) against class ``contrast``, drawn
+    as ``NAME-vs-C.png`` into ``files`` (path: bytes, written with the image's other files)
+    unless the image is predicted ``contrast``: its JSON summary."""
+    from ..report import contrastive_case_study, save_case_study_figure
+
+    names = workspace.interpreter.class_names or [str(c) for c in range(contrast + 1)]
+    summary: dict[str, Any] = {"class": contrast, "class_name": names[contrast]}
+    if predicted == contrast:
+        summary["message"] = (
+            "the image is predicted this class: its map is its interpretation's own"
+        )
+        return summary
+    study = contrastive_case_study(
+        workspace.interpreter, pixels, workspace.normalization, contrast, names[predicted]
+    )
+    figure = f"{name}-vs-{contrast}.png"
+    drawn = io.BytesIO()
+    save_case_study_figure(study, drawn, f"{name}, contrast with {names[contrast]!r}")
+    files[out / figure] = drawn.getvalue()
+    summary.update(figure=figure, masked_score=study.masked_scores[0])
+    return summary
+
+
+def contrast_class(workspace: Workspace, given: str) -> int:
+    """The class ``--contrast`` names, by its index or its name.
+
+    Raises:
+        ValueError: no such class.
+    """
+    names = workspace.interpreter.class_names or []
+    n = workspace.interpreter.fitted_index.n_classes
+    if given.isdigit() and int(given) < n:
+        return int(given)
+    if given in names:
+        return names.index(given)
+    known = ", ".join(names) if names else f"0 to {n - 1}"
+    raise ValueError(f"--contrast {given}: no such class (classes: {known})")
 
 
 def _open(args: argparse.Namespace) -> Workspace:
@@ -274,7 +337,10 @@ def _explain(args: argparse.Namespace) -> None:
         refuse_inputs(out, _inputs(data=ws.recipe.get("dataset")))
         pixels, names = resolve_images(ws, args.images)
         own = [int(n) if p == "reference" and n.isdigit() else None for p, _, n in parts]
-        entries = explain_to_files(ws, pixels, names, out, args.top_k, not args.quiet, own)
+        contrast = None if args.contrast is None else contrast_class(ws, args.contrast)
+        entries = explain_to_files(
+            ws, pixels, names, out, args.top_k, not args.quiet, own, contrast=contrast
+        )
     for entry in entries:
         s = entry["summary"]
         print(
@@ -327,9 +393,11 @@ def _demo(args: argparse.Namespace) -> None:
 
 # ----------------------------------------------------------------------------- report
 def _report(args: argparse.Namespace) -> None:
+    import json
+
     from tqdm.auto import tqdm
 
-    from ..core.regions import RegionSet
+    from ..core.regions import RegionSet, distinct_polytopes
     from ..report import write_report
     from ..store.outputs import claim, refuse_inputs
 
@@ -340,16 +408,22 @@ def _report(args: argparse.Namespace) -> None:
         ri = ws.interpreter
         with tqdm(total=1, desc="k-means regions", disable=args.quiet) as bar:
             regions = RegionSet.build(ri, args.regions, args.seed, by_class=True)
+            polytopes = distinct_polytopes(regions)
             bar.update()
-        inputs = regions.inputs.tolist()
-        names = [f"region-{v}-ref-{i}" for v, i in enumerate(inputs)]
+        inputs = [p.inputs[0] for p in polytopes]
+        names = [f"polytope-{n + 1}-ref-{i}" for n, i in enumerate(inputs)]
         pixels = ws.reference_pixels(inputs)
         entries = explain_to_files(ws, pixels, names, out, args.top_k, not args.quiet, inputs)
+        for entry, p in zip(entries, polytopes, strict=True):
+            entry["summary"].update(regions=p.regions, interprets=p.interpreted)
+            (out / entry["json"]).write_text(json.dumps(entry["summary"], indent=2) + "\n")
         intro = (
             f"{len(regions)} regions: k-means (seed {args.seed}) on the reference feature maps "
             f"of {args.index}, within each class the model predicts on them, the regions shared "
             "among those classes in proportion to their images, at least one each; each region "
-            "is the polytope P(x) of the reference image nearest a centre."
+            "is the polytope P(x) of the reference image nearest a centre. Regions whose "
+            f"inputs share one polytope are drawn once: {len(polytopes)} distinct polytopes, "
+            "the most representative first within each class."
         )
         n_classes = ri.fitted_index.n_classes
         unpredicted = sorted(set(range(n_classes)) - set(regions.classes.tolist()))
@@ -362,7 +436,10 @@ def _report(args: argparse.Namespace) -> None:
         finds = regions.group_stats().sentence()
         intro += f" Over the reference set, {finds}."
         write_report(out / "index.html", "repinterp regions", intro, entries)
-    print(f"report of {len(regions)} regions ({finds}): open {out / 'index.html'}")
+    print(
+        f"report of {len(regions)} regions, {len(polytopes)} distinct polytopes ({finds}): "
+        f"open {out / 'index.html'}"
+    )
 
 
 # ----------------------------------------------------------------------------- serve

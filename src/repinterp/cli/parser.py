@@ -140,7 +140,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--arch", help=argparse.SUPPRESS)  # the old name of --model, still accepted
     p.add_argument("--epochs", type=_at_least(1), default=5, help="passes over the data (5)")
     p.add_argument("--lr", type=float, default=1e-3, help="base learning rate (1e-3)")
-    p.add_argument("--batch-size", type=_at_least(1), default=64, help="images per step (64)")
+    p.add_argument(
+        "--batch-size",
+        type=_at_least(1),
+        default=64,
+        help="images per step (64); each epoch leaves out its last incomplete batch when the "
+        "set holds more than one batch (batch norm needs two images)",
+    )
     p.add_argument("--weights", help="start from these weights (fine-tuning; last layer reset)")
     p.add_argument("--data-seed", type=int, default=0, help="seed of the data split (0)")
     p.add_argument("--out", required=True, help="weights file to write (.safetensors)")
@@ -222,6 +228,14 @@ def build_parser() -> argparse.ArgumentParser:
     _index_options(p)
     p.add_argument("--out", required=True, help="folder for the figures and JSON files")
     p.add_argument("--top-k", type=_at_least(0), default=8, help="similar images shown (8)")
+    p.add_argument(
+        "--contrast",
+        metavar="CLASS",
+        help="beyond the paper: also draw, for each image predicted another class, the "
+        "contrastive map of why the model says its class rather than CLASS (a class's index or "
+        "name): the heat map of the boundary between the two classes at the image (Eq. 2's "
+        "weights)",
+    )
     _overwrite(p)
     _common(p)
     p.set_defaults(func=commands._explain)

@@ -48,7 +48,9 @@ class Boundaries:
         return Boundaries(self.weight[indices], self.bias[indices], self.top_classes[indices])
 
 
-def compute_boundaries(head: nn.Module, features: Tensor) -> Boundaries:
+def compute_boundaries(
+    head: nn.Module, features: Tensor, classes: Tensor | None = None
+) -> Boundaries:
     """Eq. 2 for each feature map ``t'`` in ``features``, with one backward pass.
 
     ``W = d(G_c1 - G_c2)/dt`` at ``t'`` and ``b = (G_c1 - G_c2)(t') - <W, t'>``, where
@@ -58,6 +60,10 @@ def compute_boundaries(head: nn.Module, features: Tensor) -> Boundaries:
     Args:
         head: ``G``, feature maps N x K x h x w -> logits N x classes (at least 2).
         features: N x K x h x w.
+        classes: N x 2, the classes ``(c1, c2)`` of each boundary, given (beyond the paper: a
+            contrastive boundary, see
+            [`contrastive_boundaries`][repinterp.interpreter.RepresentativeInterpreter.contrastive_boundaries]);
+            None: the top-2 classes of ``G(t')``, the paper's.
 
     Returns:
         N boundaries, on the device and in the dtype of ``features``.
@@ -70,11 +76,14 @@ def compute_boundaries(head: nn.Module, features: Tensor) -> Boundaries:
                 "the head must give N x classes logits with >= 2 classes, "
                 f"got {tuple(logits.shape)}"
             )
-        top = logits.topk(2, dim=1)
-        diff = top.values[:, 0] - top.values[:, 1]
+        if classes is None:
+            classes = logits.topk(2, dim=1).indices
+        classes = classes.to(logits.device)
+        pair = logits.gather(1, classes)
+        diff = pair[:, 0] - pair[:, 1]
         (weight,) = torch.autograd.grad(diff.sum(), t)
     bias = diff.detach() - (weight * t.detach()).flatten(1).sum(1)
-    return Boundaries(weight=weight.detach(), bias=bias, top_classes=top.indices.detach())
+    return Boundaries(weight=weight.detach(), bias=bias, top_classes=classes.detach())
 
 
 def project(features: Tensor, boundaries: Boundaries) -> Tensor:

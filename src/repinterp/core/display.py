@@ -18,18 +18,24 @@ import torch
 from PIL import Image
 from torch import Tensor
 
-from .heatmap import SCALE, colorize, overlay
+from .heatmap import SCALE, colorbar_css, colorize, overlay
 
 __all__ = [
+    "COLOUR_BAR_HEIGHT",
+    "COLOUR_BAR_WIDTH",
     "MEANINGS",
     "SHOWN_SIDE",
     "THUMBNAIL_SIDE",
     "HtmlView",
+    "Mispredicted",
+    "class_lines",
     "colour_bar",
     "displayable",
     "figure",
     "page",
     "png_uri",
+    "row_header",
+    "shown_height",
     "tile",
 ]
 
@@ -37,10 +43,14 @@ THUMBNAIL_SIDE = 128
 """The longest side, in pixels, of an image encoded into the HTML (larger ones are shrunk)."""
 SHOWN_SIDE = 96
 """The width, in CSS pixels, at which every image is shown (small ones are enlarged, sharp)."""
+COLOUR_BAR_WIDTH, COLOUR_BAR_HEIGHT = 192, 10
+"""The colour bar's size in CSS pixels."""
 
 # What each number shown means, one phrase each.
 MEANINGS = {
     "score": "the model's softmax probability of the predicted class",
+    "label": "the image's true class in the reference set; in red, marked 'mispredicted', when "
+    "the model predicts another class",
     "delta": "tau(x): reference images of other classes that no polytope of Q separates from "
     "the input, so P(x) must cover them",
     "representativeness": "|P(x) ∩ R|: the reference images P(x) covers, of |R|",
@@ -111,27 +121,95 @@ def displayable(images: Tensor | None) -> tuple[Tensor | None, bool]:
     return out, not bool(inside.all())
 
 
+class Mispredicted(str):
+    """A caption line drawn in red: a true label that is not the predicted class."""
+
+
+def class_lines(predicted: int, label: int | None, names: Sequence[str] | None) -> list[str]:
+    """Caption lines of an image's classes: the predicted one, then the true label when it is
+    known, as a `Mispredicted` line when the two differ."""
+
+    def name(c: int) -> str:
+        return f"{c} ({names[c]})" if names else str(c)
+
+    lines = [f"predicted {name(predicted)}"]
+    if label is not None:
+        lines.append(
+            f"label {name(label)}"
+            if label == predicted
+            else Mispredicted(f"label {name(label)}: mispredicted")
+        )
+    return lines
+
+
+def shown_height(height: int, width: int) -> int:
+    """The height, in CSS pixels, at which an image of ``height`` x ``width`` is shown."""
+    return round(SHOWN_SIDE * height / width)
+
+
 def _picture(image: np.ndarray, alt: str) -> str:
-    height = round(SHOWN_SIDE * image.shape[0] / image.shape[1])
+    height = shown_height(image.shape[0], image.shape[1])
     return (
         f'<img src="{png_uri(image)}" alt="{html.escape(alt)}" width="{SHOWN_SIDE}" '
-        f'height="{height}" style="image-rendering:pixelated;display:block;margin:2px 0">'
+        f'height="{height}" style="image-rendering:pixelated;display:block;margin:2px 0;'
+        f'width:{SHOWN_SIDE}px;height:{height}px">'
     )
 
 
-def figure(caption: Sequence[str], pictures: Sequence[tuple[np.ndarray, str]]) -> str:
+def _blank(height: int, what: str) -> str:
+    """A dashed box of a picture's size where a tile has no picture for its row."""
+    return (
+        f'<div class="ri-blank" style="width:{SHOWN_SIDE}px;height:{height}px;margin:2px 0;'
+        "border:1px dashed #bbb;box-sizing:border-box;font-size:10px;color:#888;display:flex;"
+        f'align-items:center;justify-content:center;text-align:center">{html.escape(what)}</div>'
+    )
+
+
+def _caption_line(line: str) -> str:
+    text = html.escape(line)
+    if isinstance(line, Mispredicted):
+        return f'<span class="ri-mispredicted" style="color:#c00000;font-weight:bold">{text}</span>'
+    return text
+
+
+def figure(
+    caption: Sequence[str],
+    pictures: Sequence[tuple[np.ndarray, str] | str],
+    height: int = SHOWN_SIDE,
+) -> str:
     """One tile: pictures stacked, then a caption.
 
     Args:
-        caption: lines of the caption (plain text, escaped here).
-        pictures: ``(H x W or H x W x 3 array in [0, 1], alt text)`` each, top to bottom.
+        caption: lines of the caption (plain text, escaped here; a `Mispredicted` line in red).
+        pictures: ``(H x W or H x W x 3 array in [0, 1], alt text)`` each, top to bottom; a
+            string instead is a row this tile has no picture for, drawn as a dashed box of
+            ``height`` CSS pixels saying so.
+        height: the height of those boxes.
     """
-    images = "".join(_picture(image, alt) for image, alt in pictures)
-    lines = "<br>".join(html.escape(line) for line in caption)
+    images = "".join(_blank(height, p) if isinstance(p, str) else _picture(*p) for p in pictures)
+    lines = "<br>".join(_caption_line(line) for line in caption)
     return (
         f'<figure class="ri-tile" style="margin:0 4px 6px 0;width:{SHOWN_SIDE + 8}px">'
         f'{images}<figcaption style="font-size:11px;line-height:1.3">{lines}</figcaption>'
         "</figure>"
+    )
+
+
+def row_header(rows: Sequence[str], height: int) -> str:
+    """The tiles' first column: the name of each row of pictures, at the rows' height.
+
+    Args:
+        rows: one name per row, top to bottom (plain text).
+        height: a picture's height in CSS pixels.
+    """
+    cells = "".join(
+        f'<div style="height:{height}px;margin:2px 0;display:flex;align-items:center;'
+        f'font-weight:bold">{html.escape(name)}</div>'
+        for name in rows
+    )
+    return (
+        '<div class="ri-rows" style="margin:0 6px 6px 0;width:72px;font-size:11px;'
+        f'line-height:1.2">{cells}</div>'
     )
 
 
@@ -141,36 +219,52 @@ def tile(
     heat: Tensor | None,
     cmap: str,
     alpha: float = 0.5,
+    rows: tuple[bool, bool] | None = None,
+    height: int = SHOWN_SIDE,
 ) -> str:
     """One image's tile: the image, its heat map overlaid on it (or alone, without the image),
     and a caption.
 
     Args:
-        caption: lines of the caption (plain text).
+        caption: lines of the caption (plain text; see `figure`).
         pixels: C x H x W in [0, 1] (`displayable`), or None; drawn when C is 1 or 3.
         heat: H x W in [0, 1], or None.
-        cmap: the heat map's colormap.
+        cmap: the heat maps' colormap.
         alpha: the heat map's opacity over the image.
+        rows: whether the view has a row of images and a row of heat maps; this tile's
+            picture missing from a row is a dashed box, so that the rows line up. None: the
+            pictures it has, stacked.
+        height: the dashed boxes' height in CSS pixels (`shown_height` of the images).
     """
     if pixels is not None and pixels.shape[0] not in (1, 3):
         pixels = None
-    pictures = []
+    pictures: list[tuple[np.ndarray, str] | str] = []
     if pixels is not None:
-        pictures.append((pixels[0] if pixels.shape[0] == 1 else pixels.permute(1, 2, 0), "image"))
+        image = pixels[0] if pixels.shape[0] == 1 else pixels.permute(1, 2, 0)
+        pictures.append((np.asarray(image), "image"))
+    elif rows is not None and rows[0]:
+        pictures.append("image not held")
     if heat is not None:
         heat = heat.detach().cpu()
         drawn = overlay(pixels, heat, alpha, cmap) if pixels is not None else colorize(heat, cmap)
-        pictures.append((drawn, "heat map"))
-    return figure(caption, [(np.asarray(image), alt) for image, alt in pictures])
+        pictures.append((np.asarray(drawn), "heat map"))
+    elif rows is not None and rows[1]:
+        pictures.append("no heat map")
+    return figure(caption, pictures, height)
 
 
 def colour_bar(cmap: str) -> str:
-    """The heat maps' colour bar: ``cmap`` from 0 to 1, both ends labelled, and its scale."""
-    ramp = colorize(torch.linspace(0, 1, 256).unsqueeze(0), cmap)
+    """The heat maps' colour bar: ``cmap`` from 0 to 1, both ends labelled, and its scale.
+
+    The bar is a CSS gradient whose size is set in its own inline style (``!important``), so
+    that no page's stylesheet (a notebook theme's ``img {height: auto}``, say) can squash it.
+    """
+    size = f"width:{COLOUR_BAR_WIDTH}px !important;height:{COLOUR_BAR_HEIGHT}px !important"
     return (
         '<div class="ri-colour-bar" style="font-size:11px;margin:4px 0">heat map 0 (coldest) '
-        f'<img src="{png_uri(ramp, max_side=256)}" alt="colour bar: {html.escape(cmap)}" '
-        'width="192" height="10" style="vertical-align:middle;image-rendering:auto"> '
+        f'<span role="img" aria-label="colour bar: {html.escape(cmap)}" '
+        f'style="display:inline-block !important;{size};max-width:60%;vertical-align:middle;'
+        f'background:{colorbar_css(cmap, stops=32)}"></span> '
         f"1 (hottest); {html.escape(SCALE)}, colormap {html.escape(cmap)}</div>"
     )
 
@@ -189,9 +283,10 @@ def page(
     legend: Sequence[str],
     notes: Sequence[str] = (),
     bar: str = "",
+    header: str = "",
 ) -> str:
-    """The whole view: a heading, the named numbers, the tiles in a wrapping row, the colour
-    bar, the legend and notes.
+    """The whole view: a heading, the named numbers, the tiles in a wrapping row (after the
+    rows' names, if given), the colour bar, the legend and notes.
 
     Args:
         heading: the title (plain text).
@@ -200,6 +295,7 @@ def page(
         legend: what the numbers mean, one line each (plain text).
         notes: what is missing and how to get it, one line each (plain text).
         bar: the `colour_bar`, if there are heat maps.
+        header: the `row_header`, if the tiles have rows to name.
     """
     paragraphs = "".join(
         f'<p class="ri-note" style="margin:2px 0"><i>{html.escape(line)}</i></p>' for line in notes
@@ -209,6 +305,7 @@ def page(
         '<div class="repinterp" style="font-family:sans-serif;font-size:12px">'
         f'<div style="font-weight:bold">{html.escape(heading)}</div>'
         f'<div style="margin:2px 0 6px">{_numbers(numbers)}</div>{paragraphs}'
-        f'<div style="display:flex;flex-wrap:wrap;align-items:flex-start">{"".join(tiles)}</div>'
+        '<div style="display:flex;flex-wrap:wrap;align-items:flex-start">'
+        f"{header}{''.join(tiles)}</div>"
         f'{bar}<ul style="font-size:11px;margin:2px 0;padding-left:16px">{items}</ul></div>'
     )

@@ -19,6 +19,7 @@ __all__ = [
     "SCALE",
     "channel_means",
     "channel_weights",
+    "colorbar_css",
     "colorize",
     "heatmaps",
     "normalize_maps",
@@ -198,6 +199,14 @@ def colorize(heat: Tensor, cmap: str = DEFAULT_COLORMAP) -> np.ndarray:
     if cmap not in colormaps:
         raise ValueError(f"unknown colormap {cmap!r}; e.g. one of {', '.join(COLORMAPS)}")
     return colormaps[cmap](heat.detach().cpu().float().clamp(0, 1).numpy())[..., :3]
+
+
+def colorbar_css(cmap: str = DEFAULT_COLORMAP, stops: int = 11) -> str:
+    """A CSS ``linear-gradient`` (left = 0 = coldest) of a colormap (see `colorize`), at
+    ``stops`` evenly spaced values."""
+    colours = np.rint(colorize(torch.linspace(0, 1, stops), cmap) * 255).astype(int)
+    hexes = ", ".join("#{:02x}{:02x}{:02x}".format(*rgb) for rgb in colours)
+    return f"linear-gradient(to right, {hexes})"
 
 
 def overlay(

@@ -25,7 +25,17 @@ from .cover import (
     greedy_cover,
     sides,
 )
-from .display import MEANINGS, HtmlView, colour_bar, displayable, page, tile
+from .display import (
+    MEANINGS,
+    HtmlView,
+    class_lines,
+    colour_bar,
+    displayable,
+    page,
+    row_header,
+    shown_height,
+    tile,
+)
 from .heatmap import DEFAULT_COLORMAP, channel_weights, heatmaps
 from .logic import excluded, uses_neurons
 from .reference_index import ReferenceIndex
@@ -372,12 +382,14 @@ class Interpretation:
         k: int = 8,
         metric: str = "semantic",
         cmap: str = DEFAULT_COLORMAP,
+        label: int | None = None,
     ) -> HtmlView:
         """The case-study strip as self-contained HTML, what a notebook shows for ``e``: the
-        input and its ``k`` most similar covered reference images with their distances, each
-        under ``P(x)``'s heat map (the input's channel weights reused), a colour bar and every
-        number named. Images are inline PNGs; what cannot be drawn is said in one line, with
-        how to draw it.
+        input and its ``k`` most similar covered reference images with their distances, scores,
+        predicted classes and true labels (a misprediction in red), each under ``P(x)``'s heat
+        map (the input's channel weights reused), the rows named, a colour bar and every number
+        named. Images are inline PNGs; what cannot be drawn is said in one line, with how to
+        draw it.
 
         Args:
             reference: the reference set the interpreter was fitted on (anything ``fit``
@@ -387,6 +399,7 @@ class Interpretation:
             k: how many similar images (>= 0).
             metric: their distance (see `similar`).
             cmap: the heat maps' colormap (see [`colorize`][repinterp.core.heatmap.colorize]).
+            label: the input's true class, if known, shown beside its prediction.
 
         Returns:
             An `HtmlView`; ``.html`` is the string.
@@ -405,31 +418,45 @@ class Interpretation:
         on_input, on_rows = self.display_heatmaps(image, rows, images)
         input_pixels, input_scaled = displayable(None if image is None else image[None])
         row_pixels, rows_scaled = displayable(images)
+        index = self.reference_index
         names = self.class_names
-        predictions = self.reference_index.predictions[rows].tolist()
+        predictions = index.predictions[rows].tolist()
+        scores = index.logits[rows].float().softmax(1).max(1).values.tolist()
+        labels = [None] * len(rows) if index.labels is None else index.labels[rows].tolist()
+        has_images = input_pixels is not None or row_pixels is not None
+        has_heat = on_input is not None or on_rows is not None
+        height = shown_height(*index.input_shape[-2:])
+        shown = (has_images, has_heat)
 
         def name(c: int) -> str:
             return f"{c} ({names[c]})" if names else str(c)
 
         tiles = [
             tile(
-                ["input", f"class {name(self.predicted_class)}"],
+                ["input", *class_lines(self.predicted_class, label, names)],
                 None if input_pixels is None else input_pixels[0],
                 on_input,
                 cmap,
+                rows=shown,
+                height=height,
             )
         ]
-        for rank, (row, c) in enumerate(zip(rows.tolist(), predictions, strict=True)):
+        ranked = zip(rows.tolist(), predictions, scores, labels, strict=True)
+        for rank, (row, c, score, truth) in enumerate(ranked):
             caption = [
                 f"#{rank + 1}: reference {row}",
                 f"{metric} distance {by_row[row]:.4g}",
-                f"class {name(c)}",
+                f"score {score:.3f}",
+                *class_lines(c, truth, names),
             ]
             pixels = None if row_pixels is None else row_pixels[rank]
-            tiles.append(tile(caption, pixels, None if on_rows is None else on_rows[rank], cmap))
+            heat = None if on_rows is None else on_rows[rank]
+            tiles.append(tile(caption, pixels, heat, cmap, rows=shown, height=height))
         exact = "" if self.optimal is None else f" (optimal {self.optimal}, gap {self.gap:.3g})"
-        numbers = [
-            ("predicted class", name(self.predicted_class)),
+        numbers = [("predicted class", name(self.predicted_class))]
+        if label is not None:
+            numbers.append(("label", name(label)))
+        numbers += [
             ("score", f"{self.score:.3f}"),
             ("delta", str(self.delta)),
             ("representativeness", f"{self.representativeness} of {self.n_reference}"),
@@ -437,6 +464,8 @@ class Interpretation:
             ("solver", self.solver + exact),
         ]
         legend = [f"{n}: {MEANINGS[n]}." for n in ("score", "delta", "representativeness", "|P|")]
+        if label is not None or index.labels is not None:
+            legend.append(f"label: {MEANINGS['label']}.")
         legend.append(
             f"{metric} distance: {METRIC_MEANINGS[metric]} (smaller: more similar; the images "
             "are ranked by it)."
@@ -460,10 +489,13 @@ class Interpretation:
             )
         if input_scaled or rows_scaled:
             notes.append("Images outside [0, 1] (normalised inputs) are min-max scaled to draw.")
-        bar = colour_bar(cmap) if on_input is not None or on_rows is not None else ""
+        bar = colour_bar(cmap) if has_heat else ""
+        names_of_rows = ["image"] * has_images
+        names_of_rows += ["P(x)'s heat map" + (" over it" if has_images else "")] * has_heat
         heading = f"Representative interpretation P(x): the input and its {rows.numel()} most "
         heading += "similar covered reference images"
-        return HtmlView(page(heading, numbers, tiles, legend, notes, bar))
+        header = row_header(names_of_rows, height) if names_of_rows else ""
+        return HtmlView(page(heading, numbers, tiles, legend, notes, bar, header))
 
     def _repr_html_(self) -> str:
         """The notebook's view of ``e``: `show` with its defaults."""

@@ -21,7 +21,17 @@ from torch import Tensor
 from ..runtime.precision import exact_float32
 from .boundaries import project
 from .cover import sides
-from .display import MEANINGS, HtmlView, colour_bar, displayable, page, tile
+from .display import (
+    MEANINGS,
+    HtmlView,
+    class_lines,
+    colour_bar,
+    displayable,
+    page,
+    row_header,
+    shown_height,
+    tile,
+)
 from .groups import GroupStats, PolytopeKey, polytope_groups, polytope_key
 from .heatmap import DEFAULT_COLORMAP, polytope_heatmaps
 from .interpretation import Explainer, Interpretation
@@ -316,30 +326,31 @@ class RegionSet:
         inputs = torch.tensor([p.inputs[0] for p in polytopes], dtype=torch.long)
         images = self.interpreter.reference_images(inputs, reference)
         pixels, scaled = displayable(images)
+        index = self.interpreter.fitted_index
         names = self.interpreter.class_names
-        tiles, drawn = [], False
-        for n, (p, row) in enumerate(zip(polytopes, inputs.tolist(), strict=True)):
-            e = p.explanation
+        labels = [None] * len(inputs) if index.labels is None else index.labels[inputs].tolist()
+        maps = []
+        for n, p in enumerate(polytopes):
             image = None if images is None else images[n : n + 1]
-            heat = e.display_heatmaps(None, inputs[n : n + 1], image)[1]
-            drawn |= heat is not None
-            c = e.predicted_class
+            heat = p.explanation.display_heatmaps(None, inputs[n : n + 1], image)[1]
+            maps.append(None if heat is None else heat[0])
+        drawn = any(heat is not None for heat in maps)
+        shown = (pixels is not None, drawn)
+        height = shown_height(*index.input_shape[-2:])
+        tiles = []
+        cards = zip(polytopes, inputs.tolist(), labels, maps, strict=True)
+        for n, (p, row, label, heat) in enumerate(cards):
+            e = p.explanation
             caption = [
-                f"class {c} ({names[c]})" if names else f"class {c}",
+                *class_lines(e.predicted_class, label, names),
                 f"regions {len(p.regions)}: {', '.join(map(str, p.regions))}",
                 f"interprets {p.interpreted}",
                 f"representativeness {e.representativeness}",
                 f"|P| {e.boundaries.numel()}, delta {e.delta}",
                 f"input: reference {row}",
             ]
-            tiles.append(
-                tile(
-                    caption,
-                    None if pixels is None else pixels[n],
-                    None if heat is None else heat[0],
-                    cmap,
-                )
-            )
+            image = None if pixels is None else pixels[n]
+            tiles.append(tile(caption, image, heat, cmap, rows=shown, height=height))
         n_reference = len(self.interpreter.fitted_index)
         numbers = [
             ("regions", str(len(self))),
@@ -350,6 +361,8 @@ class RegionSet:
         legend = [f"{n}: {MEANINGS[n]}." for n in ("regions", "interprets")]
         legend += [f"{n}: {MEANINGS[n]}." for n in ("representativeness", "|P|", "delta")]
         legend.append("Each card's heat map is its polytope's, on its input.")
+        if index.labels is not None:
+            legend.append(f"label: {MEANINGS['label']}.")
         notes = []
         if images is None:
             notes.append(
@@ -359,9 +372,10 @@ class RegionSet:
         if scaled:
             notes.append("Images outside [0, 1] (normalised inputs) are min-max scaled to draw.")
         heading = f"Regions: {len(polytopes)} distinct polytopes of {len(self)} k-means regions"
-        return HtmlView(
-            page(heading, numbers, tiles, legend, notes, colour_bar(cmap) if drawn else "")
-        )
+        rows = ["input"] * shown[0] + ["its polytope's heat map" + " over it" * shown[0]] * drawn
+        bar = colour_bar(cmap) if drawn else ""
+        header = row_header(rows, height) if rows else ""
+        return HtmlView(page(heading, numbers, tiles, legend, notes, bar, header))
 
     def _repr_html_(self) -> str:
         """The notebook's view of a region set: `show` with its defaults."""

@@ -17,21 +17,23 @@ import gzip
 import importlib.resources
 import math
 import os
+import reprlib
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
+from PIL import Image
 from torch import Tensor
 from torch.utils.data import Dataset
 from torchvision import datasets, transforms
 
 from ..runtime.checksums import file_sha256
-from .image_files import MAX_PIXELS, image_tensor, read_image
+from .image_files import MAX_PIXELS, image_tensor, load_image_file, read_image
 from .shape_drawing import draw_shapes
 
 
@@ -78,6 +80,58 @@ IMAGENET_NORMALIZATION = Normalization(mean=(0.485, 0.456, 0.406), std=(0.229, 0
 MNIST_NORMALIZATION = Normalization(mean=(0.1307,), std=(0.3081,))
 DIGITS_NORMALIZATION = Normalization(mean=(0.3053,), std=(0.3760,))
 SHAPES_NORMALIZATION = Normalization(mean=(0.49, 0.49, 0.49), std=(0.32, 0.32, 0.32))
+
+
+@dataclass(frozen=True)
+class ImageTransform:
+    """The command line's reading of an image
+    ([`load_image_file`][repinterp.workspace.load_image_file], then the data set's
+    normalisation), as an interpreter's ``transform``: an index made by ``repinterp fit``
+    records it (`record`), and every way of loading that index gives it back
+    ([`open_index`][repinterp.workspace.open_index],
+    [`RepresentativeInterpreter.load`][repinterp.interpreter.RepresentativeInterpreter.load]),
+    so that ``explain`` takes a PIL image or a NumPy array of pixels and explains it as
+    ``repinterp explain FILE`` does.
+
+    Attributes:
+        shape: the index's C x H x W.
+        normalization: the data set's.
+    """
+
+    shape: tuple[int, int, int]
+    normalization: Normalization
+
+    def __call__(self, image: Image.Image) -> Tensor:
+        """``image`` as the model takes it: C x H x W, normalised."""
+        return self.normalization(load_image_file(image, self.shape))
+
+    def record(self) -> dict[str, Any]:
+        """What an index's manifest keeps of it (JSON-ready)."""
+        return {
+            "reads": "image file",
+            "shape": list(self.shape),
+            "mean": list(self.normalization.mean),
+            "std": list(self.normalization.std),
+        }
+
+    @classmethod
+    def from_record(cls, record: Any) -> "ImageTransform":
+        """The transform a manifest recorded (`record`).
+
+        Raises:
+            ValueError: ``record`` is not one (a damaged manifest).
+        """
+        try:
+            shape = tuple(int(n) for n in record["shape"])
+            mean = tuple(float(v) for v in record["mean"])
+            std = tuple(float(v) for v in record["std"])
+            ok = record["reads"] == "image file" and len(shape) == 3
+            ok = ok and len(mean) == len(std) == shape[0] and all(v > 0 for v in std)
+        except (KeyError, TypeError, ValueError):
+            ok = False
+        if not ok or not all(np.isfinite(mean + std)):
+            raise ValueError(f"the recorded transform {reprlib.repr(record)} is not one")
+        return cls(shape, Normalization(mean, std))  # type: ignore[arg-type]
 
 
 @dataclass(eq=False, repr=False)

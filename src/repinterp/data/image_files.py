@@ -26,6 +26,7 @@ __all__ = [
     "ImageSizeError",
     "check_size",
     "image_tensor",
+    "load_image_file",
     "read_image",
     "upright",
 ]
@@ -183,3 +184,23 @@ def image_tensor(image: Image.Image, channels: int) -> Tensor:
     if pixels.shape[0] != channels:
         pixels = pixels.expand(channels, -1, -1)
     return pixels.contiguous()
+
+
+def load_image_file(
+    path: str | Path | BinaryIO | Image.Image, shape: tuple[int, int, int]
+) -> Tensor:
+    """Read an image file (or an image opened from one) as C x H x W pixels in [0, 1], resized
+    (shorter side) and centre-cropped to the index's input size, grey or RGB as the model
+    expects, at its bit depth.
+
+    Raises:
+        ValueError: the file is missing, is not a readable image, or is too large (see
+            `read_image`).
+    """
+    channels, height, width = shape
+    image = read_image(path, channels)
+    scale = max(height / image.height, width / image.width)
+    size = (max(width, round(image.width * scale)), max(height, round(image.height * scale)))
+    image = image.resize(size, Image.BILINEAR)
+    left, top = (size[0] - width) // 2, (size[1] - height) // 2
+    return image_tensor(image.crop((left, top, left + width, top + height)), channels)

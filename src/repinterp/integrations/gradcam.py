@@ -3,10 +3,12 @@
 A pytorch-grad-cam CAM is made with the model and its target layers, and called on a batch of
 model inputs: ``cam(input_tensor, targets)`` returns N x H x W float32 NumPy maps in [0, 1],
 one per input, at the input's size. ``RepresentativeCAM`` returns RI's map of each input there:
-the heat map of its own polytope ``P(x)`` (§5.1), so that ``show_cam_on_image``, the library's
-metrics (``CamMultImageConfidenceChange``, ROAD) and a loop written for ``GradCAM`` take it
-unchanged. pytorch_grad_cam itself is not imported: a target is read by its ``category``, as
-``ClassifierOutputTarget`` (and the library's other classifier targets) hold it.
+the heat map of its own polytope ``P(x)`` (§5.1), or, for a target class other than the
+predicted one, the contrastive map of the two classes (beyond the paper), so that
+``show_cam_on_image``, the library's metrics (``CamMultImageConfidenceChange``, ROAD) and a loop
+written for ``GradCAM`` take it unchanged. pytorch_grad_cam itself is not imported: a target is
+read by its ``category``, as ``ClassifierOutputTarget`` (and the library's other classifier
+targets) hold it.
 """
 
 from __future__ import annotations
@@ -47,9 +49,13 @@ class RepresentativeCAM:
     input's map of its own ``P(x)`` (``explain_batch``, then ``heatmap``), as
     ``GradCAM(model, target_layers)(input_tensor)`` gives Grad-CAM's.
 
-    RI explains the class the model predicts: with ``targets`` naming another class for an
-    input, the call is refused (``other_targets="refuse"``, the default) or that input gets
-    its predicted class's map all the same (``other_targets="predicted"``).
+    RI explains the class the model predicts. With ``targets`` naming another class ``c'`` for
+    an input, that input gets, beyond the paper, the contrastive map of why the model says its
+    predicted class rather than ``c'`` (``other_targets="contrast"``, the default: the heat map
+    of the boundary between the two classes at the input, see
+    [`contrastive_heatmap`][repinterp.interpreter.RepresentativeInterpreter.contrastive_heatmap]);
+    or the call is refused (``"refuse"``), or that input gets its predicted class's map all the
+    same (``"predicted"``).
 
     Args:
         model: the classifier, in eval mode.
@@ -60,7 +66,7 @@ class RepresentativeCAM:
             ``model`` at that layer, used as it is.
         reshape_transform: must be None: RI splits a CNN at a layer with N x K x h x w
             feature maps, not a transformer's tokens.
-        other_targets: ``"refuse"`` or ``"predicted"`` (see above).
+        other_targets: ``"contrast"``, ``"refuse"`` or ``"predicted"`` (see above).
         options: settings of the interpreter fitted on ``reference`` (``n_boundaries``,
             ``seed``, ``device``, ``batch_size``, ``progress``, ...; see
             ``RepresentativeInterpreter``).
@@ -79,7 +85,7 @@ class RepresentativeCAM:
         target_layers: LayerSpec,
         reference: Any,
         reshape_transform: Callable[[Tensor], Tensor] | None = None,
-        other_targets: str = "refuse",
+        other_targets: str = "contrast",
         **options: Any,
     ) -> None:
         if reshape_transform is not None:
@@ -111,11 +117,13 @@ class RepresentativeCAM:
                 map, not a projection of the activations.
 
         Returns:
-            N x H x W float32 in [0, 1], as ``Interpretation.heatmap`` draws them (NumPy).
+            N x H x W float32 in [0, 1], as ``Interpretation.heatmap`` draws them (NumPy); an
+            input whose ``P(x)`` is empty (every reference image predicted one class) gets
+            zeros, and a warning says why.
 
         Raises:
-            ValueError: ``aug_smooth`` or ``eigen_smooth``, bad targets (see above), bad
-                images, or an empty ``P(x)`` (every reference image predicted one class).
+            ValueError: ``aug_smooth`` or ``eigen_smooth``, bad targets (see above), or bad
+                images.
         """
         for name, value in (("aug_smooth", aug_smooth), ("eigen_smooth", eigen_smooth)):
             if value:

@@ -3,9 +3,11 @@ polytopes with the classes they are asked for.
 
 RI explains the class a model predicts for an input: ``P(x)`` is the polytope, of the head's
 linear regions, that holds ``x`` and as many reference images of that class as possible. A
-caller that asks for another class (pytorch-grad-cam's ``targets``, Quantus's labels) is refused
-by default, or given the predicted class's map all the same when it says so
-(``other_targets="predicted"``).
+caller that asks for another class ``c'`` (pytorch-grad-cam's ``targets``, Quantus's labels) is
+refused (``other_targets="refuse"``), given the predicted class's map all the same
+(``"predicted"``), or, beyond the paper, given the contrastive map of the boundary between the
+predicted class and ``c'`` at the input (``"contrast"``, see
+[`contrastive_heatmap`][repinterp.interpreter.RepresentativeInterpreter.contrastive_heatmap]).
 """
 
 from __future__ import annotations
@@ -25,9 +27,9 @@ from ..runtime.precision import exact_float32
 
 __all__ = ["OTHER_TARGETS", "check_other_targets", "interpreter_for", "own_heatmaps"]
 
-OTHER_TARGETS = ("refuse", "predicted")
-"""What a target class other than an input's predicted one gets: an error, or the predicted
-class's map."""
+OTHER_TARGETS = ("refuse", "predicted", "contrast")
+"""What a target class other than an input's predicted one gets: an error, the predicted
+class's map, or the contrastive map of the two classes."""
 
 
 def check_other_targets(value: str) -> str:
@@ -101,10 +103,14 @@ def own_heatmaps(
         images: N x C x H x W, as the model takes them (anything ``explain_batch`` takes).
         targets: None, or the class asked for each image (None in it: the predicted one).
         other_targets: ``"refuse"``: a target other than its image's predicted class raises;
-            ``"predicted"``: the image's map is its predicted class's all the same.
+            ``"predicted"``: the image's map is its predicted class's all the same;
+            ``"contrast"``: the image's map is the contrastive map of its predicted class and
+            the target (see
+            [`contrastive_heatmap`][repinterp.interpreter.RepresentativeInterpreter.contrastive_heatmap]).
 
     Returns:
-        N x H x W float32 in [0, 1], as ``Interpretation.heatmap`` draws them, on the CPU.
+        N x H x W float32 in [0, 1], as ``Interpretation.heatmap`` draws them (or as
+        ``contrastive_heatmap`` does), on the CPU.
 
     Raises:
         ValueError: ``targets`` of another length than the images, or a target other than
@@ -113,23 +119,29 @@ def own_heatmaps(
     explanations = interpreter.explain_batch(images)
     if targets is not None and len(targets) != len(explanations):
         raise ValueError(f"{len(targets)} targets for {len(explanations)} images")
-    if targets is not None and check_other_targets(other_targets) == "refuse":
-        other = [
-            (i, int(t), e.predicted_class)
-            for i, (t, e) in enumerate(zip(targets, explanations, strict=True))
-            if t is not None and int(t) != e.predicted_class
-        ]
-        if other:
-            i, t, c = other[0]
-            raise ValueError(
-                f"RI explains the class the model predicts (the polytope P(x) of the input): "
-                f"image {i} is predicted class {c}, its target is class {t} ({len(other)} of "
-                f"{len(explanations)} images differ); pass no targets, or "
-                "other_targets='predicted' to have the predicted classes' maps all the same"
-            )
+    mode = check_other_targets(other_targets)
+    other = [
+        (i, int(t), e.predicted_class)
+        for i, (t, e) in enumerate(zip(targets or [], explanations, strict=False))
+        if t is not None and int(t) != e.predicted_class
+    ]
+    if other and mode == "refuse":
+        i, t, c = other[0]
+        raise ValueError(
+            f"RI explains the class the model predicts (the polytope P(x) of the input): "
+            f"image {i} is predicted class {c}, its target is class {t} ({len(other)} of "
+            f"{len(explanations)} images differ); pass no targets, other_targets='contrast' "
+            "for the contrastive maps of the two classes, or other_targets='predicted' to have "
+            "the predicted classes' maps all the same"
+        )
+    contrasted = [i for i, _, _ in other] if mode == "contrast" else []
     n = len(explanations)
     maps = np.zeros((n, *interpreter.fitted_index.input_shape[-2:]), np.float32)
-    drawn = [i for i, e in enumerate(explanations) if e.has_heatmap]
+    if contrasted:
+        images = torch.stack([explanations[i].image for i in contrasted])
+        classes = [int(targets[i]) for i in contrasted]
+        maps[contrasted] = interpreter.contrastive_heatmap(images, classes).float().cpu().numpy()
+    drawn = [i for i, e in enumerate(explanations) if e.has_heatmap and i not in contrasted]
     if drawn:
         images = torch.stack([explanations[i].image for i in drawn])
         weights = [explanations[i].channel_weights for i in drawn]
@@ -137,7 +149,7 @@ def own_heatmaps(
         size = tuple(images.shape[-2:])
         heat = polytope_heatmaps(interpreter.features(images), weights, which, size)
         maps[drawn] = heat.float().cpu().numpy()
-    if len(drawn) < n:
+    if len(drawn) + len(contrasted) < n:
         empty = next(e for e in explanations if not e.has_heatmap)
         warnings.warn(
             f"{n - len(drawn)} of {n} images are drawn as maps of zeros: {empty.message}",

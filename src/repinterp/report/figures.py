@@ -32,6 +32,7 @@ __all__ = [
     "CaseStudy",
     "case_study",
     "class_scores",
+    "contrastive_case_study",
     "legend",
     "masked_class_scores",
     "save_case_study_figure",
@@ -237,6 +238,48 @@ def case_study(
     )
 
 
+def contrastive_case_study(
+    interpreter: RepresentativeInterpreter,
+    pixels: Tensor,
+    normalize: Normalization,
+    contrast: int,
+    class_name: str,
+    fraction: float = FRACTION,
+) -> CaseStudy:
+    """Beyond the paper: a one-column case study of an image's contrastive map against class
+    ``contrast`` (see
+    [`contrastive_heatmap`][repinterp.interpreter.RepresentativeInterpreter.contrastive_heatmap]),
+    with the score of its predicted class, whole and with only the map's hottest pixels kept.
+
+    Args:
+        interpreter: a fitted interpreter.
+        pixels: C x H x W in [0, 1].
+        normalize: pixels -> model inputs.
+        contrast: the class ``c'``, other than the image's predicted class.
+        class_name: the name of the predicted class.
+        fraction: share of pixels kept for the masked score.
+    """
+    pixels = pixels.cpu()[None]
+    inputs = normalize(pixels).to(interpreter.device)
+    heat = interpreter.contrastive_heatmap(inputs, contrast)
+    c = int(interpreter.forward(inputs)[0].argmax(1)[0])
+    score = class_scores(interpreter, inputs, c)
+    masked = _masked_probabilities(interpreter, pixels, heat, normalize, fraction)
+    names = interpreter.class_names
+    given = [
+        class_name if g == c else names[g] if names else str(g) for g in masked.argmax(1).tolist()
+    ]
+    return CaseStudy(
+        pixels,
+        ["input"],
+        score,
+        heat.cpu(),
+        masked[:, c].tolist(),
+        class_name,
+        masked_classes=given,
+    )
+
+
 def _distances(explanation: Interpretation, references: list[int], metric: str) -> list[float]:
     """The distances by ``metric`` of covered reference images to the input."""
     by_index = dict(
@@ -264,6 +307,17 @@ def _cells(images: list[np.ndarray]) -> list[np.ndarray]:
         image[picked * image.shape[0] // _SIDE][:, picked * image.shape[1] // _SIDE]
         for image in images
     ]
+
+
+_TITLE_CHARS = 14  # of a 10 pt title fit in a column
+
+
+def _column_title(title: str) -> str:
+    """``title`` as it fits above its column: a file's path too long for it by the file's
+    name, then a name still too long by its end."""
+    if len(title) > _TITLE_CHARS:
+        title = title.rsplit("/", 1)[-1]
+    return title if len(title) <= _TITLE_CHARS else "…" + title[-(_TITLE_CHARS - 1) :]
 
 
 def save_case_study_figure(
@@ -338,7 +392,7 @@ def save_case_study_figure(
         text(_LEFT / 2, top + _SIDE / 2, name, 10, rotation=90, ha="center", va="center")
     for j, left in enumerate(lefts):
         centre = left + _SIDE / 2
-        text(centre, tops[0] - 4, study.titles[j], 10, ha="center", va="bottom")
+        text(centre, tops[0] - 4, _column_title(study.titles[j]), 10, ha="center", va="bottom")
         score = f"score {study.scores[j]:.3f}{below[j]}"
         text(centre, tops[0] + _SIDE + 4, score, 9, ha="center", va="top", linespacing=1.2)
         if study.masked_scores is not None:  # with the heat maps (see `CaseStudy`)

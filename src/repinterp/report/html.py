@@ -7,7 +7,8 @@ import html
 from pathlib import Path
 from typing import Any
 
-from ..core.heatmap import DEFAULT_COLORMAP, SCALE
+from ..core.display import MEANINGS
+from ..core.heatmap import SCALE, colorbar_css
 from ..core.interpretation import METRIC_MEANINGS
 from ..store.outputs import write_outputs
 
@@ -57,19 +58,10 @@ dl.legend dt { font-weight: 600; } dl.legend dd { margin: 0; }
 .colorbar { height: 14px; width: min(420px, 100%); border: 1px solid var(--line); }
 .scale { display: flex; justify-content: space-between; width: min(420px, 100%);
   font-size: .9rem; color: var(--muted); } .scale-note { margin-top: .2rem; }
-nav ol { columns: 2 16rem; } .note { color: #c06000; }
+nav ol, ol.similar { columns: 2 16rem; } .muted { color: var(--muted); } .note { color: #c06000; }
 @media (max-width: 600px) { dl.legend { grid-template-columns: 1fr; } dl.legend dd {
   margin-bottom: .5rem; } }
 """
-
-
-def colorbar_css(cmap: str = DEFAULT_COLORMAP, stops: int = 11) -> str:
-    """A CSS ``linear-gradient`` (left = 0 = coldest) of a matplotlib colormap."""
-    from matplotlib import colormaps
-    from matplotlib.colors import to_hex
-
-    colours = [to_hex(colormaps[cmap](i / (stops - 1))) for i in range(stops)]
-    return f"linear-gradient(to right, {', '.join(colours)})"
 
 
 def _class_of(summary: dict[str, Any]) -> str:
@@ -92,6 +84,12 @@ def _entry(entry: dict[str, Any]) -> list[str]:
         ("|P(x)|", tips["|P(x)|"], str(len(s["boundaries"]))),
         ("τ(x) (delta)", tips["τ(x) (delta)"], str(s["delta"])),
     ]
+    if s.get("reference_name"):
+        rows.insert(0, ("input", "the reference image explained", s["reference_name"]))
+    if "regions" in s:
+        regions = ", ".join(map(str, s["regions"]))
+        rows.append(("regions", MEANINGS["regions"], regions))
+        rows.append(("interprets", MEANINGS["interprets"], str(s["interprets"])))
     table = "".join(
         f"<tr><th><abbr title='{html.escape(tip)}'>{html.escape(key)}</abbr></th>"
         f"<td>{html.escape(value)}</td></tr>"
@@ -104,8 +102,20 @@ def _entry(entry: dict[str, Any]) -> list[str]:
         f"<div class='figure'><img src='{html.escape(entry['figure'])}' "
         f"alt='case study {name}: the input, its most similar reference images, their heat "
         "maps and scores'></div>",
+        _similar_files(s),
         f"<p><a href='{html.escape(entry['json'])}'>{name} as JSON</a></p>",
     ]
+
+
+def _similar_files(summary: dict[str, Any]) -> str:
+    """The similar images of the figure by name, in its order, with their distances."""
+    items = "".join(
+        f"<li>{html.escape(s.get('name') or 'reference ' + str(s['reference']))} "
+        f"<span class='muted'>(distance {s['distance']:.4g})</span></li>"
+        for s in summary.get("similar", [])
+    )
+    what = f"The most similar images ({html.escape(summary.get('metric', 'semantic'))} distance)"
+    return f"<p class='similar'>{what}:</p><ol class='similar'>{items}</ol>" if items else ""
 
 
 def write_report(path: str | Path, title: str, intro: str, entries: list[dict[str, Any]]) -> None:

@@ -235,7 +235,8 @@ def create_app(
     async def image(request: Request) -> Response:
         key, query = request.path_params["key"], request.query_params
         heat, method = query.get("heat"), query.get("method")
-        draw = functools.partial(viewer.png, key, heat, method, query.get("cmap"))
+        options = (query.get("cmap"), query.get("contrast"))
+        draw = functools.partial(viewer.png, key, heat, method, *options)
         if heat and method in CAMS:  # a CAM's weights on ``heat`` may have to be computed
             data = await compute.run(request.receive, draw)
         else:

@@ -11,7 +11,7 @@ import numpy as np
 from PIL import Image, UnidentifiedImageError
 from torch import Tensor
 
-from ..workspace import load_image_file
+from ..data.image_files import load_image_file
 from .limits import ByteBudget
 from .parameters import BadRequest
 

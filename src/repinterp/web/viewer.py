@@ -31,7 +31,16 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ..core.heatmap import COLORMAPS, DEFAULT_COLORMAP, SCALE, colorize, normalize_maps
+from ..core.heatmap import (
+    COLORMAPS,
+    DEFAULT_COLORMAP,
+    SCALE,
+    channel_means,
+    colorbar_css,
+    colorize,
+    heatmaps,
+    normalize_maps,
+)
 from ..core.interpretation import METRIC_MEANINGS, Interpretation
 from ..core.regions import Polytope, RegionSet, distinct_polytopes
 from ..data.datasets import ImageFolderSet
@@ -44,7 +53,6 @@ from ..report.figures import (
     masked_class_scores,
     save_case_study_figure,
 )
-from ..report.html import colorbar_css
 from ..store.regions_file import (
     DEFAULT_REGIONS,
     DEFAULT_SEED,
@@ -55,7 +63,7 @@ from ..store.regions_file import (
 from ..workspace import Workspace
 from .compare import METHODS, CamWeights
 from .image_codec import MAX_UPLOAD_BYTES, MAX_UPLOAD_PIXELS, decode_upload, encode_png
-from .parameters import NotFound, choice, reference_index, whole_number
+from .parameters import BadRequest, NotFound, choice, reference_index, whole_number
 
 __all__ = ["DEFAULT_OPACITY", "DEFAULT_REGIONS", "METRIC", "Changed", "Entry", "Viewer"]
 
@@ -262,6 +270,7 @@ class Viewer:
         return {
             "key": key,
             "reference": ref,
+            "name": self.workspace.reference_name(ref),
             "score": float(self.index.logits[ref].float().softmax(0)[predicted]),
             "predicted_class": int(self.index.predictions[ref]),
             "label": int(self.labels[ref]),
@@ -286,6 +295,7 @@ class Viewer:
             key=entry.key,
             source="upload" if i is None else "reference",
             reference=i,
+            name=None if i is None else self.workspace.reference_name(i),
             label=None if i is None else int(self.labels[i]),
             n_reference=e.n_reference,
             has_heatmap=e.has_heatmap,
@@ -336,22 +346,34 @@ class Viewer:
             return self.explanation(key)
 
     # ------------------------------------------------------------------ heat maps and images
-    def _maps(self, heat: str, method: str, pixels: Tensor) -> Tensor:
-        """N x H x W heat maps of explanation ``heat`` on N images (pixels), by ``method``."""
+    def _maps(self, heat: str, method: str, pixels: Tensor, contrast: int | None = None) -> Tensor:
+        """N x H x W heat maps of explanation ``heat`` on N images (pixels), by ``method``; with
+        ``contrast``, RI's contrastive map of ``heat``'s predicted class and that class (beyond
+        the paper: its channel weights at ``heat``'s input, reused on the images)."""
         entry = self._entry(heat)
         e = entry.explanation
+        if contrast is not None:
+            if contrast == e.predicted_class:
+                raise BadRequest(
+                    f"{heat} is predicted class {contrast}: its map is its polytope's (no contrast)"
+                )
+            b = self.interpreter.contrastive_boundaries(self._inputs(entry.pixels[None]), contrast)
+            size = tuple(pixels.shape[-2:])
+            return heatmaps(self.interpreter.features(self._inputs(pixels)), channel_means(b), size)
         if method == "ri":
             if not e.has_heatmap:
                 raise NotFound(f"no heat map for {heat}: {e.message}")
             return e.heatmap(self._inputs(pixels)).cpu()
         return self.cams.maps(method, heat, entry.pixels, e.predicted_class, pixels)
 
-    def _render_png(self, key: str, heat: str | None, method: str, cmap: str) -> bytes:
+    def _render_png(
+        self, key: str, heat: str | None, method: str, cmap: str, contrast: int | None
+    ) -> bytes:
         pixels = self._pixels(key)
         if heat is None:
             image = pixels[0] if pixels.shape[0] == 1 else pixels.permute(1, 2, 0)
             return encode_png(image.numpy())
-        heat_map = self._maps(heat, method, pixels.unsqueeze(0))[0]
+        heat_map = self._maps(heat, method, pixels.unsqueeze(0), contrast)[0].cpu()
         return encode_png(colorize(normalize_maps(heat_map), cmap))
 
     def png(
@@ -360,6 +382,7 @@ class Viewer:
         heat: str | None = None,
         method: str | None = None,
         cmap: str | None = None,
+        contrast: str | None = None,
     ) -> bytes:
         """Image ``key`` as a PNG, or, with ``heat``, the heat map of explanation ``heat`` on it
         in colour (per-image min-max; the page lays it over the image or beside it).
@@ -370,18 +393,25 @@ class Viewer:
             method: ``ri`` (default), or a CAM (see `METHODS`)
                 whose channel weights on image ``heat`` are reused on image ``key``.
             cmap: one of `COLORMAPS` (default ``inferno``).
+            contrast: a class other than ``heat``'s predicted one: RI's contrastive map of the
+                two classes instead (beyond the paper; see
+                [`contrastive_heatmap`][repinterp.interpreter.RepresentativeInterpreter.contrastive_heatmap]).
 
         Raises:
             NotFound: no such image or explanation, or RI's heat map of it does not exist.
-            BadRequest: an unknown method or colormap.
+            BadRequest: an unknown method or colormap, or a bad contrast class.
             Changed: a reference image's file changed since the index was fitted.
         """
         method = choice(method, "method", tuple(METHODS), "ri")
         cmap = choice(cmap, "colormap", COLORMAPS, DEFAULT_COLORMAP)
+        n_classes = self.index.n_classes
+        c = None if contrast is None else whole_number(contrast, "contrast", 0, 0, n_classes - 1)
+        if c is not None and (heat is None or method != "ri"):
+            raise BadRequest("contrast draws RI's map of an explanation: give heat=KEY, no method")
         with self._lock:
             for name in (key, heat) if heat else (key,):
                 self._known(name)
-            return self._png(key, heat, method, cmap)
+            return self._png(key, heat, method, cmap, c)
 
     # ------------------------------------------------------------------ compare and export
     def compare(self, key: str, method: str | None, k: str | None = None) -> dict[str, Any]:
@@ -446,7 +476,7 @@ class Viewer:
     def _study(self, key: str) -> CaseStudy:
         entry = self._entry(key)
         refs = entry.ranked[:EXPORT_K].tolist()
-        titles = ["input"] + [f"#{n + 1} ref {ref}" for n, ref in enumerate(refs)]
+        titles = ["input"] + [self.workspace.reference_name(ref) for ref in refs]
         class_name = self.class_names[entry.explanation.predicted_class]
         return case_study(
             entry.explanation,
@@ -512,6 +542,7 @@ class Viewer:
             **self._item(ref, entry),
             "regions": polytope.regions,
             "inputs": polytope.inputs,
+            "input_names": [self.workspace.reference_name(ref) for ref in polytope.inputs],
             "class_name": self.class_names[e.predicted_class],
             "representativeness": e.representativeness,
             "interpreted": polytope.interpreted,

@@ -203,13 +203,23 @@ function fact(name, label, value, title) {
   return [el("dt", { title }, label), el("dd", { "data-fact": name, title }, value)];
 }
 
+// How a reference image is named: its file (an image folder's), else "ref N".
+function refName(item) {
+  return item.name === `reference:${item.reference}` ? `ref ${item.reference}` : item.name;
+}
+
+// A reference image's number, and its file when it has one.
+function refFull(item) {
+  return item.name === `reference:${item.reference}` ? `${item.reference}` : `${item.reference}, ${item.name}`;
+}
+
 // A picture in a card: its caption line (a link or a name), then its labelled numbers.
 function card(kind, item, caption, head, numbers) {
   return el("figure", { class: kind }, picture(item, caption, { numbers }), el("figcaption", {}, head, ...numbers()));
 }
 
 function similarCard(item, data) {
-  const caption = `#${item.rank}: reference image ${item.reference}`;
+  const caption = `#${item.rank}: reference image ${refFull(item)}`;
   const differs = item.label !== data.predicted_class;
   const numbers = () => [
     num("dist", item.distance.toFixed(2), { label: "Dist" }),
@@ -218,20 +228,44 @@ function similarCard(item, data) {
   ];
   const link = el(
     "a",
-    { href: `#${item.key}`, title: `rank ${item.rank} by Dist; reference image ${item.reference}: explain it` },
-    `#${item.rank} ref ${item.reference}`,
+    { href: `#${item.key}`, title: `rank ${item.rank} by Dist; reference image ${refFull(item)}: explain it` },
+    `#${item.rank} ${refName(item)}`,
   );
   return card("card", item, caption, link, numbers);
+}
+
+const CONTRAST_TIP =
+  "beyond the paper: the input's heat map becomes the contrastive map of why the model says its class " +
+  "rather than the class chosen (the boundary between the two classes at the input, Eq. 2's weights)";
+
+// The input's picture: P(x)'s heat map, or the contrastive map against class `contrast` ("": none).
+function showInput(data, title, contrast) {
+  const numbers = () => [num("score", percent(data.score)), num("rep", data.representativeness), num("tau", data.delta)];
+  const item = contrast === "" ? data : { ...data, heatmap: `${data.heatmap}&contrast=${contrast}` };
+  const caption =
+    contrast === "" ? title : `${title}: why ${className(data.predicted_class)} rather than ${className(Number(contrast))}`;
+  $("input-pictures").replaceChildren(picture(item, caption, { numbers }));
+}
+
+function contrastSelect(data, title) {
+  const others = state.info.class_names.map((name, c) => [name, c]).filter(([, c]) => c !== data.predicted_class);
+  const select = el(
+    "select",
+    { id: "contrast", title: CONTRAST_TIP },
+    el("option", { value: "" }, "— (P(x)'s map)"),
+    ...others.map(([name, c]) => el("option", { value: String(c) }, name)),
+  );
+  select.addEventListener("change", () => showInput(data, title, select.value));
+  return select;
 }
 
 function render(data) {
   const similar = data.similar;
   Object.assign(state, { key: data.key, data, offset: similar.offset, limit: similar.limit, total: similar.total });
-  const title = data.source === "reference" ? `Reference image ${data.reference}` : "Uploaded image";
+  const title = data.source === "reference" ? `Reference image ${refFull(data)}` : "Uploaded image";
   $("title").textContent = title;
   $("title").title = data.source === "reference" ? "reference images are numbered from 0" : "an image you uploaded";
-  const inputNumbers = () => [num("score", percent(data.score)), num("rep", data.representativeness), num("tau", data.delta)];
-  $("input-pictures").replaceChildren(picture(data, title, { numbers: inputNumbers }));
+  showInput(data, title, "");
   const info = state.info;
   const facts = [
     fact("class", "Predicted class", className(data.predicted_class), "the class the model predicts for this image"),
@@ -245,6 +279,7 @@ function render(data) {
     ),
     fact("boundaries", "Boundaries |P(x)|", `${data.boundaries.length} of ${info.n_boundaries}`, `|P(x)|: ${tip("p")}`),
     fact("delta", "τ(x) (delta)", String(data.delta), `τ(x): ${tip("tau")}`),
+    data.heatmap === null ? [] : fact("contrast", "Rather than", contrastSelect(data, title), CONTRAST_TIP),
   ];
   $("facts").replaceChildren(...facts.flat());
   $("message").textContent = data.message || "";
@@ -364,12 +399,12 @@ function fillRow(row, result) {
   }
   const cells = result.items.map((item) => {
     const caption =
-      item.rank === 0 ? `${result.name}: the input` : `${result.name}: #${item.rank} reference image ${item.reference}`;
+      item.rank === 0 ? `${result.name}: the input` : `${result.name}: #${item.rank} reference image ${refFull(item)}`;
     const numbers = () => [
       num("score", percent(item.score)),
       ...(item.masked_score === null ? [] : [num("masked", percent(item.masked_score))]),
     ];
-    const name = el("span", { title: caption }, item.rank === 0 ? "input" : `#${item.rank} ref ${item.reference}`);
+    const name = el("span", { title: caption }, item.rank === 0 ? "input" : `#${item.rank} ${refName(item)}`);
     return card("cell", item, caption, name, numbers);
   });
   row.querySelector(".compare-cells").replaceChildren(...cells);
@@ -407,8 +442,8 @@ async function compare() {
 // --------------------------------------------------------------------------- regions
 function regionCard(region) {
   const names = region.regions.map((v) => `#${v}`).join(", ");
-  const caption = `class ${region.class_name}: reference image ${region.reference}, the input of region ${names}`;
-  const inputs = region.inputs.map((ref) => `ref ${ref}`).join(", ");
+  const caption = `class ${region.class_name}: reference image ${refFull(region)}, the input of region ${names}`;
+  const inputs = region.inputs.map((ref, n) => refName({ reference: ref, name: region.input_names[n] })).join(", ");
   const numbers = () => [
     num("rep", region.representativeness, { label: "covers" }),
     num("interprets", region.interpreted),
@@ -425,7 +460,7 @@ function regionCard(region) {
     el("b", {}, names),
   );
   const covered = region.covered.map((item) =>
-    picture(item, `reference image ${item.reference}, #${item.rank} in the polytope of class ${region.class_name}`, {
+    picture(item, `reference image ${refFull(item)}, #${item.rank} in the polytope of class ${region.class_name}`, {
       numbers: () => [num("dist", item.distance.toFixed(2), { label: "Dist" }), num("score", percent(item.score))],
     }),
   );

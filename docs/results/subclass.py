@@ -29,8 +29,8 @@ each difference with the project's paired bootstrap interval and win rule
 (`repinterp.evaluation.comparison`).
 
 The criterion the runs test is written in docs/results.md ("Decision logic below the class:
-the criterion"). Run (the full size; about 30 minutes on one core once the models are
-cached)::
+the criterion"). Run (the full size; about 40 minutes on one core once the models are
+cached: about 2 minutes a seed and data set, most of it ROAD)::
 
     OMP_NUM_THREADS=1 PYTHONPATH=src python docs/results/subclass.py --seeds 5
 
@@ -89,7 +89,7 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--datasets", default=",".join(DATASETS), help="comma-separated")
     parser.add_argument("--reference", type=int, default=1000, help="reference images a seed")
     parser.add_argument("--unseen", type=int, default=300, help="unseen images a seed")
-    parser.add_argument("--faithful", type=int, default=50, help="unseen images scored")
+    parser.add_argument("--faithful", type=int, default=30, help="unseen images scored")
     parser.add_argument("--model-cache", default="/work/model-cache")
     parser.add_argument("--epochs", type=int, default=None, help="override (smoke tests only)")
     parser.add_argument("--out", type=Path, default=OUT)
@@ -180,10 +180,14 @@ def groupings(s: Seed) -> dict[str, Callable[[], tuple[np.ndarray, list[Tensor],
 
     def logic_at(q: float):
         def make():
-            base = s.fits.get("RI+logic") or s.ri("RI+logic", layer, granularity="logic")
+            name = f"RI+logic q={q:g}"
+            if q == GAMMA_QUANTILE:  # the default
+                return of_ri(name, layer, granularity="logic")()
+            default = f"RI+logic q={GAMMA_QUANTILE:g}"  # its fit gives the logic vectors
+            base = s.fits.get(default) or s.ri(default, layer, granularity="logic")
             index = base.fitted_index
             gamma = default_gamma(index.logic, index.predictions, s.seed, quantile=q)
-            return of_ri(f"RI+logic q={q:g}", layer, granularity="logic", gamma=gamma)()
+            return of_ri(name, layer, granularity="logic", gamma=gamma)()
 
         return make
 
@@ -237,8 +241,10 @@ def measure(drawn: Setup, seed: int, n_faithful: int) -> dict[str, dict[str, Any
         "cluster control": list(near),
     }
     for name, weight_sets in controls.items():
+        start = time.perf_counter()
         maps = s.weighted_maps(weight_sets, torch.arange(len(rows)))
         out[name] = {"per_image": faithfulness(s, maps, rows)}
+        out[name]["seconds"] = time.perf_counter() - start
     for name, make in groupings(s).items():
         start = time.perf_counter()
         labels, weight_sets, coverage = make()

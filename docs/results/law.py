@@ -52,6 +52,7 @@ from groups_sweep import cell, summary
 from repinterp.core.convexity import q_convexity, segment_convexity
 from repinterp.core.groups import polytope_groups
 from repinterp.evaluation.setup import Setup, load_setup, recipe_for
+from repinterp.evaluation.subclass import groups_per_class, polytope_grouping
 from repinterp.interpreter import RepresentativeInterpreter
 
 OUT = Path(__file__).resolve().parent / "law"
@@ -123,7 +124,8 @@ def measure(drawn: Setup, layer: str, qs: list[int], seed: int, pairs: int) -> l
         stats = polytope_groups(explanations, drawn.unseen.concepts, features, logits, labels, seed)
         row |= stats.to_dict()
         row["ami_excess"] = row["ami"] - row["ami_null_p95"]
-        row["groups_per_class"] = row["effective_groups"] / stats.classes
+        classes = [e.predicted_class for e in explanations]
+        row["groups_per_class"] = groups_per_class(polytope_grouping(explanations), classes)
         row["seconds"] = time.perf_counter() - start
         rows.append(row)
     return rows

@@ -65,6 +65,7 @@ from repinterp.evaluation.comparison import bootstrap_interval, is_win
 from repinterp.evaluation.scoring import score
 from repinterp.evaluation.setup import Setup
 from repinterp.evaluation.subclass import (
+    groups_per_class,
     kmeans_groups,
     matched_k,
     pcx_groups,
@@ -249,11 +250,9 @@ def measure(drawn: Setup, seed: int, n_faithful: int) -> dict[str, dict[str, Any
         start = time.perf_counter()
         labels, weight_sets, coverage = make()
         null_mean, null_p95 = ami_null(labels.tolist(), s.concepts, classes, seed=seed)
-        sizes = np.unique(labels, return_counts=True)[1] / len(labels)
         row = {
-            "groups": float(len(sizes)),
-            "groups_per_class": float(np.exp(-(sizes * np.log(sizes)).sum()))
-            / len(np.unique(classes)),
+            "groups": float(len(np.unique(labels))),
+            "groups_per_class": groups_per_class(labels, classes),
             "subconcepts_per_class": float(np.mean(list(s.k.values()))),
             "ami": ami(labels.tolist(), s.concepts, classes),
             "ami_null": null_mean,

@@ -11,6 +11,7 @@ import torch
 from repinterp.core.groups import ami
 from repinterp.evaluation.subclass import (
     eigengap_k,
+    groups_per_class,
     kmeans_groups,
     matched_k,
     pcx_groups,
@@ -38,6 +39,13 @@ def _check_recovers(grouping, classes, concepts) -> None:
 
 def test_matched_k_counts_the_sub_concepts_of_each_class() -> None:
     assert matched_k([0, 1, 1, 2, 2, 2], [0, 0, 0, 1, 1, 1]) == {0: 2, 1: 1}
+
+
+def test_groups_per_class_is_the_mean_effective_count_within_a_class() -> None:
+    # class 0: two equal groups (2); class 1: one group of 3 (1); unequal class sizes
+    assert groups_per_class([5, 5, 6, 6, 7, 7, 7], [0, 0, 0, 0, 1, 1, 1]) == pytest.approx(1.5)
+    uneven = groups_per_class([0, 0, 0, 1], [0, 0, 0, 0])
+    assert 1 < uneven < 2
 
 
 def test_kmeans_finds_the_blobs_of_each_class() -> None:

@@ -38,6 +38,7 @@ from ..core.interpretation import Interpretation
 __all__ = [
     "Grouping",
     "eigengap_k",
+    "groups_per_class",
     "kmeans_groups",
     "matched_k",
     "pcx_groups",
@@ -265,6 +266,18 @@ def pcx_groups(
         return labels, assigned, model.n_components
 
     return _grouped(reference_classes, classes, k, fit_class)
+
+
+def groups_per_class(labels: Sequence[int] | np.ndarray, classes: Sequence[int] | Tensor) -> float:
+    """The effective groups within each class (the exponential of the Shannon entropy of its
+    images' group sizes: k for k equal groups), averaged over the classes: the number to match
+    with the sub-concepts per class."""
+    labels, classes = np.asarray(labels), np.asarray(classes)
+    values = []
+    for c in np.unique(classes):
+        shares = np.unique(labels[classes == c], return_counts=True)[1] / (classes == c).sum()
+        values.append(float(np.exp(-(shares * np.log(shares)).sum())))
+    return float(np.mean(values))
 
 
 def polytope_grouping(interpretations: Sequence[Interpretation]) -> np.ndarray:

@@ -13,12 +13,14 @@ unseen images; then:
   (``same_side``), and in the largest cell of all of Q (``largest_cell``);
 - Euclidean convexity in the layer's feature space (`segment_convexity`, Tětková et al. 2025):
   of segments between two reference images of a class, the share of points the head gives the
-  class (it does not depend on Q);
+  class; and graph convexity (`graph_convexity`, ibid.): of shortest paths between two of them
+  in the 10-nearest-neighbour graph of the reference images, the share of the images on the way
+  predicted the class (neither depends on Q);
 - the groups (`repinterp.core.groups.polytope_groups`): distinct polytopes, effective groups,
   merged groups, within-class ``ami`` with sub-concepts, its null (shuffled within each class:
   mean, 95th percentile) and the k-means reference point ``ami_ceiling``.
 
-The plot (``law.png``): x = convexity, y = ``ami`` minus its null's 95th percentile (above 0:
+The plot (``law.png``): x = each convexity, y = ``ami`` minus its null's 95th percentile (above 0:
 groups that follow the sub-concepts more than groups of the same sizes do by chance), one
 marker per data set, one colour per layer, one point per |Q| (mean over the seeds, bars: the
 seeds' std).
@@ -49,7 +51,7 @@ import numpy as np
 import torch
 from groups_sweep import cell, summary
 
-from repinterp.core.convexity import q_convexity, segment_convexity
+from repinterp.core.convexity import graph_convexity, q_convexity, segment_convexity
 from repinterp.core.groups import polytope_groups
 from repinterp.evaluation.setup import Setup, load_setup, recipe_for
 from repinterp.evaluation.subclass import groups_per_class, polytope_grouping
@@ -111,15 +113,16 @@ def measure(drawn: Setup, layer: str, qs: list[int], seed: int, pairs: int) -> l
         )
         ri.fit(reference, list(drawn.reference.class_names))
         if not rows:
-            segment = segment_convexity(
-                ri.split.head, ri.features(reference), ri.fitted_index.predictions, pairs, 5, seed
-            )
+            features, predicted = ri.features(reference), ri.fitted_index.predictions
+            segment = segment_convexity(ri.split.head, features, predicted, pairs, 5, seed)
+            graph = graph_convexity(features, predicted, 10, pairs, seed)
         explanations = ri.explain_batch(unseen)
         features = ri.features(unseen).flatten(1).cpu()
         logits = ri.forward(unseen)[0].cpu()
         labels = drawn.labels("unseen")
         index = ri.fitted_index
         row = {"seed": seed, "layer": layer, "n_boundaries": q, "segment_convexity": segment}
+        row["graph_convexity"] = graph
         row |= q_convexity(index.boundaries.top_classes, index.sides, index.predictions)
         stats = polytope_groups(explanations, drawn.unseen.concepts, features, logits, labels, seed)
         row |= stats.to_dict()
@@ -196,7 +199,13 @@ def correlations(results: dict[str, Any]) -> dict[str, float]:
     rows = [row for point in results["points"].values() for row in point["seeds"]]
     excess = [row["ami_excess"] for row in rows]
     out = {}
-    for key in ("same_side", "largest_cell", "segment_convexity", "effective_groups"):
+    for key in (
+        "same_side",
+        "largest_cell",
+        "segment_convexity",
+        "graph_convexity",
+        "effective_groups",
+    ):
         values = [row[key] for row in rows]
         rho = spearmanr(values, excess).statistic if len(set(values)) > 1 else float("nan")
         out[key] = float(rho)
@@ -214,10 +223,11 @@ def plot(results: dict[str, Any], path: Path) -> None:
     datasets = list(dict.fromkeys(p["dataset"] for p in points))
     layers = list(dict.fromkeys(p["layer"] for p in points))
     colours = plt.get_cmap("viridis")(np.linspace(0, 0.9, max(1, len(layers))))
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.6), sharey=True)
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.6), sharey=True)
     xs = (
         ("same_side", "convexity w.r.t. Q: class images on their side of all (%)"),
         ("segment_convexity", "Euclidean convexity: segment points kept in class (%)"),
+        ("graph_convexity", "graph convexity: shortest-path images in class (%)"),
     )
     for ax, (key, label) in zip(axes, xs, strict=True):
         for p in points:
@@ -247,7 +257,7 @@ def plot(results: dict[str, Any], path: Path) -> None:
         plt.Line2D([], [], marker="s", color=colours[i], linestyle="none", label=layer)
         for i, layer in enumerate(layers)
     ]
-    axes[1].legend(
+    axes[-1].legend(
         handles=handles,
         fontsize=8,
         loc="best",
@@ -293,6 +303,7 @@ def markdown(results: dict[str, Any]) -> str:
         + " Spearman's rank correlation over every seed's row of `ami` minus that percentile "
         f"with: convexity w.r.t. Q {rho['same_side']:+.2f}, the largest cell of Q "
         f"{rho['largest_cell']:+.2f}, Euclidean convexity {rho['segment_convexity']:+.2f}, "
+        f"graph convexity {rho['graph_convexity']:+.2f}, "
         f"effective groups {rho['effective_groups']:+.2f}.",
         "",
         "## Models",
@@ -313,9 +324,9 @@ def markdown(results: dict[str, Any]) -> str:
             f"## `{dataset}`",
             "",
             "| layer | \\|Q\\| | on class side of all (%) | largest cell (%) | segment convexity "
-            "(%) | distinct polytopes | effective groups | merged groups | AMI | null: mean | "
-            "null: p95 | k-means | above p95 on every seed |",
-            "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+            "(%) | graph convexity (%) | distinct polytopes | effective groups | merged groups | "
+            "AMI | null: mean | null: p95 | k-means | above p95 on every seed |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         for p in points:
             if p["dataset"] != dataset:
@@ -327,7 +338,8 @@ def markdown(results: dict[str, Any]) -> str:
             lines.append(
                 f"| {p['layer']} | {p['n_boundaries']} | {cell(s, 'same_side')} | "
                 f"{cell(s, 'largest_cell')} | {cell(s, 'segment_convexity')} | "
-                f"{cell(s, 'distinct_polytopes')} | {cell(s, 'effective_groups')} | "
+                f"{cell(s, 'graph_convexity')} | {cell(s, 'distinct_polytopes')} | "
+                f"{cell(s, 'effective_groups')} | "
                 f"{cell(s, 'merged_groups')} | {amis} | "
                 f"{'yes' if p['above_null_every_seed'] else 'no'} |"
             )

@@ -4,7 +4,8 @@ Eq. 1's cover holds the most images of a class and excludes the other classes: w
 images all lie on their class's side of every boundary of ``Q`` between it and another class,
 that whole region is one polytope and RI returns it. `q_convexity` measures that on the
 reference images; `segment_convexity` measures the class regions' convexity in the feature
-space itself, along segments between two images of a class (the Euclidean convexity of
+space itself, along segments between two images of a class, and `graph_convexity` along
+shortest paths of a nearest-neighbour graph of the images (the Euclidean and graph convexity of
 Tětková et al., *On convex decision regions in deep network representations*, Nature
 Communications 2025).
 """
@@ -15,7 +16,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-__all__ = ["q_convexity", "segment_convexity"]
+__all__ = ["graph_convexity", "q_convexity", "segment_convexity"]
 
 
 def q_convexity(top_classes: Tensor, sides: Tensor, predictions: Tensor) -> dict[str, float]:
@@ -86,4 +87,52 @@ def segment_convexity(
         with torch.no_grad():
             predicted = head(between.flatten(0, 1)).argmax(1)
         shares.append(float((predicted == c).double().mean()))
+    return 100 * float(np.mean(shares)) if shares else float("nan")
+
+
+def graph_convexity(
+    features: Tensor, classes: Tensor, neighbours: int = 10, pairs: int = 100, seed: int = 0
+) -> float:
+    """The class regions' graph convexity, in %: on the symmetric ``neighbours``-nearest-
+    neighbour graph of the images (Euclidean distances on the flattened feature maps, edges
+    weighted by them), for ``pairs`` random pairs of distinct images of each predicted class c
+    joined by a path, the share of the images strictly inside their shortest path that are
+    predicted c (a pair of adjacent images counts as 100); averaged over the classes with such
+    pairs (NaN: none).
+
+    Args:
+        features: N x ... feature maps.
+        classes: N predicted classes.
+        neighbours: neighbours per image in the graph.
+        pairs: pairs drawn per class (with replacement, NumPy generator seeded with ``seed``).
+        seed: the draw's seed.
+    """
+    from scipy.sparse.csgraph import dijkstra
+    from sklearn.neighbors import kneighbors_graph
+
+    data = features.detach().flatten(1).double().cpu().numpy()
+    labels = classes.cpu().numpy()
+    graph = kneighbors_graph(data, min(neighbours, len(data) - 1), mode="distance")
+    graph = graph.maximum(graph.T)
+    rng = np.random.default_rng(seed)
+    shares = []
+    for c in np.unique(labels):
+        rows = np.flatnonzero(labels == c)
+        if len(rows) < 2:
+            continue
+        starts = rng.choice(rows, pairs)
+        ends = np.array([rng.choice(rows[rows != i]) for i in starts])
+        sources, inverse = np.unique(starts, return_inverse=True)
+        _, previous = dijkstra(graph, indices=sources, return_predecessors=True)
+        kept = []
+        for source_row, end in zip(inverse, ends, strict=True):
+            inside, node = [], previous[source_row, end]
+            if node < 0:  # not joined
+                continue
+            while node != sources[source_row]:
+                inside.append(node)
+                node = previous[source_row, node]
+            kept.append(float(np.mean(labels[inside] == c)) if inside else 1.0)
+        if kept:
+            shares.append(float(np.mean(kept)))
     return 100 * float(np.mean(shares)) if shares else float("nan")

@@ -25,8 +25,8 @@ groups that follow the sub-concepts more than groups of the same sizes do by cha
 marker per data set, one colour per layer, one point per |Q| (mean over the seeds, bars: the
 seeds' std).
 
-Run (the full size, about 30 minutes on one core once the models are cached; training a
-missing model takes a few minutes each)::
+Run (the full size: about 25 minutes on one core once the models are cached, about a minute a
+seed and data set; a missing model trains first, about 2 minutes each for `shapes_cnn`)::
 
     OMP_NUM_THREADS=1 PYTHONPATH=src python docs/results/law.py --seeds 5
 

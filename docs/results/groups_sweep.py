@@ -42,6 +42,7 @@ import torch
 from sklearn.cluster import KMeans
 from torch import Tensor, nn
 
+from repinterp.core.convexity import q_convexity
 from repinterp.core.groups import polytope_groups, polytope_key
 from repinterp.core.nearest import nearest_rows
 from repinterp.core.regions import RegionSet
@@ -156,31 +157,6 @@ def cvr(regions: RegionSet, inputs: Tensor) -> float:
     return 100 * float(regions.assign(inputs).covered.double().mean())
 
 
-def carving(ri: RepresentativeInterpreter) -> dict[str, float]:
-    """How much of each predicted class c Q can carve (in %): ``boundaries_with_class_min``
-    and ``_max``: the least and most over the classes of Q's boundaries whose two classes
-    include c (their mean is 2 / classes); averaged over the classes, ``same_side``: c's
-    reference images on c's side of every one of those, and ``largest_cell``: c's reference
-    images in the most common sign pattern over all of Q."""
-    index = ri.fitted_index
-    top, sides, predicted = index.boundaries.top_classes, index.sides, index.predictions
-    out: dict[str, list[float]] = {"boundaries_with_class": [], "same_side": [], "largest_cell": []}
-    for c in predicted.unique().tolist():
-        members = sides[predicted == c]
-        involved = (top == c).any(1)
-        side = torch.where(top[involved, 0] == c, 1, -1).to(members.dtype)
-        out["boundaries_with_class"].append(float(involved.double().mean()))
-        out["same_side"].append(float((members[:, involved] == side).all(1).double().mean()))
-        counts = torch.unique(members, dim=0, return_counts=True)[1]
-        out["largest_cell"].append(float(counts.max()) / len(members))
-    share = out.pop("boundaries_with_class")
-    return {
-        "boundaries_with_class_min": 100 * min(share),
-        "boundaries_with_class_max": 100 * max(share),
-        **{key: 100 * float(np.mean(values)) for key, values in out.items()},
-    }
-
-
 def shuffled_purity(explanations: list, concepts: Tensor, seed: int) -> float:
     """Sub-concept purity (%) of the same groups with the labels shuffled within each
     predicted class, averaged over 10 shuffles: what groups of these sizes reach by chance."""
@@ -230,7 +206,8 @@ def measure(setup: Setup, point: Point, seed: int, full_kmeans: bool) -> dict[st
     row |= {f"regions_{key}": value for key, value in grouped.items()}
     if full_kmeans:
         row["CVR_full_kmeans"] = cvr(ri.regions(seed=seed), unseen)
-    row |= carving(ri)
+    index = ri.fitted_index
+    row |= q_convexity(index.boundaries.top_classes, index.sides, index.predictions)
     row["keys"] = [repr(polytope_key(e)) for e in explanations]
     row["delta_each"] = [e.delta for e in explanations]
     row["seconds"] = time.perf_counter() - start

@@ -13,7 +13,7 @@ import torch
 from repinterp.data.datasets import load_dataset
 from repinterp.evaluation.options import Options
 from repinterp.evaluation.protocols import evaluate
-from repinterp.evaluation.setup import RECIPES, WEIGHTS_DIR, load_setup
+from repinterp.evaluation.setup import RECIPES, WEIGHTS_DIR, load_setup, recipe_for
 from repinterp.models.train import Recipe
 from repinterp.report.tables import results_markdown
 from repinterp.runtime.checksums import file_sha256
@@ -87,6 +87,12 @@ def test_recipes_are_those_of_the_bundled_weights() -> None:
     for dataset, recipe in RECIPES.items():
         assert (WEIGHTS_DIR / f"{recipe.arch}.safetensors").is_file(), dataset
     assert RECIPES["mnist5k"].epochs == 8 and RECIPES["digits"].epochs == 20
+
+
+def test_every_shapes_mix_is_trained_by_the_shapes_recipe() -> None:
+    for p in ("0", "0.5", "1"):
+        assert recipe_for(f"shapes-mix:{p}") == RECIPES["shapes"]
+    assert recipe_for("shapes:224") is None and recipe_for("imagefolder:x") is None
 
 
 def test_each_run_uses_its_own_model_and_results_name_it(tmp_path) -> None:

@@ -31,7 +31,7 @@ from ..models.zoo import DataShape, check_model, model_for, target_layer_for
 from ..runtime.checksums import file_sha256
 from ..store.model_cache import TrainedModel, default_cache, trained_model
 
-__all__ = ["BUNDLED", "RECIPES", "WEIGHTS_DIR", "Setup", "load_setup", "stratified"]
+__all__ = ["BUNDLED", "RECIPES", "WEIGHTS_DIR", "Setup", "load_setup", "recipe_for", "stratified"]
 
 # The recipes that made the bundled weights (seed 0, data seed 0; README's `repinterp train`
 # lines), and so the models of ``--model-seeds``.
@@ -39,9 +39,17 @@ RECIPES = {
     "mnist5k": Recipe("mnist_cnn", epochs=8),
     "mnist-super": Recipe("mnist_super_cnn", epochs=8),
     "shapes": Recipe("shapes_cnn", epochs=10),
+    "shapes-mix": Recipe("shapes_cnn", epochs=10),  # every shapes-mix:P (no bundled weights)
     "digits": Recipe("digits_cnn", epochs=20),
 }
-BUNDLED = {dataset: recipe.arch for dataset, recipe in RECIPES.items()}
+BUNDLED = {name: recipe.arch for name, recipe in RECIPES.items() if name != "shapes-mix"}
+
+
+def recipe_for(dataset: str) -> Recipe | None:
+    """The recipe of a data set (`RECIPES`; ``shapes-mix:P`` has ``shapes-mix``'s), or None."""
+    return RECIPES.get("shapes-mix" if dataset.startswith("shapes-mix:") else dataset)
+
+
 WEIGHTS_DIR = Path(__file__).resolve().parent.parent / "weights"
 
 
@@ -294,7 +302,7 @@ def load_setup(
     if model_seeds is not None:
         recipe = _recipe_of(dataset, arch, weights, model_seeds, recipe)
     split = load_dataset(dataset, seed=0, image_size=image_size, mean=mean, std=std)
-    arch = arch or BUNDLED.get(dataset)
+    arch = arch or BUNDLED.get(dataset) or (recipe.arch if recipe is not None else None)
     if arch is None:
         raise ValueError(f"no bundled model for data set {dataset!r}: give --model and --weights")
     trained: tuple[TrainedModel, ...] = ()
@@ -344,7 +352,7 @@ def _recipe_of(
         raise ValueError(f"--model-seeds must be >= 1, got {seeds}")
     if weights is not None:
         raise ValueError("--model-seeds trains its own models: give no --weights")
-    recipe = recipe or RECIPES.get(dataset)
+    recipe = recipe or recipe_for(dataset)
     if recipe is None:
         raise ValueError(
             f"--model-seeds: no training recipe for data set {dataset!r} (recipes: "

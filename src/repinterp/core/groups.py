@@ -284,7 +284,8 @@ def ami_ceiling(
 
     Args:
         features: N x ... feature maps (flattened to N x D).
-        subconcepts, classes: as in `ami`.
+        subconcepts: (N,) sub-concept labels, as in `ami`.
+        classes: (N,) predicted classes, as in `ami`.
         seed: k-means' seed.
 
     Returns:

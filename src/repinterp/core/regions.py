@@ -278,8 +278,10 @@ class RegionSet:
             region: (N,) the region of each image (`Assignment.region`); None: the reference
                 set's (`reference_assignment`).
             subconcepts: (N,) sub-concept labels of the images, or None.
-            features, logits, labels, seed: the images' feature maps, logits and true classes,
-                and the seed, as `polytope_groups` takes them (each may be None).
+            features: the images' feature maps, as `polytope_groups` takes them, or None.
+            logits: the images' logits, or None.
+            labels: the images' true classes, or None.
+            seed: the seed of the shuffled null and of k-means.
         """
         if region is None:
             region = self.reference_assignment().region

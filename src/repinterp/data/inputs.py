@@ -5,7 +5,7 @@ a NumPy array of integer pixels (``uint8`` H x W x C) is read by a *transform*: 
 from a PIL image to the normalised C x H x W tensor, a torchvision pipeline such as
 ``Compose([Resize(256), CenterCrop(224), ToTensor(), Normalize(mean, std)])`` included. A PIL
 image is first turned upright by its EXIF orientation, as an image file is
-([`upright`][repinterp.data.image_files.upright]), so that ``explain(Image.open(path))`` sees
+(`repinterp.data.image_files.upright`), so that ``explain(Image.open(path))`` sees
 what ``repinterp explain path`` sees. An array of pixels reaches the transform as the PIL
 image it is (``Image.fromarray``); it has no orientation left to apply, so that
 ``np.asarray(Image.open(path))`` of a photo taken on its side is on its side: give the PIL

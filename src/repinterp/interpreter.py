@@ -277,12 +277,20 @@ class RepresentativeInterpreter:
             dtype=self.dtype,
         )
         self._feature_dir = feature_dir
-        if len(index.boundaries) < self.n_boundaries:
-            import warnings
+        import warnings
 
+        if len(index.boundaries) < self.n_boundaries:
             warnings.warn(
                 f"n_boundaries={self.n_boundaries} > |R|={len(index)}: Q has "
                 f"{len(index.boundaries)} boundaries, one per reference image",
+                stacklevel=2,
+            )
+        predicted = index.predictions.unique()
+        if len(predicted) == 1 and index.n_classes > 1:
+            warnings.warn(
+                f"the model predicts class {int(predicted[0])} for all {len(index)} reference "
+                "images: every other class is empty, so no explanation has a boundary to draw "
+                "(is the normalisation the one the model was trained with?)",
                 stacklevel=2,
             )
         if class_names is not None and len(class_names) != index.n_classes:

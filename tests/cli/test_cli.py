@@ -285,3 +285,15 @@ def test_demo_end_to_end(tmp_path, capsys) -> None:
     assert len(ws.interpreter.fitted_index) == 4000
     assert Path(ws.interpreter.fitted_index.files["features.npy"]).is_file()
     assert load_regions(ws.interpreter, DEFAULT_REGIONS, DEFAULT_SEED) is not None  # serve's
+
+
+def test_fit_prints_the_models_accuracy_on_the_reference_images(digits_index, tmp_path, capsys):
+    weights, _ = digits_index
+    out = tmp_path / "index"
+    fit = ["fit", "--model", "digits_cnn", "--weights", str(weights), "--reference", "digits"]
+    code, stdout, _ = run([*fit, "--boundaries", "5", "--out", str(out), "--quiet"], capsys)
+    assert code == 0
+    index = open_index(out, progress=False).interpreter.fitted_index
+    right = int((index.predictions == index.labels).sum())
+    share = f"{100 * right / len(index):.1f}%"
+    assert f"the model's accuracy on them: {share} ({right} of {len(index)})" in stdout

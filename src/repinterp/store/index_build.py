@@ -17,7 +17,6 @@ from typing import Any
 import numpy as np
 import torch
 from torch import Tensor
-from tqdm.auto import tqdm
 
 from ..core.boundaries import Boundaries, compute_boundaries, project, sample_sources
 from ..core.config import FitConfig
@@ -35,6 +34,7 @@ from ..models.split import SplitModel, check_feature_map, model_fingerprint
 from ..runtime.checksums import tensor_sha256
 from ..runtime.distributed import broadcast, gather, rank_and_world
 from ..runtime.precision import exact_float32
+from ..runtime.progress import progress_bar
 from .index_folder import FORMAT_VERSION
 from .shards import DEFAULT_SHARD_SIZE, FeatureFile, PartialBuild, ShardPlan, Shards
 
@@ -286,7 +286,7 @@ def _keep(
     assembly: _Assembly,
     store: FeatureFile | None,
     partial: PartialBuild | None,
-    bar: tqdm,
+    bar: Any,
 ) -> None:
     """Rank 0: put gathered shards (None: a rank with none left) in the index, the feature file
     and the partial folder."""
@@ -382,12 +382,12 @@ def build_index(
         dtype,
     )
     finished = sum(plan.bounds(k)[1] - plan.bounds(k)[0] for k in done_ids)
-    bar = tqdm(
+    bar = progress_bar(
         total=n_ref,
         initial=finished,
         desc="indexing reference",
         unit="img",
-        disable=not config.progress or rank != 0,
+        enabled=config.progress and rank == 0,
     )
     with bar:
         for _ in range(-(-len(pending) // world)):

@@ -222,7 +222,9 @@ def test_model_and_weights_are_checked_before_the_image_folder(tmp_path, capsys)
 
 
 @pytest.mark.slow  # ~8 s: a ResNet-18 saved, built and fitted
-def test_a_layer_of_one_pixel_is_not_the_default_and_is_refused(tmp_path, capsys) -> None:
+def test_the_default_layer_has_maps_of_7_pixels_a_coarser_one_warns_one_pixel_is_refused(
+    tmp_path, capsys
+) -> None:
     from repinterp.models.zoo import build_model, save_weights
 
     for c, name in enumerate(("dark", "light")):
@@ -237,7 +239,14 @@ def test_a_layer_of_one_pixel_is_not_the_default_and_is_refused(tmp_path, capsys
     fit += ["--reference", f"imagefolder:{tmp_path / 'imgs'}", "--boundaries", "3", "--quiet"]
     code, out, err = run([*fit, "--out", str(tmp_path / "index")], capsys)
     assert code == 0, err
-    assert "at layer 'layer3'" in out  # layer4, the ResNets' default, is 1 x 1 at 32 px
+    assert "at layer 'layer1'" in out  # 8 x 8; layer4, the ResNets' own, is 1 x 1 at 32 px
+    with pytest.warns(UserWarning) as caught:  # the command line prints it as one line
+        code, out, _ = run([*fit, "--layer", "layer3", "--out", str(tmp_path / "coarse")], capsys)
+    assert code == 0 and "at layer 'layer3'" in out
+    assert [str(w.message) for w in caught] == [
+        "layer 'layer3' of resnet18 gives 2 x 2 feature maps for 32 x 32 px images: its heat "
+        "maps are coarse ('layer1', the default there, gives 8 x 8)"
+    ]
     refused = "layer 'layer4' of resnet18 gives 1 x 1 feature maps for 32 x 32 px images, so "
     refused += "every heat map would be constant: use 'layer3'"
     code, _, err = run([*fit, "--layer", "layer4", "--out", str(tmp_path / "other")], capsys)

@@ -89,7 +89,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--out", help="output folder (evaluation/DATASET-PROTOCOL)")
     add("--model", help=f"architecture (default: the data set's bundled one): {MODELS}")
     add("--weights", help="local weights file of --model")
-    add("--layer", help="target layer name (default: the arch's last conv ReLU)")
+    add("--layer", help="target layer name (default: as fit's, maps of at least 7 x 7)")
 
 
 def _integers(text: str, flag: str) -> tuple[int, ...]:

@@ -43,7 +43,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add(
         "--quick",
         action="store_true",
-        help="600 reference / 200 unseen images of the fixed split, 30 inputs, 20 images for the "
+        help="600 reference / 200 unseen images of the fixed split, 30 inputs, 10 images for the "
         "perturbation metrics, 8 for the sanity checks",
     )
     add("--inputs", type=int, help="reference inputs of reference/similar (200; 30)")
@@ -75,7 +75,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add(
         "--curve-images",
         type=int,
-        help="unseen images per run ROAD/deletion/insertion score (200; 20)",
+        help="unseen images per run ROAD/deletion/insertion score (200; 10)",
     )
     add("--sanity-images", type=int, help="unseen images per run of sanity (100; 8)")
     add(

@@ -22,13 +22,9 @@ from ..core.boundaries import Boundaries, compute_boundaries, project, sample_so
 from ..core.config import FitConfig
 from ..core.reference_index import ReferenceIndex
 from ..data.reference import (
-    Reference,
+    ReferenceSet,
     as_batch,
-    as_reference,
     check_finite_rows,
-    gather_images,
-    iter_batches,
-    reference_size,
 )
 from ..models.split import SplitModel, check_feature_map, model_fingerprint
 from ..runtime.checksums import tensor_sha256
@@ -43,7 +39,7 @@ __all__ = ["build_index"]
 
 def _reference_logits(
     split: SplitModel,
-    reference: Reference,
+    reference: ReferenceSet,
     batch_size: int,
     device: torch.device,
     dtype: torch.dtype,
@@ -51,7 +47,7 @@ def _reference_logits(
 ) -> Tensor:
     """|R| x classes logits of the reference set, in one pass (CPU)."""
     parts = []
-    for images, _ in iter_batches(reference, batch_size, workers):
+    for images, _ in reference.batches(batch_size, workers):
         batch = as_batch(images, dtype, device, what="reference images")
         with torch.inference_mode():
             parts.append(split.head(split.psi(batch)).cpu())
@@ -176,7 +172,7 @@ class _Sources:
 
 def _prepare(
     split: SplitModel,
-    reference: Reference,
+    reference: ReferenceSet,
     plan: ShardPlan,
     config: FitConfig,
     device: torch.device,
@@ -190,9 +186,7 @@ def _prepare(
     if config.sampling != "uniform":
         logits = _reference_logits(split, reference, plan.batch, device, dtype, config.num_workers)
     sources = sample_sources(plan.n, config.n_boundaries, config.seed, config.sampling, logits)
-    source_images = as_batch(
-        gather_images(reference, sources), dtype, device, what="reference images"
-    )
+    source_images = as_batch(reference.gather(sources), dtype, device, what="reference images")
     partial = q = None
     if shards is not None:
         settings = _build_settings(split, plan, config, source_images, device, features)
@@ -261,7 +255,7 @@ def _index_shard(
 
 def _index_shards(
     split: SplitModel,
-    reference: Reference,
+    reference: ReferenceSet,
     plan: ShardPlan,
     shard_ids: Sequence[int],
     q: Boundaries,
@@ -275,7 +269,7 @@ def _index_shards(
     `_index_shard` returns (not kept here once yielded, so that one shard of feature maps
     is alive at a time)."""
     ranges = plan.batches(shard_ids)
-    batches = iter_batches(reference, plan.batch, num_workers, ranges, device.type == "cuda")
+    batches = reference.batches(plan.batch, num_workers, ranges, device.type == "cuda")
     for k in shard_ids:
         yield (k, *_index_shard(split, batches, plan, k, q, sources, input_shape, device, dtype))
 
@@ -305,7 +299,7 @@ def _keep(
 @exact_float32()
 def build_index(
     split: SplitModel,
-    reference: Reference,
+    reference: ReferenceSet,
     config: FitConfig,
     device: torch.device,
     feature_file: Path | None = None,
@@ -327,8 +321,8 @@ def build_index(
 
     Args:
         split: the model split at the target layer, on ``device``.
-        reference: a reference set (see [`as_reference`][repinterp.data.reference.as_reference]): a
-            tensor, a NumPy array, a Dataset, a DataLoader or a list of images.
+        reference: the reference set, wrapped where it entered
+            ([`as_reference`][repinterp.data.reference.as_reference]).
         config: how ``Q`` is sampled and the reference set read (see
             [`FitConfig`][repinterp.core.config.FitConfig]); the progress bar shows on rank 0 only.
         device: where the model and the index live.
@@ -345,8 +339,7 @@ def build_index(
             output, non-finite logits, projections or boundaries (saying for how many images),
             or a partial folder made with other settings.
     """
-    reference = as_reference(reference)
-    n_ref = reference_size(reference)
+    n_ref = len(reference)
     if n_ref == 0:
         raise ValueError("the reference set is empty")
     rank, world = rank_and_world()

@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 import torch
-from common import parser, ratios, shapes_resnet18, table, write
+from common import interleaved, parser, ratios, shapes_resnet18, table, write
 from pytorch_grad_cam import ScoreCAM
 from pytorch_grad_cam.utils.model_targets import ClassifierOutputTarget
 
@@ -59,9 +59,9 @@ def library_score_cam(model, layer, images, classes) -> torch.Tensor:
     return torch.cat(out)
 
 
-def score_cam_paths(folder: Path, weights: Path, n: int) -> dict:
-    """Seconds of the old and new Score-CAM weights at layer4 and layer2, and their largest
-    difference."""
+def score_cam_paths(folder: Path, weights: Path, n: int, repeats: int) -> dict:
+    """Seconds of the old and new Score-CAM weights at layer4 and layer2 (best of ``repeats``
+    interleaved rounds, and the median ratio per round), and their largest difference."""
     model = build_model("resnet18", 3, weights=weights).eval()
     data = imagefolder(folder, size=64)
     images = torch.stack([data[i][0] for i in range(0, len(data), len(data) // n)][:n])
@@ -69,17 +69,14 @@ def score_cam_paths(folder: Path, weights: Path, n: int) -> dict:
     out = {}
     for layer in ("layer4", "layer2"):
         got: dict[str, torch.Tensor] = {}
-        paths = {
-            "library": lambda layer=layer: library_score_cam(model, layer, images, classes),
-            "batched": lambda layer=layer: channel_weights(
-                "Score-CAM", model, layer, images, classes
-            ),
-        }
-        wall = {}
-        for name, path in paths.items():
-            start = time.perf_counter()
-            got[name] = path()
-            wall[name] = [time.perf_counter() - start]
+
+        def library(layer: str = layer, got: dict = got) -> None:
+            got["library"] = library_score_cam(model, layer, images, classes)
+
+        def batched(layer: str = layer, got: dict = got) -> None:
+            got["batched"] = channel_weights("Score-CAM", model, layer, images, classes)
+
+        wall, _ = interleaved({"library": library, "batched": batched}, repeats)
         out[layer] = ratios(wall, "library") | {
             "max_abs_difference": float((got["library"] - got["batched"]).abs().max()),
             "channels": got["library"].shape[1],
@@ -134,13 +131,16 @@ def main() -> None:
     p.add_argument("--root", type=Path, help="folder for the images, weights and outputs (temp)")
     p.add_argument("--protocol", default="unseen", help="protocol (unseen)")
     p.add_argument("--images", type=int, default=4, help="images of the Score-CAM comparison (4)")
+    p.add_argument("--repeats", type=int, default=3, help="rounds of the Score-CAM comparison (3)")
     p.add_argument("--old-layer", action="store_true", help="also run it with --layer layer4")
+    p.add_argument("--skip-evaluate", action="store_true", help="the Score-CAM comparison only")
     args = p.parse_args()
     with tempfile.TemporaryDirectory() as scratch:
         root = args.root or Path(scratch)
         folder, weights = shapes_resnet18(root)
-        results = {"score_cam": score_cam_paths(folder, weights, args.images)}
-        results["quick"] = evaluate_quick(folder, weights, root / "quick", args.protocol, [])
+        results = {"score_cam": score_cam_paths(folder, weights, args.images, args.repeats)}
+        if not args.skip_evaluate:
+            results["quick"] = evaluate_quick(folder, weights, root / "quick", args.protocol, [])
         if args.old_layer:
             results["quick_layer4"] = evaluate_quick(
                 folder, weights, root / "quick4", args.protocol, ["--layer", "layer4"]
@@ -151,14 +151,19 @@ def main() -> None:
             r["channels"],
             r["library_s"],
             r["batched_s"],
-            r["library_s"] / r["batched_s"],
+            1 / r["batched_paired_ratio"],
             r["max_abs_difference"],
         ]
         for layer, r in results["score_cam"].items()
     ]
-    table(["layer", "channels", "library (s)", "batched (s)", "speed-up", "max |diff|"], rows)
+    table(
+        ["layer", "channels", "library (s)", "batched (s)", "speed-up (paired)", "max |diff|"], rows
+    )
     print()
     runs = [results[key] for key in ("quick", "quick_layer4") if key in results]
+    if not runs:
+        write(results, args)
+        return
     table(
         ["layer", "runs", "wall (s)", "load before/after", *runs[0]["method_s_per_run"]],
         [

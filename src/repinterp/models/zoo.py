@@ -217,15 +217,18 @@ def target_layer_for(arch: str, input_shape: Sequence[int], layer: str | None = 
             finer = locate_split(model, input_shape, min_side=side).layer
         except ValueError:
             return name  # no other layer splits: the split says why
-        finer_size = " x ".join(map(str, _map_size(model, finer, input_shape)))
+        finer_map = _map_size(model, finer, input_shape)
+        finer_size = " x ".join(map(str, finer_map))
         if layer is None:
-            if min(_map_size(model, finer, input_shape)) < side:
+            if min(finer_map) < side:
                 warnings.warn(
                     f"no layer of {arch} gives feature maps of {side} x {side} pixels for {size} "
                     f"px images: using {finer!r}, the finest ({finer_size})",
                     stacklevel=2,
                 )
             return finer
+        if finer == name:  # the finest there is
+            return name
         warnings.warn(
             f"layer {name!r} of {arch} gives {found[0]} x {found[1]} feature maps for {size} px "
             f"images: its heat maps are coarse ({finer!r}, the default there, gives {finer_size})",

@@ -306,3 +306,14 @@ def test_fit_prints_the_models_accuracy_on_the_reference_images(digits_index, tm
     right = int((index.predictions == index.labels).sum())
     share = f"{100 * right / len(index):.1f}%"
     assert f"the model's accuracy on them: {share} ({right} of {len(index)})" in stdout
+
+
+def test_quick_cuts_the_perturbation_metrics_and_says_so_in_its_command() -> None:
+    from repinterp.cli.evaluate import prepare
+
+    evaluate = ["evaluate", "--dataset", "digits", "--protocol", "reference", "--device", "cpu"]
+    _, quick, command = prepare(build_parser().parse_args([*evaluate, "--quick"]))
+    assert (quick.runs, quick.n_inputs, quick.curve_images, quick.curve_inputs) == (2, 30, 10, 2)
+    assert "--quick" in command
+    _, full, _ = prepare(build_parser().parse_args(evaluate))
+    assert (full.runs, full.n_inputs, full.curve_images, full.curve_inputs) == (5, 200, 200, 40)

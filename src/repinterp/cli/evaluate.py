@@ -44,7 +44,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--quick",
         action="store_true",
         help="600 reference / 200 unseen images of the fixed split, 30 inputs, 10 images for the "
-        "perturbation metrics, 8 for the sanity checks",
+        "perturbation metrics (reference: the top 10 of 2 inputs), 8 for the sanity checks",
     )
     add("--inputs", type=int, help="reference inputs of reference/similar (200; 30)")
     add(
@@ -115,6 +115,7 @@ def prepare(args: argparse.Namespace) -> tuple[Setup, Options, str]:
     chosen = {
         "runs": sizes["runs"] if args.runs is None else args.runs,
         "n_inputs": sizes["n_inputs"] if args.inputs is None else args.inputs,
+        "curve_inputs": sizes["curve_inputs"],
         "split": "fixed" if args.fixed_split else sizes["split"],
         "curve_images": sizes["curve_images"] if args.curve_images is None else args.curve_images,
         "sanity_images": (

@@ -73,6 +73,49 @@ def balance(model: nn.Module, images: Tensor, batch_size: int = 64) -> nn.Module
     return model
 
 
+SHAPE_NAMES = ("circle", "square", "triangle")
+
+
+def shapes_resnet18(root: Path, n: int = 1000, size: int = 64) -> tuple[Path, Path]:
+    """A user's case without downloads: ``n`` images of the bundled ``shapes`` generator
+    (3 classes, ``size`` px) written as an image folder ``root/data/<class>/<i>.png``, and a
+    torchvision ResNet-18 (random trunk, seed 0; its last layer the least-squares fit of +-1
+    class targets on the folder, so it predicts every class) saved to
+    ``root/resnet18.safetensors``. Kept when both are there already.
+
+    Returns:
+        ``(folder, weights file)``.
+    """
+    from PIL import Image
+
+    from repinterp.data.datasets import imagefolder
+    from repinterp.data.shape_drawing import draw_shapes
+    from repinterp.models.zoo import build_model, save_weights
+
+    folder, weights = root / "data", root / "resnet18.safetensors"
+    if folder.is_dir() and weights.is_file():
+        return folder, weights
+    drawn = draw_shapes(n, seed=0, size=size)
+    for i in range(n):
+        target = folder / SHAPE_NAMES[int(drawn.labels[i])] / f"{i}.png"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        pixels = (drawn.images[i] * 255).round().byte().permute(1, 2, 0).numpy()
+        Image.fromarray(pixels).save(target)
+    model = build_model("resnet18", num_classes=len(SHAPE_NAMES), seed=0).eval()
+    train = imagefolder(folder, size=size)
+    images = torch.stack([train[i][0] for i in range(len(train))])
+    with torch.no_grad():
+        pooled = nn.Sequential(*list(model.children())[:-1])(images).flatten(1).double()
+        design = torch.cat([pooled, torch.ones(len(pooled), 1, dtype=torch.float64)], 1)
+        targets = 2 * nn.functional.one_hot(train.labels, len(SHAPE_NAMES)).double() - 1
+        gram = design.T @ design + 1e-3 * torch.eye(design.shape[1], dtype=torch.float64)
+        solution = torch.linalg.solve(gram, design.T @ targets)
+        model.fc.weight.copy_(solution[:-1].T.float())
+        model.fc.bias.copy_(solution[-1].float())
+    save_weights(model, weights)
+    return folder, weights
+
+
 class RandomImages(Dataset):
     """``n`` images of ``shape`` drawn from N(0, 1), made when asked (never all in memory);
     image ``i`` is the same every time."""

@@ -175,7 +175,9 @@ def test_degenerate_single_class() -> None:
     with torch.no_grad():
         model.fc3.bias.copy_(torch.tensor([100.0, 0, 0, 0]))
     images = randn(50, 1, 12, 12)
-    ri = RepresentativeInterpreter(model, "relu2", n_boundaries=10, progress=False).fit(images)
+    ri = RepresentativeInterpreter(model, "relu2", n_boundaries=10, progress=False)
+    with pytest.warns(UserWarning, match="predicts class 0 for all 50 reference images"):
+        ri.fit(images)
     e = ri.explain(images[0])
     assert e.boundaries.numel() == 0 and e.representativeness == 50
     assert not e.has_heatmap and "D(x) is empty" in e.message

@@ -25,11 +25,10 @@ from .data.datasets import ImageTransform
 from .data.inputs import Transform, as_input, as_inputs
 from .data.reference import (
     Reference,
+    ReferenceSet,
     as_batch,
     as_reference,
     check_finite_rows,
-    gather_images,
-    reference_size,
 )
 from .models.split import (
     LayerSpec,
@@ -175,9 +174,9 @@ class RepresentativeInterpreter:
         self.target_layer: str | None = self._split.layer if self._split is not None else None
         self.allow_nonlinear_head = allow_nonlinear_head
         self.index: ReferenceIndex | None = None
-        # the reference set of the last fit (as as_reference gives it), to draw its images;
-        # None after load: set it to the set the index was fitted on to draw them again
-        self.reference: Reference | None = None
+        # the reference set of the last fit (wrapped, as as_reference gives it), to draw its
+        # images; None after load: set it to the set the index was fitted on to draw them again
+        self.reference: Reference | ReferenceSet | None = None
         self._feature_dir: tempfile.TemporaryDirectory | None = None
 
     def __repr__(self) -> str:
@@ -246,7 +245,7 @@ class RepresentativeInterpreter:
     @exact_float32()
     def fit(
         self,
-        reference: Reference,
+        reference: Reference | ReferenceSet,
         class_names: list[str] | None = None,
         keep_features: bool = False,
         shards: Shards | None = None,
@@ -272,8 +271,10 @@ class RepresentativeInterpreter:
                 [`Shards`][repinterp.store.shards.Shards]).
 
         Returns:
-            self, which keeps ``reference`` (as its attribute ``reference``, not a copy)
-            to draw its images
+            self, which keeps ``reference`` to draw its images (as its attribute
+            ``reference``: wrapped once where it entered, a
+            [`ReferenceSet`][repinterp.data.reference.ReferenceSet] whose ``source`` is
+            ``reference``, not a copy)
             ([`reference_images`][repinterp.interpreter.RepresentativeInterpreter.reference_images],
             ``Interpretation.show``).
 
@@ -302,12 +303,20 @@ class RepresentativeInterpreter:
             dtype=self.dtype,
         )
         self._feature_dir = feature_dir
-        if len(index.boundaries) < self.n_boundaries:
-            import warnings
+        import warnings
 
+        if len(index.boundaries) < self.n_boundaries:
             warnings.warn(
                 f"n_boundaries={self.n_boundaries} > |R|={len(index)}: Q has "
                 f"{len(index.boundaries)} boundaries, one per reference image",
+                stacklevel=2,
+            )
+        predicted = index.predictions.unique()
+        if len(predicted) == 1 and index.n_classes > 1:
+            warnings.warn(
+                f"the model predicts class {int(predicted[0])} for all {len(index)} reference "
+                "images: every other class is empty, so no explanation has a boundary to draw "
+                "(is the normalisation the one the model was trained with?)",
                 stacklevel=2,
             )
         if class_names is not None and len(class_names) != index.n_classes:
@@ -332,11 +341,11 @@ class RepresentativeInterpreter:
         self.reference = reference
         return self
 
-    def _locate(self, reference: Reference) -> None:
+    def _locate(self, reference: ReferenceSet) -> None:
         """Choose the target layer with the first reference image's shape."""
-        if reference_size(reference) == 0:
+        if len(reference) == 0:
             raise ValueError("the reference set is empty")
-        first = gather_images(reference, torch.zeros(1, dtype=torch.long))
+        first = reference.gather(torch.zeros(1, dtype=torch.long))
         first = as_batch(first, self.dtype, self.device, what="reference images")
         self._split = locate_split(
             self.model, tuple(first.shape[1:]), self.allow_nonlinear_head, self.output
@@ -386,16 +395,16 @@ class RepresentativeInterpreter:
         Raises:
             ValueError: ``reference`` holds another number of images than the index.
         """
-        source = self.reference if reference is None else as_reference(reference)
-        if source is None:
+        if reference is None and self.reference is None:
             return None
-        n = reference_size(source)
+        source = as_reference(self.reference if reference is None else reference)
+        n = len(source)
         if n != len(self.fitted_index):
             raise ValueError(
                 f"the reference set holds {n} images; the index was fitted on "
                 f"{len(self.fitted_index)}"
             )
-        return gather_images(source, torch.as_tensor(indices, dtype=torch.long))
+        return source.gather(torch.as_tensor(indices, dtype=torch.long))
 
     # ------------------------------------------------------------------ features
     def _batches(self, images: Tensor) -> list[Tensor]:

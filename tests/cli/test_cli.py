@@ -242,7 +242,9 @@ def test_model_and_weights_are_checked_before_the_image_folder(tmp_path, capsys)
 
 
 @pytest.mark.slow  # ~8 s: a ResNet-18 saved, built and fitted
-def test_a_layer_of_one_pixel_is_not_the_default_and_is_refused(tmp_path, capsys) -> None:
+def test_the_default_layer_has_maps_of_7_pixels_a_coarser_one_warns_one_pixel_is_refused(
+    tmp_path, capsys
+) -> None:
     from repinterp.models.zoo import build_model, save_weights
 
     for c, name in enumerate(("dark", "light")):
@@ -257,7 +259,14 @@ def test_a_layer_of_one_pixel_is_not_the_default_and_is_refused(tmp_path, capsys
     fit += ["--reference", f"imagefolder:{tmp_path / 'imgs'}", "--boundaries", "3", "--quiet"]
     code, out, err = run([*fit, "--out", str(tmp_path / "index")], capsys)
     assert code == 0, err
-    assert "at layer 'layer3'" in out  # layer4, the ResNets' default, is 1 x 1 at 32 px
+    assert "at layer 'layer1'" in out  # 8 x 8; layer4, the ResNets' own, is 1 x 1 at 32 px
+    with pytest.warns(UserWarning) as caught:  # the command line prints it as one line
+        code, out, _ = run([*fit, "--layer", "layer3", "--out", str(tmp_path / "coarse")], capsys)
+    assert code == 0 and "at layer 'layer3'" in out
+    assert [str(w.message) for w in caught] == [
+        "layer 'layer3' of resnet18 gives 2 x 2 feature maps for 32 x 32 px images: its heat "
+        "maps are coarse ('layer1', the default there, gives 8 x 8)"
+    ]
     refused = "layer 'layer4' of resnet18 gives 1 x 1 feature maps for 32 x 32 px images, so "
     refused += "every heat map would be constant: use 'layer3'"
     code, _, err = run([*fit, "--layer", "layer4", "--out", str(tmp_path / "other")], capsys)
@@ -364,3 +373,26 @@ def test_explain_and_report_draw_an_input_with_no_similar_image(
         assert summary["similar"] == [] and list(summary["masked_scores"]) == ["input"]
         with Image.open(tmp_path / "x" / f"{name}.png") as image:
             assert image.format == "PNG"
+
+
+def test_fit_prints_the_models_accuracy_on_the_reference_images(digits_index, tmp_path, capsys):
+    weights, _ = digits_index
+    out = tmp_path / "index"
+    fit = ["fit", "--model", "digits_cnn", "--weights", str(weights), "--reference", "digits"]
+    code, stdout, _ = run([*fit, "--boundaries", "5", "--out", str(out), "--quiet"], capsys)
+    assert code == 0
+    index = open_index(out, progress=False).interpreter.fitted_index
+    right = int((index.predictions == index.labels).sum())
+    share = f"{100 * right / len(index):.1f}%"
+    assert f"the model's accuracy on them: {share} ({right} of {len(index)})" in stdout
+
+
+def test_quick_cuts_the_perturbation_metrics_and_says_so_in_its_command() -> None:
+    from repinterp.cli.evaluate import prepare
+
+    evaluate = ["evaluate", "--dataset", "digits", "--protocol", "reference", "--device", "cpu"]
+    _, quick, command = prepare(build_parser().parse_args([*evaluate, "--quick"]))
+    assert (quick.runs, quick.n_inputs, quick.curve_images, quick.curve_inputs) == (2, 30, 10, 2)
+    assert "--quick" in command
+    _, full, _ = prepare(build_parser().parse_args(evaluate))
+    assert (full.runs, full.n_inputs, full.curve_images, full.curve_inputs) == (5, 200, 200, 40)

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from repinterp import FitConfig, RepresentativeInterpreter
+from repinterp.data.reference import as_reference
 from repinterp.store.index_build import build_index
 
 from ..networks import random_setup
@@ -59,9 +60,10 @@ def test_a_config_gives_the_index_the_keywords_give() -> None:
     for name, tensor in tensors_a.items():
         assert torch.equal(tensor, tensors_b[name]), name
     # build_index reads the whole config: another |Q| or sampling gives another Q
+    reference = as_reference(images)
     for change in ({"n_boundaries": 5}, {"sampling": "uniform"}):
         other = dataclasses.replace(config, **change)
-        sources = build_index(by_config.split, images, other, torch.device("cpu")).sources
+        sources = build_index(by_config.split, reference, other, torch.device("cpu")).sources
         assert len(sources) == other.n_boundaries and not torch.equal(sources[:5], a.sources[:5])
-    again = build_index(by_config.split, images, config, torch.device("cpu"))
+    again = build_index(by_config.split, reference, config, torch.device("cpu"))
     assert torch.equal(again.sources, a.sources)

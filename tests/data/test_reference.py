@@ -19,6 +19,7 @@ from torch.utils.data import (
 from repinterp import RepresentativeInterpreter
 from repinterp.data.reference import (
     IMAGE_KEYS,
+    ReferenceSet,
     all_finite,
     as_reference,
     check_finite_rows,
@@ -127,10 +128,33 @@ def test_numpy_channels_first_and_last(setup) -> None:
     _same(_fit(model, readonly), expected)
 
 
+@pytest.mark.parametrize("kind", ["tensor", "numpy", "dataloader"])
+def test_a_fit_wraps_the_reference_set_once_where_it_enters(setup, kind, monkeypatch) -> None:
+    model, images, labels, expected = setup
+    reference = {
+        "tensor": images,
+        "numpy": images.numpy(),
+        "dataloader": DataLoader(TensorDataset(images, labels), batch_size=7),
+    }[kind]
+    wrapped: list[ReferenceSet] = []
+    init = ReferenceSet.__post_init__
+
+    def counted(self: ReferenceSet) -> None:
+        wrapped.append(self)
+        init(self)
+
+    monkeypatch.setattr(ReferenceSet, "__post_init__", counted)
+    ri = RepresentativeInterpreter(model, "relu2", n_boundaries=8, batch_size=16, progress=False)
+    _same(ri.fit(reference).index, expected, labels if kind == "dataloader" else None)
+    assert len(wrapped) == 1 and ri.reference is wrapped[0]
+    assert torch.equal(ri.reference_images([3, 1]), images[[3, 1]])
+    assert len(wrapped) == 1  # drawn from the set wrapped at fit
+
+
 def test_numpy_rule_keeps_channels_first_when_both_could_be_channels() -> None:
     array = np.zeros((2, 3, 5, 3), np.float32)
-    assert as_reference(array).shape == (2, 3, 5, 3)
-    assert as_reference(np.zeros((2, 5, 5, 3), np.float32)).shape == (2, 3, 5, 5)
+    assert as_reference(array).source.shape == (2, 3, 5, 3)
+    assert as_reference(np.zeros((2, 5, 5, 3), np.float32)).source.shape == (2, 3, 5, 5)
 
 
 @pytest.mark.parametrize(

@@ -172,6 +172,35 @@ def test_reuse_takes_one_forward_pass_per_batch(method):
     assert calls == [2, 2, 1]
 
 
+class _LibraryScoreCAM(CAM_METHODS["Score-CAM"]):
+    """pytorch-grad-cam's own Score-CAM, its weights kept."""
+
+    def get_cam_weights(self, *args):
+        self.recorded = super().get_cam_weights(*args)
+        return self.recorded
+
+
+@pytest.mark.parametrize("name", ["tiny", "tiny_gap"])
+@pytest.mark.parametrize("batch", [1, 3, 64])
+def test_batched_score_cam_weights_are_the_librarys(name, batch, request):
+    model, layer, _, size = _setup(name, request)
+    x = images(3, size, seed=4) * 2 - 1
+    with torch.no_grad():  # channel 0 all zero after the ReLU: its masked copies are all zero
+        model[2].weight[0] = 0
+        model[2].bias[0] = -1
+    classes = torch.tensor([0, 2, 1])
+    weights = channel_weights("Score-CAM", model, layer, x, classes, batch_size=batch)
+    expected = []
+    for image, c in zip(x, classes, strict=True):
+        with _LibraryScoreCAM(model, target_layers=[layer]) as cam:
+            cam(image[None], targets=[ClassifierOutputTarget(int(c))])
+            expected.append(torch.from_numpy(cam.recorded))
+    torch.testing.assert_close(weights, torch.cat(expected), atol=1e-6, rtol=1e-5)
+    predicted = ReusableCAM("Score-CAM", model, layer, batch_size=batch)
+    predicted.fit(x)
+    assert torch.equal(predicted.classes, model(x).argmax(1))
+
+
 def test_score_cam_is_quiet_unless_asked(capsys):
     model = tiny_cnn()
     channel_weights("Score-CAM", model, model[3], images(1))

@@ -8,7 +8,7 @@ from torch import nn
 
 from repinterp.models.split import locate_split, model_fingerprint, resolve_layer, split_model
 
-from ..networks import randn, tiny_mlp_cnn, triangle_model
+from ..networks import randn, tiny_gap_cnn, tiny_mlp_cnn, triangle_model
 
 
 @pytest.mark.parametrize(
@@ -294,3 +294,11 @@ def test_the_graph_fingerprint_follows_module_types_and_operations() -> None:
         c.fc3.bias[0] += 1
     c.relu1 = nn.LeakyReLU(0.01)
     assert split_model(b, "relu2").fingerprint == split_model(c, "relu2").fingerprint
+
+
+def test_locate_split_with_a_least_side_takes_the_last_layer_that_reaches_it_else_the_finest():
+    model = tiny_gap_cnn().eval()  # "1": 8 x 16 x 16, "3": 16 x 8 x 8, then a global pool
+    assert locate_split(model, (3, 16, 16)).layer == "3"
+    assert locate_split(model, (3, 16, 16), min_side=8).layer == "3"
+    assert locate_split(model, (3, 16, 16), min_side=9).layer == "1"
+    assert locate_split(model, (3, 16, 16), min_side=20).layer == "1"  # none reaches: the finest

@@ -1,3 +1,5 @@
+import warnings
+
 import pytest
 import torch
 from torch import nn
@@ -198,22 +200,42 @@ def test_unknown_arch_lists_the_choices():
             call()
 
 
-def test_the_target_layer_has_more_than_one_pixel_at_the_input_size():
-    # At 32 px a ResNet's layer4 is 1 x 1: every heat map of it would be a constant.
-    assert zoo.target_layer_for("resnet18", (3, 32, 32)) == "layer3"
-    assert zoo.target_layer_for("resnet50", (3, 16, 16)) == "layer2"
+def test_the_default_layer_has_maps_of_seven_pixels_a_side_at_the_input_size():
+    # At 64 px a ResNet-18's layer4 is 2 x 2 (heat maps of four cells), layer2 8 x 8; at 32 px
+    # layer1 is the last with 7 x 7 (8 x 8).
     model = zoo.build_model("resnet18", 3)
-    assert _features_at(model, "layer4", torch.zeros(1, 3, 32, 32)).shape[2:] == (1, 1)
-    assert _features_at(model, "layer3", torch.zeros(1, 3, 32, 32)).shape[2:] == (2, 2)
-    # Where the arch's own layer has more than one pixel, it stays.
-    for arch, shape in (
-        ("resnet18", (3, 64, 64)),
-        ("vgg11", (3, 32, 32)),
-        ("mnist_cnn", (1, 28, 28)),
-    ):
-        assert zoo.target_layer_for(arch, shape) == zoo.default_target_layer(arch)
-    assert zoo.target_layer_for("resnet18", (3, 64, 64), "layer4") == "layer4"  # 2 x 2
-    assert zoo.target_layer_for("resnet18", (1, 32, 32), "layer2.0") == "layer2.0"
+    sizes = {
+        layer: _features_at(model, layer, torch.zeros(1, 3, 64, 64)).shape[2:]
+        for layer in ("layer2", "layer3", "layer4")
+    }
+    assert sizes == {"layer2": (8, 8), "layer3": (4, 4), "layer4": (2, 2)}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the default is chosen without a word
+        assert zoo.target_layer_for("resnet18", (3, 64, 64)) == "layer2"
+        assert zoo.target_layer_for("resnet18", (3, 32, 32)) == "layer1"
+        assert zoo.target_layer_for("resnet50", (3, 16, 16)) == "relu"  # the stem, 8 x 8
+        # Where the arch's own layer is fine enough, it stays: 7 x 7 and up, or half of a small
+        # image's side (the bundled digits_cnn: 4 x 4 of 8 x 8 digits).
+        for arch, shape in (
+            ("resnet18", (3, 224, 224)),
+            ("vgg19", (3, 224, 224)),
+            ("vgg11", (3, 112, 112)),
+            ("mnist_cnn", (1, 28, 28)),
+            ("digits_cnn", (1, 8, 8)),
+            ("shapes_cnn", (3, 56, 56)),
+            ("shapes_cnn", (3, 64, 64)),
+        ):
+            assert zoo.target_layer_for(arch, shape) == zoo.default_target_layer(arch), arch
+        assert zoo.target_layer_for("resnet18", (1, 32, 32), "layer1.0") == "layer1.0"
+
+
+def test_a_coarser_layer_asked_for_is_kept_with_a_one_line_warning():
+    with pytest.warns(UserWarning) as caught:
+        assert zoo.target_layer_for("resnet18", (3, 64, 64), "layer4") == "layer4"
+    assert [str(w.message) for w in caught] == [
+        "layer 'layer4' of resnet18 gives 2 x 2 feature maps for 64 x 64 px images: its heat "
+        "maps are coarse ('layer2', the default there, gives 8 x 8)"
+    ]
 
 
 def test_a_target_layer_of_one_pixel_is_refused_naming_a_better_one():

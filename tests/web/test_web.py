@@ -773,3 +773,24 @@ def test_viewer_on_cuda_answers_like_on_cpu(viewer):
     assert json.loads(gpu.export("r7", "json"))["key"] == "r7"
     assert gpu.upload(png_bytes(np.eye(28)))["source"] == "upload"
     assert gpu.wait_for_regions(120) and gpu.regions()["status"] == "ready"
+
+
+def test_a_script_that_builds_the_viewer_and_exits_at_once_exits_cleanly(index_folder, tmp_path):
+    """The regions thread is still running torch (its gallery's cards) when such a script ends:
+    it is stopped and joined at exit, not killed mid-way (``terminate called without an active
+    exception``, exit 134)."""
+    folder = shutil.copytree(index_folder, tmp_path / "index")
+    assert Viewer(_opened(folder), n_regions=3).wait_for_regions(REGIONS_TIMEOUT)  # kept there
+    script = (
+        "from repinterp.web import create_app\n"
+        "from repinterp.workspace import open_index\n"
+        f"app = create_app(open_index({str(folder)!r}, progress=False), n_regions=3)\n"
+        "assert app.state.viewer.regions()['status'] == 'computing'\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_NUM_THREADS")}  # torch's pool
+    for _ in range(3):
+        done = subprocess.run(
+            [sys.executable, "-c", script], capture_output=True, text=True, timeout=300, env=env
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert "terminate called" not in done.stderr

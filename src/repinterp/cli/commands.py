@@ -184,6 +184,9 @@ def _fit(args: argparse.Namespace) -> None:
         f"{ws.interpreter.target_layer!r} with {world} process(es) in "
         f"{time.perf_counter() - start:.1f} s -> {out}"
     )
+    if index.labels is not None and len(index):
+        right, n = int((index.predictions == index.labels).sum()), len(index)
+        print(f"the model's accuracy on them: {100 * right / n:.1f}% ({right} of {n})")
 
 
 # ----------------------------------------------------------------------------- explain

@@ -45,8 +45,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add(
         "--quick",
         action="store_true",
-        help="600 reference / 200 unseen images of the fixed split, 30 inputs, 20 images for the "
-        "perturbation metrics, 8 for the sanity checks",
+        help="600 reference / 200 unseen images of the fixed split, 30 inputs, 10 images for the "
+        "perturbation metrics (reference: the top 10 of 2 inputs), 8 for the sanity checks",
     )
     add("--inputs", type=int, help="reference inputs of reference/similar (200; 30)")
     add(
@@ -77,7 +77,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add(
         "--curve-images",
         type=int,
-        help="unseen images per run ROAD/deletion/insertion score (200; 20)",
+        help="unseen images per run ROAD/deletion/insertion score (200; 10)",
     )
     add("--sanity-images", type=int, help="unseen images per run of sanity (100; 8)")
     add(
@@ -91,14 +91,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--out", help="output folder (evaluation/DATASET-PROTOCOL)")
     add("--model", help=f"architecture (default: the data set's bundled one): {MODELS}")
     add("--weights", help="local weights file of --model")
-    add("--layer", help="target layer name (default: the arch's last conv ReLU)")
+    add("--layer", help="target layer name (default: as fit's, maps of at least 7 x 7)")
     add(
         "--model-seeds",
         type=int,
         metavar="N",
-        help="train N models (mnist5k, shapes, digits: the recipe of the bundled weights, seeds "
-        "0..N-1, on the data-seed-0 reference part) and run each run on its own model: run r "
-        "on model r, so --runs defaults to N; cached in --model-cache",
+        help="train N models (mnist5k, mnist-super, shapes, shapes-mix:P, digits: the recipe "
+        "of the bundled weights, seeds 0..N-1, on the data-seed-0 reference part) and run each "
+        "run on its own model: run r on model r, so --runs defaults to N; cached in "
+        "--model-cache",
     )
     add(
         "--model-cache",
@@ -141,6 +142,7 @@ def prepare(args: argparse.Namespace) -> tuple[Setup, Options, str]:
     chosen = {
         "runs": runs if args.runs is None else args.runs,
         "n_inputs": sizes["n_inputs"] if args.inputs is None else args.inputs,
+        "curve_inputs": sizes["curve_inputs"],
         "split": "fixed" if args.fixed_split else sizes["split"],
         "curve_images": sizes["curve_images"] if args.curve_images is None else args.curve_images,
         "sanity_images": (

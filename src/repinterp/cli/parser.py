@@ -171,7 +171,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--layer",
         help="target layer name (default: the arch's own, e.g. VGG's last conv ReLU or a "
-        "ResNet's layer4, or the last layer with more than one pixel at the image size)",
+        "ResNet's layer4, where its maps are at least 7 x 7 at the image size, else the last "
+        "layer whose maps are, e.g. a ResNet's layer2 at 64 px)",
     )
     p.add_argument("--reference", required=True, help=f"reference data: {DATASETS}")
     p.add_argument(

@@ -19,16 +19,18 @@ A reference set is what [`build_index`][repinterp.store.index_build.build_index]
 - a ``DataLoader`` over an ``IterableDataset`` (or that Dataset itself): it has no random
   access, so it is read once, in order, into memory.
 
-Every kind is handled by [`reference_size`][repinterp.data.reference.reference_size],
-[`iter_batches`][repinterp.data.reference.iter_batches] and
-[`gather_images`][repinterp.data.reference.gather_images] and nowhere else. Every batch the engine
-computes on passes [`as_batch`][repinterp.data.reference.as_batch].
+A set is wrapped once, where it enters the engine (`as_reference` gives a
+[`ReferenceSet`][repinterp.data.reference.ReferenceSet], and gives one back unchanged), and the
+wrapped set is passed down: its size, batches and single images are read through it, and every
+kind is told apart there and nowhere else. Every batch the engine computes on passes
+[`as_batch`][repinterp.data.reference.as_batch].
 """
 
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -52,14 +54,12 @@ __all__ = [
     "IMAGE_KEYS",
     "LABEL_KEYS",
     "Reference",
+    "ReferenceSet",
     "all_finite",
     "as_batch",
     "as_reference",
     "check_finite_rows",
     "check_images",
-    "gather_images",
-    "iter_batches",
-    "reference_size",
 ]
 
 Reference = Tensor | np.ndarray | Dataset | DataLoader | Sequence[Any]
@@ -155,22 +155,26 @@ def _read_all(loader: DataLoader) -> Tensor | TensorDataset:
     return TensorDataset(torch.cat(images), torch.cat(labels)) if labels else torch.cat(images)
 
 
-def as_reference(reference: Reference) -> Tensor | Dataset | DataLoader | Sequence[Any]:
-    """``reference`` in a form the engine reads by index (see the module's docstring).
+def as_reference(reference: Reference | ReferenceSet) -> ReferenceSet:
+    """``reference`` wrapped in the form the engine reads by index (see the module's
+    docstring); a `ReferenceSet` is given back as it is.
 
     Raises:
         ValueError: a shuffling DataLoader or one with another sampler; a NumPy array that is
             not 4-D.
         TypeError: anything else that is not a reference set.
     """
+    if isinstance(reference, ReferenceSet):
+        return reference
     if isinstance(reference, np.ndarray):
-        return _from_numpy(reference)
+        return ReferenceSet(_from_numpy(reference))
     if isinstance(reference, IterableDataset):
-        return _read_all(DataLoader(reference, batch_size=64))
+        return ReferenceSet(_read_all(DataLoader(reference, batch_size=64)))
     if isinstance(reference, DataLoader):
         if isinstance(reference.dataset, IterableDataset):
-            return _read_all(reference)
-        if isinstance(reference.sampler, RandomSampler):
+            return ReferenceSet(_read_all(reference))
+        shuffles = isinstance(reference.sampler, RandomSampler)
+        if shuffles:
             raise ValueError(
                 "the reference DataLoader shuffles (shuffle=True), but the index's rows must "
                 "keep one order: pass a DataLoader with shuffle=False, or its dataset"
@@ -183,26 +187,13 @@ def as_reference(reference: Reference) -> Tensor | Dataset | DataLoader | Sequen
                 f"the reference DataLoader has a {type(reference.sampler).__name__}: it is "
                 "read in its dataset's order, so pass that dataset (e.g. a Subset) instead"
             )
-        return reference
+        return ReferenceSet(reference)
     if isinstance(reference, (Tensor, Dataset, list, tuple)):
-        return reference
+        return ReferenceSet(reference)
     raise TypeError(
         f"a reference set must be a tensor, a NumPy array, a Dataset, a DataLoader or a list of "
         f"images, got {type(reference).__name__}"
     )
-
-
-def reference_size(reference: Reference) -> int:
-    """Number of images in a reference set (as returned by
-    [`as_reference`][repinterp.data.reference.as_reference])."""
-    if isinstance(reference, Tensor):
-        return reference.shape[0]
-    if isinstance(reference, DataLoader):
-        reference = reference.dataset
-    try:
-        return len(reference)  # type: ignore[arg-type]
-    except TypeError as exc:
-        raise TypeError("the reference Dataset must define __len__") from exc
 
 
 def check_finite_rows(what: str, *tensors: Tensor) -> None:
@@ -276,26 +267,6 @@ def _collate(items: list[Any]) -> Any:
         ) from exc
 
 
-def _source(reference: Reference) -> tuple[Any, Callable[[list[Any]], Any]]:
-    """The indexable data behind a reference set and the function that batches its items."""
-    if isinstance(reference, DataLoader):
-        batching = reference.batch_sampler is not None
-        collate = reference.collate_fn if batching else _collate
-        return reference.dataset, _collate if collate is default_collate else collate
-    return reference, _collate
-
-
-def _tensors(reference: Reference) -> tuple[Tensor, ...] | None:
-    """The images (and labels) of a reference set held in tensors, sliced as a whole, never
-    item by item: a tensor, or a ``TensorDataset`` read with the default batching; else None."""
-    if isinstance(reference, Tensor):
-        return (reference,)
-    dataset, collate = _source(reference)
-    if type(dataset) is TensorDataset and collate is _collate:
-        return dataset.tensors
-    return None
-
-
 class _RangeSampler(Sampler[list[int]]):
     """Batches of consecutive indices, one ``(start, stop)`` range each."""
 
@@ -309,52 +280,82 @@ class _RangeSampler(Sampler[list[int]]):
         return len(self.ranges)
 
 
-def iter_batches(
-    reference: Reference,
-    batch_size: int,
-    num_workers: int = 0,
-    ranges: Sequence[tuple[int, int]] | None = None,
-    pin_memory: bool = False,
-) -> Iterator[tuple[Tensor, Tensor | None]]:
-    """Yield ``(images N x C x H x W, labels N or None)`` from a reference set (as returned by
-    [`as_reference`][repinterp.data.reference.as_reference]).
+@dataclass(frozen=True, eq=False)
+class ReferenceSet:
+    """A reference set as the engine reads it: wrapped once (`as_reference`), then passed down.
 
-    A Dataset is read with a DataLoader (``num_workers`` worker processes, pinned memory if
-    asked); a DataLoader's dataset with its own ``collate_fn``, ``num_workers`` and
-    ``worker_init_fn``.
-
-    Args:
-        ranges: the ``(start, stop)`` of each batch; default: consecutive batches of
-            ``batch_size`` over the whole set.
+    Attributes:
+        source: the set as given, or what it became to be read by index (a NumPy array's
+            tensor, an iterable set read into memory); not a copy.
     """
-    if ranges is None:
-        n = reference_size(reference)
-        ranges = [(start, min(start + batch_size, n)) for start in range(0, n, batch_size)]
-    tensors = _tensors(reference)
-    if tensors is not None:
-        for start, stop in ranges:
-            yield tensors[0][start:stop], tensors[1][start:stop] if len(tensors) > 1 else None
-        return
-    init = None
-    if isinstance(reference, DataLoader):
-        num_workers, init = reference.num_workers, reference.worker_init_fn
-    dataset, collate = _source(reference)
-    loader = DataLoader(
-        dataset,
-        batch_sampler=_RangeSampler(ranges),
-        num_workers=num_workers,
-        collate_fn=collate,
-        pin_memory=pin_memory,
-        worker_init_fn=init,
-    )
-    for item in loader:
-        yield _split_item(item)
 
+    source: Tensor | Dataset | DataLoader | Sequence[Any]
 
-def gather_images(reference: Reference, indices: Tensor) -> Tensor:
-    """The images at ``indices`` (long) of a reference set, stacked: N x C x H x W."""
-    tensors = _tensors(reference)
-    if tensors is not None:
-        return tensors[0][indices.to(tensors[0].device)]
-    dataset, collate = _source(reference)
-    return _split_item(collate([dataset[int(i)] for i in indices]))[0]
+    def __post_init__(self) -> None:
+        source, collate, workers, init = self.source, _collate, None, None
+        if isinstance(source, DataLoader):
+            own = source.collate_fn if source.batch_sampler is not None else _collate
+            collate = _collate if own is default_collate else own
+            workers, init = source.num_workers, source.worker_init_fn
+            source = source.dataset
+        tensors = None
+        if isinstance(source, Tensor):
+            tensors = (source,)
+        elif type(source) is TensorDataset and collate is _collate:
+            tensors = source.tensors
+        object.__setattr__(self, "_dataset", source)
+        object.__setattr__(self, "_collate", collate)
+        object.__setattr__(self, "_loader", (workers, init))
+        # Images (and labels) held in tensors are sliced as a whole, never item by item.
+        object.__setattr__(self, "_tensors", tensors)
+
+    def __len__(self) -> int:
+        if self._tensors is not None:
+            return self._tensors[0].shape[0]
+        try:
+            return len(self._dataset)
+        except TypeError as exc:
+            raise TypeError("the reference Dataset must define __len__") from exc
+
+    def batches(
+        self,
+        batch_size: int,
+        num_workers: int = 0,
+        ranges: Sequence[tuple[int, int]] | None = None,
+        pin_memory: bool = False,
+    ) -> Iterator[tuple[Tensor, Tensor | None]]:
+        """Yield ``(images N x C x H x W, labels N or None)``.
+
+        A Dataset is read with a DataLoader (``num_workers`` worker processes, pinned memory if
+        asked); a DataLoader's dataset with its own ``collate_fn``, ``num_workers`` and
+        ``worker_init_fn``.
+
+        Args:
+            ranges: the ``(start, stop)`` of each batch; default: consecutive batches of
+                ``batch_size`` over the whole set.
+        """
+        if ranges is None:
+            n = len(self)
+            ranges = [(start, min(start + batch_size, n)) for start in range(0, n, batch_size)]
+        tensors = self._tensors
+        if tensors is not None:
+            for start, stop in ranges:
+                yield tensors[0][start:stop], tensors[1][start:stop] if len(tensors) > 1 else None
+            return
+        workers, init = self._loader
+        loader = DataLoader(
+            self._dataset,
+            batch_sampler=_RangeSampler(ranges),
+            num_workers=num_workers if workers is None else workers,
+            collate_fn=self._collate,
+            pin_memory=pin_memory,
+            worker_init_fn=init,
+        )
+        for item in loader:
+            yield _split_item(item)
+
+    def gather(self, indices: Tensor) -> Tensor:
+        """The images at ``indices`` (long), stacked: N x C x H x W."""
+        if self._tensors is not None:
+            return self._tensors[0][indices.to(self._tensors[0].device)]
+        return _split_item(self._collate([self._dataset[int(i)] for i in indices]))[0]

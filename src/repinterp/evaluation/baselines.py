@@ -12,18 +12,23 @@ the layer's resolution, then per image ``(cam - min) / (max - min + 1e-7)``, the
 antialiasing) to the input's H x W, then the same min-max normalisation again. Values are
 in [0, 1]; a map that is 0 everywhere stays 0.
 
+Score-CAM's weights are the library's (``ScoreCAM.get_cam_weights``: the softmax over channels
+of the class score of the image masked by each channel's upsampled, min-max normalised map),
+computed here with the masked copies forwarded in batches of their own and without the
+library's hooks on them (`_score_cam`); they equal the library's to float tolerance
+(tests/evaluation/test_baselines.py).
+
 Images here are the model's inputs (already normalised), as pytorch-grad-cam expects; the
 model is put in eval mode during a call (each module's mode is restored after) and the
 library's hooks are removed before a call returns.
 """
 
 import contextlib
-import io
-import warnings
 from collections.abc import Iterator
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from pytorch_grad_cam import GradCAM, GradCAMPlusPlus, ScoreCAM
 from pytorch_grad_cam.base_cam import BaseCAM
 from pytorch_grad_cam.utils.model_targets import ClassifierOutputTarget
@@ -33,6 +38,7 @@ from ..core.nearest import nearest_rows
 from ..data.reference import check_images
 from ..models.split import resolve_module
 from ..runtime.devices import eval_mode
+from ..runtime.progress import progress_bar
 
 CAM_METHODS: dict[str, type[BaseCAM]] = {
     "Grad-CAM": GradCAM,
@@ -97,9 +103,10 @@ def channel_weights(
         target_layer: the layer (module, or its name in ``model``) whose output is ``A``.
         images: N x C x H x W model inputs.
         target_classes: (N,) class explained per image; None: the class the model predicts.
-        batch_size: images per library call; None: 1 for Score-CAM (which holds
-            ``batch_size x K`` masked copies of the input at once), 32 otherwise.
-        progress: show Score-CAM's per-image progress bars.
+        batch_size: images per library call; for Score-CAM, masked copies of an image per
+            forward pass. None: 32; for Score-CAM 16 on the CPU (faster per image than larger
+            batches there), 256 on a GPU.
+        progress: show a progress bar of Score-CAM's images.
 
     Returns:
         N x K weights, one per channel of the target layer, as the library's dtype (float32).
@@ -270,15 +277,18 @@ def _fit(
         if int(target_classes.min()) < 0:
             raise ValueError("target_classes must be >= 0")
         target_classes = target_classes.long()
-    if batch_size is None:
-        batch_size = 1 if name == "Score-CAM" else 32
+    if name == "Score-CAM":
+        if batch_size is None:
+            batch_size = 16 if images.device.type == "cpu" else 256
+        _check_batch_size(batch_size)
+        return _score_cam(model, layer, images, target_classes, batch_size, progress)
+    batch_size = 32 if batch_size is None else batch_size
     _check_batch_size(batch_size)
     weights, classes = [], []
     with (
         torch.enable_grad(),
         _frozen_parameters(model),
         _cam(_RECORDING[name], model, layer) as cam,
-        _quiet(not progress and name == "Score-CAM"),
     ):
         cam.compute_input_gradient = cam.uses_gradients
         for start in range(0, n, batch_size):
@@ -291,6 +301,47 @@ def _fit(
             if target_classes is None:
                 classes.append(cam.outputs.detach().argmax(dim=-1).cpu())
     return torch.cat(weights), target_classes if target_classes is not None else torch.cat(classes)
+
+
+def _score_cam(
+    model: nn.Module,
+    layer: nn.Module,
+    images: Tensor,
+    target_classes: Tensor | None,
+    batch_size: int,
+    progress: bool,
+) -> tuple[Tensor, Tensor]:
+    """Score-CAM's (N x K weights, (N,) classes explained), as ``ScoreCAM.get_cam_weights``
+    computes them: each channel's map upsampled (bilinear, ``align_corners=True``) to the
+    image, min-max normalised (``+ 1e-8``), multiplied into the image; the class logit of each
+    masked copy, softmax over the channels. The copies go ``batch_size`` per forward pass, with
+    no hook on the layer (the library records its activations at every pass)."""
+    seen: list[Tensor] = []
+    handle = layer.register_forward_hook(lambda _, __, out: seen.append(out.detach()))
+    try:
+        with torch.no_grad(), eval_mode(model):
+            logits = torch.cat([model(images[i : i + 32]) for i in range(0, len(images), 32)])
+    finally:
+        handle.remove()
+    activations = torch.cat(seen)
+    classes = logits.argmax(-1).cpu() if target_classes is None else target_classes
+    n, k = activations.shape[:2]
+    scores = torch.empty(n, k)
+    bar = progress_bar(total=n * k, desc="Score-CAM weights", unit="pass", enabled=progress)
+    with torch.no_grad(), eval_mode(model), bar:
+        for i in range(n):
+            up = F.interpolate(
+                activations[i : i + 1], size=images.shape[-2:], mode="bilinear", align_corners=True
+            )[0]
+            flat = up.flatten(1)
+            low, high = flat.min(1).values[:, None, None], flat.max(1).values[:, None, None]
+            masks = (up - low) / (high - low + 1e-8)
+            c = int(classes[i])
+            for start in range(0, k, batch_size):
+                masked = images[i] * masks[start : start + batch_size, None]
+                scores[i, start : start + len(masked)] = model(masked)[:, c].float().cpu()
+                bar.update(len(masked))
+    return scores.softmax(-1), classes
 
 
 @contextlib.contextmanager
@@ -323,24 +374,6 @@ def _cam(cls: type[BaseCAM], model: nn.Module, layer: nn.Module) -> Iterator[Bas
             yield cam
         finally:
             cam.activations_and_grads.release()
-
-
-@contextlib.contextmanager
-def _quiet(quiet: bool) -> Iterator[None]:
-    """Silence Score-CAM's per-image tqdm bars while in the block, if ``quiet``.
-
-    pytorch-grad-cam (1.5) offers no switch for them, and tqdm reads ``TQDM_DISABLE`` once, when
-    it is imported, so the bars are silenced where they go: ``sys.stderr`` is redirected for
-    the block (``contextlib.redirect_stderr``; process-wide while it lasts). Warnings raised in
-    the block are kept and shown after it.
-    """
-    if not quiet:
-        yield
-        return
-    with warnings.catch_warnings(record=True) as caught, contextlib.redirect_stderr(io.StringIO()):
-        yield
-    for w in caught:
-        warnings.showwarning(w.message, w.category, w.filename, w.lineno, w.file, w.line)
 
 
 def _method_name(method: CamMethod) -> str:

@@ -78,6 +78,7 @@ from tqdm import tqdm
 from ..core.groups import polytope_groups
 from ..core.nearest import nearest_rows
 from ..core.regions import RegionSet
+from ..runtime.progress import progress_bar
 from .comparison import paired_comparisons
 from .methods import Method, RIMethod
 from .metrics import coverage_metrics, energy_in_mask, purity_at_k
@@ -106,9 +107,15 @@ def _explain_unseen(run: Run) -> Iterator[tuple[str, Any, Tensor, float]]:
     methods = run.options.resolve_methods()
     _prepare(run, methods.values())
     _ = run.regions, run.unseen_centre
-    for name, method in methods.items():
-        explanations, seconds = _timed(method.unseen, run, run.setup.unseen_pixels)
-        yield name, method, explanations, seconds
+    bar = progress_bar(
+        total=len(methods), desc="methods", unit="method", leave=False, enabled=run.options.progress
+    )
+    with bar:
+        for name, method in methods.items():
+            bar.set_postfix_str(f"{name} on {len(run.setup.unseen)} images")
+            explanations, seconds = _timed(method.unseen, run, run.setup.unseen_pixels)
+            yield name, method, explanations, seconds
+            bar.update()
 
 
 def _prepare(run: Run, methods: Iterable[Method]) -> None:

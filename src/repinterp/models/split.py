@@ -554,6 +554,7 @@ def locate_split(
     input_shape: Sequence[int],
     allow_nonlinear_head: bool = False,
     output: OutputFn | None = None,
+    min_side: int | None = None,
 ) -> SplitModel:
     """Split ``model`` at its last spatial layer: the last module to finish in a forward pass
     whose output is N x K x h x w with h x w > 1, that is called once and from whose output
@@ -569,6 +570,9 @@ def locate_split(
         input_shape: C x H x W of its images (one zero image is run through it).
         allow_nonlinear_head: as in [`split_model`][repinterp.models.split.split_model].
         output: as in [`split_model`][repinterp.models.split.split_model].
+        min_side: None: as above. A side in pixels: the last layer whose maps are at least
+            ``min_side x min_side`` instead, or, where none is, the one with the most pixels
+            (the later of equals).
 
     Raises:
         NonlinearHeadError: the head after the last spatial layer is not piecewise linear
@@ -581,13 +585,16 @@ def locate_split(
     for name, _, _ in shapes:
         calls[name] = calls.get(name, 0) + 1
     spatial = [
-        (name, is_pool)
+        (name, is_pool, shape[2:])
         for name, shape, is_pool in reversed(shapes)
         if calls[name] == 1 and shape is not None and len(shape) == 4 and shape[2] * shape[3] > 1
     ]
-    pools = [name for name, is_pool in spatial if is_pool]
+    if min_side is not None:
+        fine = [layer for layer in spatial if min(layer[2]) >= min_side]
+        spatial = fine or sorted(spatial, key=lambda layer: -layer[2][0] * layer[2][1])
+    pools = [name for name, is_pool, _ in spatial if is_pool]
     tried = []
-    for name in [name for name, is_pool in spatial if not is_pool] + pools:
+    for name in [name for name, is_pool, _ in spatial if not is_pool] + pools:
         try:
             return split_model(model, name, allow_nonlinear_head, output)
         except NonlinearHeadError as error:

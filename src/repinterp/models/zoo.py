@@ -10,6 +10,7 @@ repinterp[timm]``); its models are named ``timm:NAME`` (``timm:resnet50``,
 
 from __future__ import annotations
 
+import warnings
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -159,19 +160,43 @@ def default_target_layer(arch: str) -> str:
     return model.target_layer
 
 
+# The side (pixels) of the feature maps the command line's default layer gives at least, where
+# the images allow: the paper's VGG-19 at 224 px has 14 x 14, a ResNet at 224 px 7 x 7.
+MIN_MAP_SIDE = 7
+
+
+def _map_size(model: nn.Module, name: str, input_shape: Sequence[int]) -> tuple[int, ...]:
+    """The h x w of layer ``name``'s output for one image of ``input_shape`` (empty: not an
+    N x K x h x w tensor); ``model`` is on the meta device."""
+    shapes: list[tuple[int, ...]] = []
+    handle = model.get_submodule(name).register_forward_hook(
+        lambda _, __, out: shapes.append(tuple(out.shape) if isinstance(out, Tensor) else ())
+    )
+    try:
+        with torch.inference_mode():
+            model(torch.zeros(1, *input_shape, device="meta"))
+    finally:
+        handle.remove()
+    return shapes[-1][2:] if shapes and len(shapes[-1]) == 4 else ()
+
+
 def target_layer_for(arch: str, input_shape: Sequence[int], layer: str | None = None) -> str:
-    """The layer to interpret for images of ``input_shape``, such that heat maps can show
-    something: its feature maps have more than one pixel (found without computing: the model is
-    built on the meta device).
+    """The layer to interpret for images of ``input_shape``, such that heat maps show
+    something: its feature maps have at least ``s x s`` pixels, ``s`` = `MIN_MAP_SIDE` or half
+    the image's shorter side on smaller images (found without computing: the model is built on
+    the meta device).
 
     Args:
         arch: a name from `ARCHS` or ``timm:NAME``.
         input_shape: C x H x W of the model's inputs.
-        layer: the layer asked for; None:
-            [`default_target_layer`][repinterp.models.zoo.default_target_layer] where its maps have
-            more than one pixel at this size, else the last layer whose maps do, as
-            ``target_layer=None`` finds it ([`locate_split`][repinterp.models.split.locate_split]),
-            e.g. ``layer3`` of a ResNet at 32 px, where ``layer4`` is 1 x 1.
+        layer: the layer asked for, kept (with a one-line warning naming the default where its
+            maps are coarser than ``s x s``); None:
+            [`default_target_layer`][repinterp.models.zoo.default_target_layer] where its maps
+            have ``s x s`` pixels at this size, else the last layer whose maps do, as
+            ``target_layer=None`` finds layers
+            ([`locate_split`][repinterp.models.split.locate_split]), e.g. ``layer2`` (8 x 8) of
+            a ResNet at 64 px, where ``layer4`` is 2 x 2; where no layer reaches ``s x s``, the
+            one with the finest maps, with a warning that says so.
 
     Returns:
         The layer's name.
@@ -183,21 +208,35 @@ def target_layer_for(arch: str, input_shape: Sequence[int], layer: str | None = 
     default = default_target_layer(arch)
     with torch.device("meta"):
         model = _construct(arch, 2, int(input_shape[0])).eval()
-    name, module = resolve_module(model, layer or default)
-    shapes: list[tuple[int, ...]] = []
-    handle = module.register_forward_hook(
-        lambda _, __, out: shapes.append(tuple(out.shape) if isinstance(out, Tensor) else ())
-    )
-    try:
-        with torch.inference_mode():
-            model(torch.zeros(1, *input_shape, device="meta"))
-    finally:
-        handle.remove()
-    if not shapes or len(shapes[-1]) != 4 or shapes[-1][2] * shapes[-1][3] > 1:
-        return name  # spatial, or not a feature map at all (refused where the model is split)
-    if layer is None:
-        return locate_split(model, input_shape).layer
+    name, _ = resolve_module(model, layer or default)
+    side = max(2, min(MIN_MAP_SIDE, -(-min(input_shape[-2:]) // 2)))
     size = f"{input_shape[-2]} x {input_shape[-1]}"
+    found = _map_size(model, name, input_shape)
+    if not found or min(found) >= side:
+        return name  # fine enough, or not a feature map at all (refused where the model is split)
+    if layer is None or found[0] * found[1] > 1:
+        try:
+            finer = locate_split(model, input_shape, min_side=side).layer
+        except ValueError:
+            return name  # no other layer splits: the split says why
+        finer_map = _map_size(model, finer, input_shape)
+        finer_size = " x ".join(map(str, finer_map))
+        if layer is None:
+            if min(finer_map) < side:
+                warnings.warn(
+                    f"no layer of {arch} gives feature maps of {side} x {side} pixels for {size} "
+                    f"px images: using {finer!r}, the finest ({finer_size})",
+                    stacklevel=2,
+                )
+            return finer
+        if finer == name:  # the finest there is
+            return name
+        warnings.warn(
+            f"layer {name!r} of {arch} gives {found[0]} x {found[1]} feature maps for {size} px "
+            f"images: its heat maps are coarse ({finer!r}, the default there, gives {finer_size})",
+            stacklevel=2,
+        )
+        return name
     try:
         instead = f"use {locate_split(model, input_shape).layer!r}, the last layer with more"
     except ValueError:

@@ -18,25 +18,21 @@ from typing import Any
 import numpy as np
 import torch
 from torch import Tensor
-from tqdm.auto import tqdm
 
 from ..core.boundaries import Boundaries, compute_boundaries, project, sample_sources
 from ..core.config import FitConfig
 from ..core.logic import logic_vectors, neuron_boundaries, neuron_count, project_blocks
 from ..core.reference_index import ReferenceIndex
 from ..data.reference import (
-    Reference,
+    ReferenceSet,
     as_batch,
-    as_reference,
     check_finite_rows,
-    gather_images,
-    iter_batches,
-    reference_size,
 )
 from ..models.split import SplitModel, check_feature_map, model_fingerprint
 from ..runtime.checksums import tensor_sha256
 from ..runtime.distributed import broadcast, gather, rank_and_world
 from ..runtime.precision import exact_float32
+from ..runtime.progress import progress_bar
 from .index_folder import FORMAT_VERSION
 from .outputs import claim, record
 from .shards import DEFAULT_SHARD_SIZE, FeatureFile, PartialBuild, ShardPlan, Shards, partial_files
@@ -46,7 +42,7 @@ __all__ = ["build_index"]
 
 def _reference_logits(
     split: SplitModel,
-    reference: Reference,
+    reference: ReferenceSet,
     batch_size: int,
     device: torch.device,
     dtype: torch.dtype,
@@ -54,7 +50,7 @@ def _reference_logits(
 ) -> Tensor:
     """|R| x classes logits of the reference set, in one pass (CPU)."""
     parts = []
-    for images, _ in iter_batches(reference, batch_size, workers):
+    for images, _ in reference.batches(batch_size, workers):
         batch = as_batch(images, dtype, device, what="reference images")
         with torch.inference_mode():
             parts.append(split.head(split.psi(batch)).cpu())
@@ -187,7 +183,7 @@ class _Sources:
 
 def _prepare(
     split: SplitModel,
-    reference: Reference,
+    reference: ReferenceSet,
     plan: ShardPlan,
     config: FitConfig,
     device: torch.device,
@@ -201,9 +197,7 @@ def _prepare(
     if config.sampling != "uniform":
         logits = _reference_logits(split, reference, plan.batch, device, dtype, config.num_workers)
     sources = sample_sources(plan.n, config.n_boundaries, config.seed, config.sampling, logits)
-    source_images = as_batch(
-        gather_images(reference, sources), dtype, device, what="reference images"
-    )
+    source_images = as_batch(reference.gather(sources), dtype, device, what="reference images")
     partial = q = None
     if shards is not None:
         settings = _build_settings(split, plan, config, source_images, device, features)
@@ -277,7 +271,7 @@ def _index_shard(
 
 def _index_shards(
     split: SplitModel,
-    reference: Reference,
+    reference: ReferenceSet,
     plan: ShardPlan,
     shard_ids: Sequence[int],
     q: Boundaries,
@@ -292,7 +286,7 @@ def _index_shards(
     `_index_shard` returns (not kept here once yielded, so that one shard of feature maps
     is alive at a time)."""
     ranges = plan.batches(shard_ids)
-    batches = iter_batches(reference, plan.batch, num_workers, ranges, device.type == "cuda")
+    batches = reference.batches(plan.batch, num_workers, ranges, device.type == "cuda")
     for k in shard_ids:
         yield (
             k,
@@ -306,7 +300,7 @@ def _keep(
     assembly: _Assembly,
     store: FeatureFile | None,
     partial: PartialBuild | None,
-    bar: tqdm,
+    bar: Any,
 ) -> None:
     """Rank 0: put gathered shards (None: a rank with none left) in the index, the feature file
     and the partial folder."""
@@ -325,7 +319,7 @@ def _keep(
 @exact_float32()
 def build_index(
     split: SplitModel,
-    reference: Reference,
+    reference: ReferenceSet,
     config: FitConfig,
     device: torch.device,
     feature_file: Path | None = None,
@@ -347,8 +341,8 @@ def build_index(
 
     Args:
         split: the model split at the target layer, on ``device``.
-        reference: a reference set (see [`as_reference`][repinterp.data.reference.as_reference]): a
-            tensor, a NumPy array, a Dataset, a DataLoader or a list of images.
+        reference: the reference set, wrapped where it entered
+            ([`as_reference`][repinterp.data.reference.as_reference]).
         config: how ``Q`` is sampled and the reference set read (see
             [`FitConfig`][repinterp.core.config.FitConfig]); the progress bar shows on rank 0 only.
         device: where the model and the index live.
@@ -368,8 +362,7 @@ def build_index(
             or a partial folder made with other settings.
         OutputError: the folder of ``shards`` is refused, or another process is writing to it.
     """
-    reference = as_reference(reference)
-    n_ref = reference_size(reference)
+    n_ref = len(reference)
     if n_ref == 0:
         raise ValueError("the reference set is empty")
     plan = ShardPlan.make(n_ref, config.batch_size, shards.size if shards else DEFAULT_SHARD_SIZE)
@@ -386,7 +379,7 @@ def build_index(
 
 def _build(
     split: SplitModel,
-    reference: Reference,
+    reference: ReferenceSet,
     config: FitConfig,
     device: torch.device,
     feature_file: Path | None,
@@ -429,12 +422,12 @@ def _build(
         config.granularity == "logic",
     )
     finished = sum(plan.bounds(k)[1] - plan.bounds(k)[0] for k in done_ids)
-    bar = tqdm(
+    bar = progress_bar(
         total=n_ref,
         initial=finished,
         desc="indexing reference",
         unit="img",
-        disable=not config.progress or rank != 0,
+        enabled=config.progress and rank == 0,
     )
     with bar:
         for _ in range(-(-len(pending) // world)):

@@ -14,7 +14,6 @@ from collections import OrderedDict
 import torch
 from torch import Tensor
 
-from ..evaluation.baselines import channel_weights, reused_cam
 from ..workspace import Workspace
 
 __all__ = ["CAMS", "METHODS", "CamWeights"]
@@ -54,6 +53,8 @@ class CamWeights:
             if cached is not None:
                 self._weights.move_to_end((key, method))
                 return cached
+        from ..evaluation.baselines import channel_weights  # here: pytorch-grad-cam is slow to load
+
         inputs = self.normalization(pixels.unsqueeze(0)).to(self.device)
         weights = channel_weights(name, self.model, self.layer, inputs, [target_class])[0]
         with self._lock:
@@ -77,6 +78,8 @@ class CamWeights:
         Returns:
             N x H x W in [0, 1] (CPU), as pytorch-grad-cam normalises them.
         """
+        from ..evaluation.baselines import reused_cam
+
         weights = self.weights(method, key, input_pixels, target_class)
         inputs = self.normalization(pixels).to(self.device)
         with torch.no_grad():

@@ -16,6 +16,7 @@ target layer while it computes, and must not see another request's forward pass.
 
 from __future__ import annotations
 
+import atexit
 import functools
 import hashlib
 import io
@@ -24,6 +25,7 @@ import logging
 import secrets
 import threading
 import time
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -79,6 +81,16 @@ EXPORT_K = 8
 DEFAULT_OPACITY = 55  # the overlay's opacity (%) on the page and in the exported figure
 METRIC = "semantic"  # the distance that ranks similar images: the paper's Dist (§5.2)
 
+# Viewers whose regions thread may still run: stopped and joined when the interpreter exits, as a
+# daemon thread killed inside torch's native code aborts the process (exit 134).
+_RUNNING: weakref.WeakSet[Viewer] = weakref.WeakSet()
+
+
+@atexit.register
+def _stop_all() -> None:
+    for viewer in list(_RUNNING):
+        viewer.stop()
+
 
 class Changed(RuntimeError):
     """A reference image whose file changed since the index was fitted (HTTP 409): the index's
@@ -117,7 +129,7 @@ class Viewer:
     Regions (k-means on the reference feature maps) are read from the index folder when it
     keeps them for these settings (see `regions_file`), else computed
     once and kept there; either in a background thread started here. Until they are ready the
-    gallery says so.
+    gallery says so. `stop` ends the thread early (at exit it is called for you).
 
     Args:
         workspace: the fitted interpreter and its data.
@@ -157,9 +169,11 @@ class Viewer:
         self._computing = f"computing {self.n_regions} regions (k-means on the reference features)"
         kept = f"reading the {self.n_regions} regions kept with the index"
         self._progress = kept if REGIONS_FILE in self.index.files else self._computing
+        self._stopping = threading.Event()
         self._regions_thread = threading.Thread(
             target=self._build_gallery, args=(seed,), name="repinterp-regions", daemon=True
         )
+        _RUNNING.add(self)
         self._regions_thread.start()
 
     # ------------------------------------------------------------------ keys and entries
@@ -579,7 +593,19 @@ class Viewer:
             self._gallery_error = f"no regions: {exc}"
             return
         with self._lock:
-            self._gallery = {"cards": [self._card(p) for p in polytopes], "finds": finds}
+            cards = []
+            for polytope in polytopes:
+                if self._stopping.is_set():
+                    self._gallery_error = "no regions: the viewer stopped"
+                    return
+                cards.append(self._card(polytope))
+            self._gallery = {"cards": cards, "finds": finds}
+
+    def stop(self, timeout: float | None = None) -> bool:
+        """Stop the thread computing the regions at its next step (the k-means itself runs to
+        its end) and wait for it; False on timeout."""
+        self._stopping.set()
+        return self.wait_for_regions(timeout)
 
     def wait_for_regions(self, timeout: float | None = None) -> bool:
         """Block until the thread computing the regions has ended; False on timeout."""

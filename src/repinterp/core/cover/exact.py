@@ -10,8 +10,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from scipy import sparse
-from scipy.optimize import Bounds, LinearConstraint, milp
 from torch import Tensor
 
 from .common import CoverResult, check_shapes
@@ -172,6 +170,9 @@ def _solve(
         The chosen boundaries (ascending; None without an incumbent) and an upper bound on the
         representativeness (inf without one; with ``at_least``, ``at_least`` itself).
     """
+    from scipy import sparse  # here: scipy.optimize takes seconds to import
+    from scipy.optimize import Bounds, LinearConstraint, milp
+
     if reduce:
         columns, constant, cover, weight, hit = _reduce(sep, other)
         hit_z = sparse.csr_array((len(hit), len(cover)))

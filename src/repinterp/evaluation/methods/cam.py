@@ -46,7 +46,9 @@ class CAMMethod(Method):
         self.name = f"{name}+{average}" if average else name
 
     def _cam(self, run: Run) -> ReusableCAM:
-        return ReusableCAM(self.base, run.setup.model, run.setup.target_layer)
+        return ReusableCAM(
+            self.base, run.setup.model, run.setup.target_layer, progress=run.options.progress
+        )
 
     def _mean_weights(self, run: Run, groups: list[Tensor]) -> ReusableCAM:
         """A CAM whose row ``v`` of weights is the mean over the reference images ``groups[v]``."""

@@ -492,9 +492,12 @@ function regionCard(region) {
 function composition(counts) {
   const text = counts.map((c) => `${c.name}: ${c.count}`).join(", ");
   const total = counts.reduce((n, c) => n + c.count, 0);
-  const parts = counts.map((c) =>
-    el("span", { style: `width: ${(100 * c.count) / total}%; background: ${c.colour}`, title: `${c.name}: ${c.count}` }),
-  );
+  const parts = counts.map((c) => {
+    const part = el("span", { title: `${c.name}: ${c.count}` });
+    part.style.width = `${(100 * c.count) / total}%`; // through the CSSOM: the page's CSP refuses style attributes
+    part.style.background = c.colour;
+    return part;
+  });
   return el(
     "div",
     { class: "sub-labels", "data-num": "sub-labels", title: `sub-labels: ${tip("sublabels")}` },
@@ -663,8 +666,9 @@ async function start() {
     `Dist (${info.metric})`,
     `RI's ${info.metric} distance to the input (0 = the same): ${info.metric_meaning}`,
   ];
+  const named = Object.entries(GLOSSARY).filter(([key]) => key !== "sublabels" || info.sub_labels);
   $("glossary").replaceChildren(
-    ...Object.values(GLOSSARY).flatMap(([name, text]) => [el("dt", {}, name), el("dd", {}, text)]),
+    ...named.flatMap(([, [name, text]]) => [el("dt", {}, name), el("dd", {}, text)]),
   );
   wire();
   setColormap(info.default_colormap);

@@ -177,10 +177,11 @@ def composition_text(counts: Sequence[dict[str, Any]]) -> str:
     return ", ".join(f"{c['name']}: {c['count']}" for c in counts)
 
 
-def composition_html(counts: Sequence[dict[str, Any]], width: int = SHOWN_SIDE) -> str:
+def composition_html(counts: Sequence[dict[str, Any]], width: int | None = SHOWN_SIDE) -> str:
     """A composition ([`composition`][repinterp.core.groups.composition]) as HTML: the line
-    ``sub-labels 4: 31, 9: 2`` and a bar of ``width`` CSS pixels cut in proportion to the
-    counts, each part in its sub-label's colour (`sub_label_colour`) and titled with it."""
+    ``sub-labels 4: 31, 9: 2`` and a bar of ``width`` CSS pixels (None: its box's width) cut
+    in proportion to the counts, each part in its sub-label's colour (`sub_label_colour`)
+    and titled with it."""
     total = sum(int(c["count"]) for c in counts) or 1
     parts = "".join(
         f'<span title="{html.escape(str(c["name"]))}: {int(c["count"])}" '
@@ -189,9 +190,10 @@ def composition_html(counts: Sequence[dict[str, Any]], width: int = SHOWN_SIDE) 
         for c in counts
     )
     text = html.escape(composition_text(counts))
+    size = "100%" if width is None else f"{width}px"
     return (
         f'<div class="ri-sub-labels" style="font-size:11px;line-height:1.3">sub-labels {text}'
-        f'<div role="img" aria-label="sub-labels {text}" style="display:flex;width:{width}px;'
+        f'<div role="img" aria-label="sub-labels {text}" style="display:flex;width:{size};'
         f'height:8px;margin:2px 0;border:1px solid #bbb">{parts}</div></div>'
     )
 

@@ -99,7 +99,7 @@ def _entry(entry: dict[str, Any]) -> list[str]:
     if s.get("sub_labels"):
         cells.append(
             f"<tr><th><abbr title='{html.escape(MEANINGS['sub-labels'])}'>sub-labels</abbr></th>"
-            f"<td>{composition_html(s['sub_labels'], width=240)}</td></tr>"
+            f"<td>{composition_html(s['sub_labels'], width=None)}</td></tr>"
         )
     table = "".join(cells)
     note = f"<p class='note'>{html.escape(s['message'])}</p>" if s["message"] else ""

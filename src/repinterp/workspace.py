@@ -101,8 +101,8 @@ class Workspace:
     def composition(self, members: list[int]) -> list[dict[str, Any]] | None:
         """What the reference images ``members`` are made of by sub-label
         ([`composition`][repinterp.core.groups.composition]), each with its colour
-        ([`sub_label_colour`][repinterp.core.display.sub_label_colour]); None without
-        sub-labels (`sub_labels`)."""
+        (``repinterp.core.display.sub_label_colour``); None without sub-labels
+        (`sub_labels`)."""
         known = self.sub_labels
         if known is None:
             return None

@@ -640,6 +640,7 @@ def test_cards_show_their_sub_labels_and_the_header_the_granularity(
         found = page.evaluate(OVERFLOW)
         assert found["wider"] <= 0 and found["out"] == [], (viewport, found)
         assert "sub-labels" in page.inner_text("#glossary")
+        assert page.evaluate(UNLABELLED_NUMBERS) == []  # each count is named by its tooltip
         tab.shot(f"granularity-{viewport['width']}", keep=True, full_page=False)
         page.evaluate("() => document.querySelector('#gallery').scrollIntoView()")
         tab.shot(f"sub-labels-{viewport['width']}", keep=True, full_page=False)

@@ -18,7 +18,13 @@ from .core.boundaries import Boundaries, compute_boundaries
 from .core.config import FitConfig
 from .core.heatmap import channel_means, polytope_heatmaps
 from .core.interpretation import Interpretation, check_solver, interpret
-from .core.logic import check_granularity, default_gamma, logic_vectors, project_blocks
+from .core.logic import (
+    check_granularity,
+    default_gamma,
+    describe_granularity,
+    logic_vectors,
+    project_blocks,
+)
 from .core.reference_index import FEATURE_FILE, ReferenceIndex
 from .core.regions import RegionSet
 from .data.datasets import ImageTransform
@@ -186,7 +192,7 @@ class RepresentativeInterpreter:
             if self.index is not None
             else f"|Q| = {self.n_boundaries}, not fitted"
         )
-        logic = ", granularity 'logic'" if self.granularity == "logic" else ""
+        logic = f", {self.granularity_text}" if self.granularity == "logic" else ""
         return (
             f"RepresentativeInterpreter({type(self.model).__name__} at {layer}, {fitted}, "
             f"seed {self.seed}, device {self.device}, solver {self.solver!r}{logic})"
@@ -219,6 +225,17 @@ class RepresentativeInterpreter:
     @property
     def granularity(self) -> str:
         return self.config.granularity
+
+    @property
+    def granularity_text(self) -> str:
+        """The granularity as every view names it (``print``, the viewer, the report, the
+        notebook): ``granularity class (the paper's RI)`` or ``granularity logic (γ = ...,
+        beyond the paper)`` with the ``gamma`` in use
+        ([`describe_granularity`][repinterp.core.logic.describe_granularity])."""
+        gamma = self.gamma
+        if gamma is None and self.index is not None:
+            gamma = self.index.meta.get("gamma")
+        return describe_granularity(self.granularity, gamma)
 
     @property
     def split(self) -> SplitModel:

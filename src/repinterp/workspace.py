@@ -23,6 +23,8 @@ import torch
 from torch import Tensor
 
 from .core.config import FitConfig
+from .core.display import sub_label_colour
+from .core.groups import composition
 from .data.datasets import (
     ImageFolderSet,
     Images,
@@ -85,6 +87,29 @@ class Workspace:
     @property
     def normalization(self) -> Normalization:
         return self.data.reference.normalization
+
+    @property
+    def sub_labels(self) -> tuple[Tensor, list[str] | None] | None:
+        """The reference images' sub-labels (sub-concepts, known for evaluation only:
+        ``mnist-super``'s digits, ``shapes``' shapes) with their names, from the data set
+        (an `ImageSet`'s ``concepts``); None where it has none (an image folder)."""
+        concepts = getattr(self.reference, "concepts", None)
+        if concepts is None:
+            return None
+        return concepts, getattr(self.reference, "concept_names", None)
+
+    def composition(self, members: list[int]) -> list[dict[str, Any]] | None:
+        """What the reference images ``members`` are made of by sub-label
+        ([`composition`][repinterp.core.groups.composition]), each with its colour
+        (``repinterp.core.display.sub_label_colour``); None without sub-labels
+        (`sub_labels`)."""
+        known = self.sub_labels
+        if known is None:
+            return None
+        return [
+            {**c, "colour": sub_label_colour(int(c["sub_label"]))}
+            for c in composition(members, *known)
+        ]
 
     def reference_pixels(self, indices: Tensor | list[int]) -> Tensor:
         """Reference images at ``indices`` in [0, 1] pixel space, N x C x H x W (N may be 0)."""

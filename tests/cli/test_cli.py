@@ -332,7 +332,38 @@ def test_report_draws_one_figure_per_distinct_polytope(digits_index, tmp_path, c
     assert sorted(v for s in summaries for v in s["regions"]) == list(range(len(regions)))
     assert sum(s["interprets"] for s in summaries) == len(regions.interpreter.fitted_index)
     assert f"30 regions, {len(polytopes)} distinct polytopes" in printed
-    assert f"drawn once: {len(polytopes)} distinct polytopes" in (out / "index.html").read_text()
+    page = (out / "index.html").read_text()
+    assert f"drawn once: {len(polytopes)} distinct polytopes" in page
+    assert "<p class='granularity'>granularity class (the paper&#x27;s RI)</p>" in page
+    assert "sub-labels" not in page  # sklearn's digits know no sub-labels
+    assert all("sub_labels" not in s for s in summaries)
+
+
+def test_report_shows_each_polytopes_sub_labels_on_mnist_super(tmp_path, capsys) -> None:
+    """mnist-super's digits are its sub-labels: each polytope's card and JSON count the digits
+    of the reference images its regions interpret."""
+    index, out = tmp_path / "index", tmp_path / "report"
+    fit = ["fit", "--model", "mnist_super_cnn", "--reference", "mnist-super", "--boundaries"]
+    code, _, err = run([*fit, "10", "--out", str(index), "--quiet"], capsys)
+    assert code == 0, err
+    report = ["report", "--index", str(index), "--top-k", "1", "--regions", "10", "--quiet"]
+    code, _, err = run([*report, "--out", str(out)], capsys)
+    assert code == 0, err
+    ws = open_index(index, progress=False)
+    digits = ws.data.reference.concepts
+    regions = RegionSet.build(ws.interpreter, 10, 0, by_class=True)
+    region = regions.reference_assignment().region.cpu()
+    page = (out / "index.html").read_text()
+    summaries = [json.loads(f.read_text()) for f in sorted(out.glob("polytope-*.json"))]
+    assert summaries and page.count('class="ri-sub-labels"') == len(summaries)
+    for s in summaries:
+        mine = torch.isin(region, torch.tensor(s["regions"]))
+        counts = torch.bincount(digits[mine], minlength=10)
+        shown = {int(c["name"]): c["count"] for c in s["sub_labels"]}
+        assert shown == {d: int(n) for d, n in enumerate(counts.tolist()) if n}
+        assert sum(shown.values()) == s["interprets"]
+        text = ", ".join(f"{c['name']}: {c['count']}" for c in s["sub_labels"])
+        assert f"sub-labels {text}<div" in page
 
 
 def test_explain_draws_the_contrastive_map_of_a_class_asked_for(

@@ -177,7 +177,10 @@ def test_logic_index_round_trips_and_a_mismatched_granularity_is_refused(setup, 
     ri.save(tmp_path / "logic")
     loaded = RepresentativeInterpreter.load(tmp_path / "logic", model, progress=False)
     assert loaded.granularity == "logic" and torch.equal(loaded.index.logic, ri.index.logic)
-    assert repr(loaded).endswith("granularity 'logic')")
+    gamma = ri.index.meta["gamma"]
+    assert repr(loaded).endswith(f"granularity logic (γ = {gamma:.3g}, beyond the paper))")
+    assert ri.granularity_text == loaded.granularity_text
+    assert _fit(model, images).granularity_text == "granularity class (the paper's RI)"
     assert loaded.index.meta["gamma"] == ri.index.meta["gamma"]
     assert all(
         _same(a, b)

@@ -22,6 +22,7 @@ from repinterp.core.groups import polytope_key
 from repinterp.core.heatmap import overlay
 from repinterp.core.interpretation import METRIC_MEANINGS
 from repinterp.core.regions import RegionSet, distinct_polytopes
+from repinterp.data.datasets import ImageSet, Normalization
 
 from ..networks import fit_random, random_setup
 
@@ -237,3 +238,43 @@ def test_the_colour_bar_keeps_its_size_under_a_theme_that_sizes_images(fitted, b
     bar = page.eval_on_selector(".ri-colour-bar > *", size)
     page.close()
     assert bar == [COLOUR_BAR_WIDTH, COLOUR_BAR_HEIGHT] == [192, 10]
+
+
+def test_region_cards_show_their_sub_label_composition_when_it_is_known() -> None:
+    """Fitted on an `ImageSet` with sub-concepts (hand-made: each image's sub-label is its
+    index mod 3), each card says how many of the images it interprets have each sub-label,
+    most first, with a bar; without sub-labels the cards are as before; the granularity is
+    named."""
+    model, images = random_setup(n=200)
+    concepts = torch.arange(200) % 3
+    labelled = ImageSet(
+        images,
+        model(images).argmax(1),
+        NAMES,
+        Normalization((0.0,), (1.0,)),
+        concepts=concepts,
+        concept_names=["a", "b", "<c>"],
+    )
+    ri = RepresentativeInterpreter(model, "relu2", n_boundaries=20, progress=False)
+    ri.fit(labelled, keep_features=True)
+    regions = ri.regions(n_regions=8, seed=0)
+    polytopes = distinct_polytopes(regions)
+    page = regions.show().html
+    assert page.count('class="ri-sub-labels"') == len(polytopes) > 1
+    for p in polytopes:
+        assert len(p.members) == p.interpreted
+        counts = torch.bincount(concepts[p.members], minlength=3).tolist()
+        order = sorted(range(3), key=lambda c: (-counts[c], c))
+        text = ", ".join(f"{['a', 'b', '&lt;c&gt;'][c]}: {counts[c]}" for c in order if counts[c])
+        assert f'sub-labels {text}<div role="img"' in page
+    assert "<b>granularity</b> class (the paper&#x27;s RI)" in page
+    assert "sub-labels: what the images it interprets are made of" in page
+    # given explicitly, on a set without them; refused when not one per image
+    plain = RepresentativeInterpreter(model, "relu2", n_boundaries=20, progress=False)
+    plain.fit(images, keep_features=True)
+    bare = plain.regions(n_regions=8, seed=0)
+    assert "ri-sub-labels" not in bare.show().html and "sub-labels:" not in bare.show().html
+    given = bare.show(sub_labels=concepts.tolist(), sub_label_names=["a", "b", "c"]).html
+    assert given.count('class="ri-sub-labels"') == len(distinct_polytopes(bare))
+    with pytest.raises(ValueError, match=r"sub_labels must be 200 integers, one per reference"):
+        bare.show(sub_labels=concepts[:10])

@@ -120,6 +120,32 @@ def test_report_groups_by_class_with_contents_legend_and_colour_bar(tmp_path):
     for tip in ("score", "|P(x)|", "τ(x) (delta)", "representativeness |R|"):
         assert re.search(f"<abbr title='[^']+'>{re.escape(tip)}</abbr>", page), tip
     assert "src='a.png'" in page
+    assert "sub-labels" not in page and "<p class='granularity'>" not in page  # neither given
+
+
+def test_a_polytope_card_shows_its_sub_label_composition_and_the_granularity(tmp_path):
+    """A card whose sub-labels are known (a hand-made composition) shows its counts, most
+    first, over a bar; a card without them shows nothing more; the granularity is under the
+    title, both named in the legend."""
+    known = _entry("p1", 4)
+    known["summary"] |= {"regions": [0, 2], "interprets": 33}
+    known["summary"]["sub_labels"] = [
+        {"sub_label": 4, "name": "4", "count": 31, "colour": "#9467bd"},
+        {"sub_label": 9, "name": "9", "count": 2, "colour": "#17becf"},
+    ]
+    other = _entry("p2", 1)
+    other["summary"] |= {"regions": [1], "interprets": 5}
+    path = tmp_path / "index.html"
+    granularity = "granularity logic (γ = 0.312, beyond the paper)"
+    write_report(path, "regions", "intro", [known, other], granularity)
+    page = path.read_text()
+    assert f"<h1>regions</h1><p class='granularity'>{granularity}</p>" in page
+    assert page.count('class="ri-sub-labels"') == 1
+    card = page[page.index("<h3 id='p1'>") :]  # class 4's, after class 1's
+    assert 'sub-labels 4: 31, 9: 2<div role="img"' in card
+    assert "width:93.94%;background:#9467bd" in card and "width:6.06%;background:#17becf" in card
+    assert "<dt>sub-labels</dt>" in page and "<dt>granularity</dt>" in page
+    assert "sub-labels" not in page[page.index("<h3 id='p2'>") : page.index("<h3 id='p1'>")]
 
 
 def _drawn_texts(monkeypatch, study: CaseStudy) -> list[Text]:

@@ -6,6 +6,7 @@ shared with ``test_web_browser.py``.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import http.client
@@ -179,6 +180,8 @@ def test_info(client, viewer):
     assert info["max_upload_bytes"] == MAX_UPLOAD_BYTES
     assert info["metric"] == "semantic"
     assert info["metric_meaning"] == METRIC_MEANINGS["semantic"]
+    assert info["granularity"] == "class" and info["sub_labels"] is False
+    assert info["granularity_text"] == "granularity class (the paper's RI)"
 
 
 def test_other_host_headers_are_refused(client):
@@ -497,6 +500,32 @@ def test_regions_gallery_has_one_card_per_polytope_and_its_counts_add_up(client,
         assert card["interpreted"] == sum(int((interpreted == v).sum()) for v in card["regions"])
     assert data["finds"] == regions.group_stats(interpreted).sentence()
     assert data["finds"].startswith(f"{len(cards)} polytopes for ")
+    assert all(card["sub_labels"] is None for card in cards)  # mnist5k has no sub-labels
+
+
+def test_region_cards_show_the_sub_label_composition_of_the_images_they_interpret(viewer):
+    """The same index, its reference set given hand-made sub-labels (index mod 3, named):
+    each card counts the sub-labels of the reference images its regions interpret."""
+    data = viewer.workspace.data
+    concepts = torch.arange(len(data.reference)) % 3
+    names = ["a", "b", "c"]
+    labelled = dataclasses.replace(data.reference, concepts=concepts, concept_names=names)
+    recipe = viewer.workspace.recipe
+    workspace = Workspace(viewer.interpreter, data._replace(reference=labelled), recipe)
+    gallery = Viewer(workspace, n_regions=N_REGIONS)
+    assert gallery.wait_for_regions(REGIONS_TIMEOUT)
+    assert gallery.info()["sub_labels"] is True
+    cards = gallery.regions()["regions"]
+    region = viewer.interpreter.regions(n_regions=N_REGIONS, seed=0).reference_assignment().region
+    for card in cards:
+        mine = torch.isin(region.cpu(), torch.tensor(card["regions"]))
+        counts = torch.bincount(concepts[mine], minlength=3).tolist()
+        order = sorted((c for c in range(3) if counts[c]), key=lambda c: (-counts[c], c))
+        assert [(c["sub_label"], c["name"], c["count"]) for c in card["sub_labels"]] == [
+            (c, names[c], counts[c]) for c in order
+        ]
+        assert sum(c["count"] for c in card["sub_labels"]) == card["interpreted"]
+        assert all(re.fullmatch(r"#[0-9a-f]{6}", c["colour"]) for c in card["sub_labels"])
 
 
 def test_regions_with_the_same_polytope_are_one_card(viewer):

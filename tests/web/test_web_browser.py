@@ -21,11 +21,12 @@ from typing import Any
 import pytest
 import torch
 
+from repinterp.core.config import FitConfig
 from repinterp.core.interpretation import METRIC_MEANINGS
 from repinterp.core.regions import RegionSet
 from repinterp.store.regions_file import save_regions
 from repinterp.web import create_app
-from repinterp.workspace import open_index
+from repinterp.workspace import fit_workspace, open_index
 
 from .test_web import N_REGIONS, as_uploaded, png_bytes, running, saved_copy, small_app
 
@@ -589,6 +590,69 @@ def test_long_region_lists_fit_their_cards_at_phone_and_desktop_width(
             assert found["wider"] <= 0 and found["out"] == [], (viewport, view, found)
             tab.shot(f"long-lists-{viewport['width']}-{view}", keep=True)
         context.close()
+
+
+@pytest.fixture(scope="module")
+def sub_labelled() -> Iterator[str]:
+    """A viewer of mnist-super (its digits the sub-labels) fitted at granularity logic."""
+    config = FitConfig(n_boundaries=20, granularity="logic", progress=False)
+    workspace = fit_workspace("mnist_super_cnn", None, "mnist-super", config=config)
+    with running(create_app(workspace, n_regions=N_REGIONS)) as base:
+        yield base
+
+
+SUB_LABELS = """() => [...document.querySelectorAll(".region")].map(card => {
+  const sub = card.querySelector(".sub-labels");
+  return sub && {text: sub.querySelector("b").textContent, title: sub.title,
+    parts: [...sub.querySelectorAll(".composition span")].map(s => s.offsetWidth),
+    bar: sub.querySelector(".composition").clientWidth};
+})"""
+
+
+def test_cards_show_their_sub_labels_and_the_header_the_granularity(
+    browser, sub_labelled, server, tmp_path
+):
+    """On mnist-super each card shows the digits of the images it interprets, in words and as
+    a bar cut in proportion, within its card at desktop and phone width; the header says the
+    index's granularity with its gamma. Without sub-labels (mnist5k), no card and no legend
+    mentions them, and the header says the paper's granularity."""
+    for viewport in (DESKTOP, PHONE):
+        context, tab = _tab(browser, sub_labelled, tmp_path, viewport)
+        page = tab.page
+        page.goto("/")
+        cards = _regions_ready(tab)
+        info = _api(tab, "/api/info")
+        assert info["granularity"] == "logic" and info["sub_labels"] is True
+        assert info["granularity_text"].startswith("granularity logic (γ = ")
+        assert page.inner_text("#info").endswith(f" · {info['granularity_text']}")
+        shown = page.evaluate(SUB_LABELS)
+        assert len(shown) == len(cards)
+        for card, sub in zip(cards, shown, strict=True):
+            counts = card["sub_labels"]
+            assert sub["text"] == ", ".join(f"{c['name']}: {c['count']}" for c in counts)
+            assert sub["title"].startswith("sub-labels: what the reference images")
+            assert sum(c["count"] for c in counts) == card["interpreted"]
+            widths = [sub["bar"] * c["count"] / card["interpreted"] for c in counts]
+            assert all(abs(a - b) <= 1.5 for a, b in zip(sub["parts"], widths, strict=True)), (
+                sub,
+                widths,
+            )
+        found = page.evaluate(OVERFLOW)
+        assert found["wider"] <= 0 and found["out"] == [], (viewport, found)
+        assert "sub-labels" in page.inner_text("#glossary")
+        assert page.evaluate(UNLABELLED_NUMBERS) == []  # each count is named by its tooltip
+        tab.shot(f"granularity-{viewport['width']}", keep=True, full_page=False)
+        page.evaluate("() => document.querySelector('#gallery').scrollIntoView()")
+        tab.shot(f"sub-labels-{viewport['width']}", keep=True, full_page=False)
+        context.close()
+        assert tab.errors == []
+    context, tab = _tab(browser, server, tmp_path, DESKTOP)
+    tab.page.goto("/")
+    _regions_ready(tab)
+    assert tab.page.inner_text("#info").endswith(" · granularity class (the paper's RI)")
+    assert tab.page.locator(".sub-labels").count() == 0
+    assert "sub-labels" not in tab.page.inner_text("#glossary")
+    context.close()
 
 
 # ----------------------------------------------------------------------------- safety

@@ -385,7 +385,11 @@ def _demo(args: argparse.Namespace) -> None:
             "pixels are kept."
         )
         write_report(
-            out / "index.html", "repinterp demo: representative interpretations", intro, entries
+            out / "index.html",
+            "repinterp demo: representative interpretations",
+            intro,
+            entries,
+            ws.interpreter.granularity_text,
         )
     print(f"demo done in {time.perf_counter() - start:.1f} s: open {out / 'index.html'}")
     if args.serve:
@@ -419,6 +423,9 @@ def _report(args: argparse.Namespace) -> None:
         entries = explain_to_files(ws, pixels, names, out, args.top_k, not args.quiet, inputs)
         for entry, p in zip(entries, polytopes, strict=True):
             entry["summary"].update(regions=p.regions, interprets=p.interpreted)
+            sub_labels = ws.composition(p.members)
+            if sub_labels is not None:
+                entry["summary"]["sub_labels"] = sub_labels
             (out / entry["json"]).write_text(json.dumps(entry["summary"], indent=2) + "\n")
         intro = (
             f"{len(regions)} regions: k-means (seed {args.seed}) on the reference feature maps "
@@ -438,7 +445,7 @@ def _report(args: argparse.Namespace) -> None:
             )
         finds = regions.group_stats().sentence()
         intro += f" Over the reference set, {finds}."
-        write_report(out / "index.html", "repinterp regions", intro, entries)
+        write_report(out / "index.html", "repinterp regions", intro, entries, ri.granularity_text)
     print(
         f"report of {len(regions)} regions, {len(polytopes)} distinct polytopes ({finds}): "
         f"open {out / 'index.html'}"

@@ -12,6 +12,7 @@ import html
 import io
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -25,17 +26,21 @@ __all__ = [
     "COLOUR_BAR_WIDTH",
     "MEANINGS",
     "SHOWN_SIDE",
+    "SUB_LABEL_COLOURS",
     "THUMBNAIL_SIDE",
     "HtmlView",
     "Mispredicted",
     "class_lines",
     "colour_bar",
+    "composition_html",
+    "composition_text",
     "displayable",
     "figure",
     "page",
     "png_uri",
     "row_header",
     "shown_height",
+    "sub_label_colour",
     "tile",
 ]
 
@@ -59,7 +64,26 @@ MEANINGS = {
     "interprets": "the reference images these regions interpret (each image is interpreted by "
     "one region: the covering region of largest representativeness, else the region of its "
     "nearest k-means centre)",
+    "sub-labels": "what the images it interprets are made of, by sub-label (a sub-concept known "
+    "for evaluation only, e.g. mnist-super's digit): name: count, most first, and a bar of "
+    "their shares",
+    "granularity": "class: the paper's RI (the polytope covers the most images of the class); "
+    "logic: polytopes of one decision logic below the class, gamma its cosine threshold",
 }
+
+SUB_LABEL_COLOURS = (
+    "#1f77b4",
+    "#ff7f0e",
+    "#2ca02c",
+    "#d62728",
+    "#9467bd",
+    "#8c564b",
+    "#e377c2",
+    "#7f7f7f",
+    "#bcbd22",
+    "#17becf",
+)
+"""The colours of sub-labels in a composition bar (matplotlib's ``tab10``), by sub-label."""
 
 
 @dataclass(frozen=True, repr=False)
@@ -142,6 +166,38 @@ def class_lines(predicted: int, label: int | None, names: Sequence[str] | None) 
     return lines
 
 
+def sub_label_colour(sub_label: int) -> str:
+    """The colour of a sub-label in every composition bar (`SUB_LABEL_COLOURS`, cycled)."""
+    return SUB_LABEL_COLOURS[sub_label % len(SUB_LABEL_COLOURS)]
+
+
+def composition_text(counts: Sequence[dict[str, Any]]) -> str:
+    """A composition ([`composition`][repinterp.core.groups.composition]) in words:
+    ``4: 31, 9: 2``."""
+    return ", ".join(f"{c['name']}: {c['count']}" for c in counts)
+
+
+def composition_html(counts: Sequence[dict[str, Any]], width: int | None = SHOWN_SIDE) -> str:
+    """A composition ([`composition`][repinterp.core.groups.composition]) as HTML: the line
+    ``sub-labels 4: 31, 9: 2`` and a bar of ``width`` CSS pixels (None: its box's width) cut
+    in proportion to the counts, each part in its sub-label's colour (`sub_label_colour`)
+    and titled with it."""
+    total = sum(int(c["count"]) for c in counts) or 1
+    parts = "".join(
+        f'<span title="{html.escape(str(c["name"]))}: {int(c["count"])}" '
+        f'style="display:inline-block;height:100%;width:{100 * int(c["count"]) / total:.2f}%;'
+        f'background:{sub_label_colour(int(c["sub_label"]))}"></span>'
+        for c in counts
+    )
+    text = html.escape(composition_text(counts))
+    size = "100%" if width is None else f"{width}px"
+    return (
+        f'<div class="ri-sub-labels" style="font-size:11px;line-height:1.3">sub-labels {text}'
+        f'<div role="img" aria-label="sub-labels {text}" style="display:flex;width:{size};'
+        f'height:8px;margin:2px 0;border:1px solid #bbb">{parts}</div></div>'
+    )
+
+
 def shown_height(height: int, width: int) -> int:
     """The height, in CSS pixels, at which an image of ``height`` x ``width`` is shown."""
     return round(SHOWN_SIDE * height / width)
@@ -176,6 +232,7 @@ def figure(
     caption: Sequence[str],
     pictures: Sequence[tuple[np.ndarray, str] | str],
     height: int = SHOWN_SIDE,
+    footer: str = "",
 ) -> str:
     """One tile: pictures stacked, then a caption.
 
@@ -185,13 +242,14 @@ def figure(
             string instead is a row this tile has no picture for, drawn as a dashed box of
             ``height`` CSS pixels saying so.
         height: the height of those boxes.
+        footer: HTML under the caption (e.g. `composition_html`).
     """
     images = "".join(_blank(height, p) if isinstance(p, str) else _picture(*p) for p in pictures)
     lines = "<br>".join(_caption_line(line) for line in caption)
     return (
         f'<figure class="ri-tile" style="margin:0 4px 6px 0;width:{SHOWN_SIDE + 8}px">'
         f'{images}<figcaption style="font-size:11px;line-height:1.3">{lines}</figcaption>'
-        "</figure>"
+        f"{footer}</figure>"
     )
 
 
@@ -221,6 +279,7 @@ def tile(
     alpha: float = 0.5,
     rows: tuple[bool, bool] | None = None,
     height: int = SHOWN_SIDE,
+    footer: str = "",
 ) -> str:
     """One image's tile: the image, its heat map overlaid on it (or alone, without the image),
     and a caption.
@@ -235,6 +294,7 @@ def tile(
             picture missing from a row is a dashed box, so that the rows line up. None: the
             pictures it has, stacked.
         height: the dashed boxes' height in CSS pixels (`shown_height` of the images).
+        footer: HTML under the caption (see `figure`).
     """
     if pixels is not None and pixels.shape[0] not in (1, 3):
         pixels = None
@@ -250,7 +310,7 @@ def tile(
         pictures.append((np.asarray(drawn), "heat map"))
     elif rows is not None and rows[1]:
         pictures.append("no heat map")
-    return figure(caption, pictures, height)
+    return figure(caption, pictures, height, footer)
 
 
 def colour_bar(cmap: str) -> str:

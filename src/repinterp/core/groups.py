@@ -34,6 +34,7 @@ __all__ = [
     "ami",
     "ami_ceiling",
     "ami_null",
+    "composition",
     "merged_groups",
     "outside_main",
     "polytope_groups",
@@ -202,6 +203,27 @@ def merged_groups(covers: Sequence[Tensor], threshold: float = MERGE_JACCARD) ->
                     stack.append(other)
         group += 1
     return labels
+
+
+def composition(
+    members: Sequence[int] | Tensor, sub_labels: Tensor, names: Sequence[str] | None = None
+) -> list[dict[str, int | str]]:
+    """What a group of images is made of, by sub-label (a sub-concept known for evaluation
+    only, such as ``mnist-super``'s digit): ``{"sub_label", "name", "count"}`` per sub-label
+    present, the most frequent first (ties: the lower sub-label), JSON-ready.
+
+    Args:
+        members: indices of the group's images into ``sub_labels``.
+        sub_labels: (N,) integer sub-label of every image.
+        names: one name per sub-label; None: the sub-label's number.
+    """
+    rows = torch.as_tensor(members, dtype=torch.long)
+    values, counts = sub_labels.cpu().long()[rows].unique(return_counts=True)
+    order = sorted(zip(values.tolist(), counts.tolist(), strict=True), key=lambda v: (-v[1], v[0]))
+    return [
+        {"sub_label": v, "name": str(v) if names is None else str(names[v]), "count": n}
+        for v, n in order
+    ]
 
 
 def _informative(subconcepts: np.ndarray, classes: np.ndarray) -> list[np.ndarray]:

@@ -75,9 +75,11 @@ class Explainer(Protocol):
 
     Attributes:
         device: where the interpreter computes.
+        reference: the reference set of its last fit, as it was given (None once loaded).
     """
 
     device: torch.device
+    reference: Any
 
     @property
     def fitted_index(self) -> ReferenceIndex:
@@ -92,6 +94,12 @@ class Explainer(Protocol):
     @property
     def class_names(self) -> list[str] | None:
         """Names of the classes, if known."""
+        ...
+
+    @property
+    def granularity_text(self) -> str:
+        """The granularity the index was fitted at, in words (``granularity class (the
+        paper's RI)``, ...)."""
         ...
 
     def features(self, images: Tensor) -> Tensor:

@@ -29,6 +29,7 @@ __all__ = [
     "GRANULARITIES",
     "check_granularity",
     "default_gamma",
+    "describe_granularity",
     "excluded",
     "logic_vectors",
     "neuron_boundaries",
@@ -56,6 +57,16 @@ def check_granularity(granularity: str) -> str:
             f"unknown granularity {granularity!r}; choose one of {', '.join(GRANULARITIES)}"
         )
     return granularity
+
+
+def describe_granularity(granularity: str, gamma: float | None = None) -> str:
+    """How every view names a granularity: ``granularity class (the paper's RI)``, or
+    ``granularity logic (γ = 0.312)`` with the ``gamma`` in use (``γ chosen at fit`` before
+    a fit chose it)."""
+    if granularity != "logic":
+        return f"granularity {granularity} (the paper's RI)"
+    threshold = "γ chosen at fit" if gamma is None else f"γ = {gamma:.3g}"
+    return f"granularity logic ({threshold}, beyond the paper)"
 
 
 def _is_relu(node: fx.Node, modules: dict[str, nn.Module]) -> bool:

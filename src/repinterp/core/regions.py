@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -26,13 +26,14 @@ from .display import (
     HtmlView,
     class_lines,
     colour_bar,
+    composition_html,
     displayable,
     page,
     row_header,
     shown_height,
     tile,
 )
-from .groups import GroupStats, PolytopeKey, polytope_groups, polytope_key
+from .groups import GroupStats, PolytopeKey, composition, polytope_groups, polytope_key
 from .heatmap import DEFAULT_COLORMAP, polytope_heatmaps
 from .interpretation import Explainer, Interpretation
 from .nearest import nearest_rows
@@ -306,25 +307,39 @@ class RegionSet:
         which = torch.searchsorted(torch.tensor(used, device=region.device), region)
         return polytope_heatmaps(features, alphas, which, tuple(images.shape[-2:]))
 
-    def show(self, reference: Any = None, cmap: str = DEFAULT_COLORMAP) -> HtmlView:
+    def show(
+        self,
+        reference: Any = None,
+        cmap: str = DEFAULT_COLORMAP,
+        sub_labels: Tensor | Sequence[int] | None = None,
+        sub_label_names: Sequence[str] | None = None,
+    ) -> HtmlView:
         """The regions as self-contained HTML, what a notebook shows for a region set: one card
         per distinct polytope (`distinct_polytopes`), the most representative first, with its
         class, how many regions share it, how many reference images it interprets and covers,
-        and its input under its heat map (a colour bar and every number named).
+        what those images are made of by sub-label when sub-labels are known
+        ([`composition`][repinterp.core.groups.composition]), and its input under its heat map
+        (a colour bar, the index's granularity and every number named).
 
         Args:
             reference: the reference set the interpreter was fitted on (anything ``fit``
                 takes), for the inputs' pixels; None: the set it holds, if any.
             cmap: the heat maps' colormap (see [`colorize`][repinterp.core.heatmap.colorize]).
+            sub_labels: (|R|,) integer sub-label (sub-concept) of every reference image;
+                None: the reference set's ``concepts`` (an `ImageSet`'s, such as
+                ``mnist-super``'s digits), else none is shown.
+            sub_label_names: one name per sub-label; None: the reference set's
+                ``concept_names``, else the numbers.
 
         Returns:
             An `HtmlView`; ``.html`` is the string.
 
         Raises:
-            ValueError: an unknown colormap, or a ``reference`` of another size than the
-                index's.
+            ValueError: an unknown colormap, a ``reference`` of another size than the
+                index's, or ``sub_labels`` that are not one integer per reference image.
         """
         polytopes = distinct_polytopes(self)
+        known = self._sub_labels(reference, sub_labels, sub_label_names)
         inputs = torch.tensor([p.inputs[0] for p in polytopes], dtype=torch.long)
         images = self.interpreter.reference_images(inputs, reference)
         pixels, scaled = displayable(images)
@@ -352,19 +367,24 @@ class RegionSet:
                 f"input: reference {row}",
             ]
             image = None if pixels is None else pixels[n]
-            tiles.append(tile(caption, image, heat, cmap, rows=shown, height=height))
+            footer = "" if known is None else composition_html(composition(p.members, *known))
+            tiles.append(tile(caption, image, heat, cmap, rows=shown, height=height, footer=footer))
         n_reference = len(self.interpreter.fitted_index)
         numbers = [
             ("regions", str(len(self))),
             ("distinct polytopes", str(len(polytopes))),
             ("predicted classes", str(len(set(self.classes.tolist())))),
             ("reference images", str(n_reference)),
+            ("granularity", self.interpreter.granularity_text.removeprefix("granularity ")),
         ]
         legend = [f"{n}: {MEANINGS[n]}." for n in ("regions", "interprets")]
+        if known is not None:
+            legend.append(f"sub-labels: {MEANINGS['sub-labels']}.")
         legend += [f"{n}: {MEANINGS[n]}." for n in ("representativeness", "|P|", "delta")]
         legend.append("Each card's heat map is its polytope's, on its input.")
         if index.labels is not None:
             legend.append(f"label: {MEANINGS['label']}.")
+        legend.append(f"granularity: {MEANINGS['granularity']}.")
         notes = []
         if images is None:
             notes.append(
@@ -378,6 +398,30 @@ class RegionSet:
         bar = colour_bar(cmap) if drawn else ""
         header = row_header(rows, height) if rows else ""
         return HtmlView(page(heading, numbers, tiles, legend, notes, bar, header))
+
+    def _sub_labels(
+        self,
+        reference: Any,
+        sub_labels: Tensor | Sequence[int] | None,
+        names: Sequence[str] | None,
+    ) -> tuple[Tensor, Sequence[str] | None] | None:
+        """`show`'s sub-labels and their names: those given, else the reference set's
+        (``concepts``, ``concept_names``), else None."""
+        source = self.interpreter.reference if reference is None else reference
+        if sub_labels is None:
+            sub_labels = getattr(source, "concepts", None)
+            if sub_labels is None:
+                return None
+        if names is None:
+            names = getattr(source, "concept_names", None)
+        labels = torch.as_tensor(sub_labels)
+        n = len(self.interpreter.fitted_index)
+        if labels.shape != (n,) or labels.is_floating_point() or labels.dtype == torch.bool:
+            raise ValueError(
+                f"sub_labels must be {n} integers, one per reference image, got "
+                f"{labels.dtype} {tuple(labels.shape)}"
+            )
+        return labels, names
 
     def _repr_html_(self) -> str:
         """The notebook's view of a region set: `show` with its defaults."""
@@ -396,12 +440,14 @@ class Polytope:
         explanation: the interpretation of ``inputs[0]``.
         interpreted: reference images its regions interpret
             ([`RegionSet.reference_assignment`][repinterp.core.regions.RegionSet.reference_assignment]).
+        members: those images (reference indices, ascending).
     """
 
     regions: list[int]
     inputs: list[int]
     explanation: Interpretation
     interpreted: int
+    members: list[int] = field(default_factory=list)
 
 
 def distinct_polytopes(regions: RegionSet) -> list[Polytope]:
@@ -424,6 +470,8 @@ def distinct_polytopes(regions: RegionSet) -> list[Polytope]:
             cards[key].interpreted += int(counts[v])
         else:
             cards[key] = Polytope([v], [ref], e, int(counts[v]))
+    for card in cards.values():
+        card.members = torch.isin(region, torch.tensor(card.regions)).nonzero().flatten().tolist()
     return sorted(
         cards.values(),
         key=lambda c: (-c.explanation.representativeness, c.explanation.predicted_class),

@@ -26,7 +26,8 @@ Protocols (each a function of a `Setup` and `Options`, see `evaluate`):
   images or a predicted class's (`methods.CAMMethod`).
 - ``coverage`` (Appendix D, Table 2): ACU-GT, ACU-MD and CVR of the regions on the reference
   and the unseen set, beside the model's accuracy (ACU-GT of F), and the polytope groups of
-  each set's images.
+  each set's images; the same under ``methods`` for each RI variant among the methods (e.g.
+  ``RI+logic``: its own covers of the same k-means inputs).
 - ``reference`` (Appendix C): for random reference inputs, the scores over the top-K similar
   reference images for each K: RI's covered images ranked by its distance, the baselines'
   Euclidean nearest neighbours in feature space; the input always comes first, so K = 1
@@ -39,12 +40,15 @@ Protocols (each a function of a `Setup` and `Options`, see `evaluate`):
   numbers are the same in both; a method that cannot reuse its explanation on given images
   (``reuse`` gives None) is left out of ``common``.
 - ``q-sweep`` (Appendix E): ACU-GT, ACU-MD and CVR of the regions for several ``|Q|``, for
-  each way of drawing ``Q`` (``samplings``), with the time each fit took.
+  each way of drawing ``Q`` (``samplings``), with the time each fit took; with an RI variant
+  at granularity logic among the methods, each sampling at that granularity too
+  (``uniform+logic``, ...).
 - ``similar`` (the case studies, made measurable): purity@k of the similar-image rankings by
-  class label and, on ``shapes``, by sub-concept; AD of the input's heat map reused on each
-  ranking's top-k; on ``shapes``, the share of each method's heat-map energy inside the
-  object's mask on the unseen set.
-- ``sanity`` (Adebayo et al., 2018; `sanity`): RI and each CAM through Quantus on
+  class label and, on ``shapes`` and ``mnist-super``, by sub-concept (with an RI variant at
+  granularity logic among the methods, also its own ranking, ``semantic (RI+logic)``); AD of
+  the input's heat map reused on each ranking's top-k; on ``shapes``, the share of each
+  method's heat-map energy inside the object's mask on the unseen set.
+- ``sanity`` (Adebayo et al., 2018; `sanity`): RI, RI+logic and each CAM through Quantus on
   ``sanity_images`` unseen images: cascading model-parameter randomisation from the top layer
   down (the mean Spearman correlation of the maps with the trained model's, per randomised
   layer) and random logit (SSIM of the maps for the predicted and a random other class; 1
@@ -190,13 +194,30 @@ def _rounded(values: Tensor | list[float]) -> list[float]:
     return [round(float(v), 4) for v in values]
 
 
-def _coverage(run: Run) -> dict[str, Any]:
-    regions, setup = run.regions, run.setup
+def _ri_variants(run: Run) -> dict[str, RIMethod]:
+    """The RI variants among the run's methods other than the paper's RI, by name."""
+    methods = run.options.resolve_methods().items()
+    return {name: m for name, m in methods if isinstance(m, RIMethod) and name != "RI"}
+
+
+def _coverage_blocks(run: Run, regions: RegionSet) -> dict[str, Any]:
+    """``coverage``'s numbers of one set of regions: each part's coverage and groups."""
+    setup = run.setup
     unseen = torch.cat([regions.assign(x).region.cpu() for x in setup.chunks("unseen")])
     return {
         part: _coverage_of(regions, setup, part) | _group_stats(run, regions, region, part)
         for part, region in (("reference", None), ("unseen", unseen))
     }
+
+
+def _coverage(run: Run) -> dict[str, Any]:
+    out = _coverage_blocks(run, run.regions)
+    variants = _ri_variants(run)
+    if variants:
+        out["methods"] = {
+            name: _coverage_blocks(run, m.regions(run)) for name, m in variants.items()
+        }
+    return out
 
 
 def _input_means(
@@ -308,11 +329,14 @@ def _reference(run: Run) -> dict[str, Any]:
 
 def _q_sweep(run: Run) -> dict[str, Any]:
     regions = run.regions
+    logic = any(m.knobs["granularity"] == "logic" for m in _ri_variants(run).values())
+    keys = [(s, "class") for s in run.options.samplings]
+    keys += [(s, "logic") for s in run.options.samplings] if logic else []
     out: dict[str, Any] = {}
-    for sampling in run.options.samplings:
+    for sampling, granularity in keys:
         block: dict[str, Any] = {"reference": {}, "unseen": {}, "fit_s": [], "cover_s": []}
         for q in run.options.q_values:
-            ri, fit_s = _timed(run.fit, q, False, sampling)
+            ri, fit_s = _timed(run.fit, q, False, sampling, granularity)
             covers, cover_s = _timed(ri.explain_reference, regions.inputs)
             swept = RegionSet(ri, regions.inputs, covers, regions.centres)
             block["fit_s"].append(fit_s)
@@ -320,18 +344,19 @@ def _q_sweep(run: Run) -> dict[str, Any]:
             for part in ("reference", "unseen"):
                 for key, value in _coverage_of(swept, run.setup, part).items():
                     block[part].setdefault(key, []).append(value)
-        out[sampling] = block
+        out[sampling + ("+logic" if granularity == "logic" else "")] = block
     return {"samplings": out}
 
 
 RANKINGS = ("semantic (RI)", "euclidean (all reference)", "euclidean (covered)", "cosine (covered)")
 
 
-def _rankings(run: Run, index: int) -> tuple[Any, dict[str, Tensor]]:
-    """Reference image ``index``'s interpretation, and each ranking of the reference images
-    similar to it (itself excluded), most similar first: ``Interpretation.similar`` with each
-    metric, and the paper's baseline, Euclidean nearest neighbours among all reference
-    images."""
+def _rankings(run: Run, index: int) -> tuple[dict[str, Any], dict[str, Tensor]]:
+    """Each ranking of the reference images similar to reference image ``index`` (itself
+    excluded), most similar first, and the interpretation whose heat map each reuses:
+    ``Interpretation.similar`` with each metric, the paper's baseline, Euclidean nearest
+    neighbours among all reference images, and ``semantic (RI+logic)`` (or another variant
+    at granularity logic among the run's methods) on its own ``P(x)``."""
     explanation = run.interpreter.explain_reference([index])[0]
     k = min(max(run.options.purity_ks) + 1, len(run.features))
     nearest = nearest_rows(run.features[index : index + 1], run.features, k)[0][0]
@@ -341,7 +366,13 @@ def _rankings(run: Run, index: int) -> tuple[Any, dict[str, Tensor]]:
         RANKINGS[2]: explanation.similar(metric="euclidean"),
         RANKINGS[3]: explanation.similar(metric="cosine"),
     }
-    return explanation, {
+    explanations = dict.fromkeys(RANKINGS, explanation)
+    for name, method in _ri_variants(run).items():
+        if method.knobs["granularity"] == "logic":
+            own = method.reference_polytopes(run, [index])[0]
+            rankings[f"semantic ({name})"] = own.similar(metric=method.knobs["similar"])
+            explanations[f"semantic ({name})"] = own
+    return explanations, {
         name: ranking.cpu()[ranking.cpu() != index] for name, ranking in rankings.items()
     }
 
@@ -352,16 +383,17 @@ def _similar(run: Run) -> dict[str, Any]:
     if getattr(setup.reference, "concepts", None) is not None:
         labels["sub-concept"] = setup.reference.concepts
     top = max(options.purity_ks)
-    purity: dict[str, dict[str, list[float]]] = {name: {} for name in RANKINGS}
+    purity: dict[str, dict[str, list[float]]] = {}
     sizes = []
     for index in tqdm(run.inputs.tolist(), "rankings", leave=False, disable=not options.progress):
-        explanation, rankings = _rankings(run, index)
+        explanations, rankings = _rankings(run, index)
         sizes.append(len(rankings[RANKINGS[0]]))
         for name, ranking in rankings.items():
+            explanation = explanations[name]
             for kind, truth in labels.items():
                 for k in options.purity_ks:
                     value = purity_at_k(truth[ranking], int(truth[index]), k)
-                    purity[name].setdefault(f"{kind} purity@{k}", []).append(value)
+                    purity.setdefault(name, {}).setdefault(f"{kind} purity@{k}", []).append(value)
             if explanation.has_heatmap and len(ranking):
                 chosen = ranking[:top]
                 maps = explanation.heatmap(setup.inputs("reference", chosen))

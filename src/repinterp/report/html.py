@@ -7,7 +7,7 @@ import html
 from pathlib import Path
 from typing import Any
 
-from ..core.display import MEANINGS
+from ..core.display import MEANINGS, composition_html
 from ..core.heatmap import SCALE, colorbar_css
 from ..core.interpretation import METRIC_MEANINGS
 from ..store.outputs import write_outputs
@@ -58,6 +58,7 @@ dl.legend dt { font-weight: 600; } dl.legend dd { margin: 0; }
 .colorbar { height: 14px; width: min(420px, 100%); border: 1px solid var(--line); }
 .scale { display: flex; justify-content: space-between; width: min(420px, 100%);
   font-size: .9rem; color: var(--muted); } .scale-note { margin-top: .2rem; }
+.granularity { font-weight: 600; margin: -.5rem 0 .5rem; }
 nav ol, ol.similar { columns: 2 16rem; } .muted { color: var(--muted); } .note { color: #c06000; }
 @media (max-width: 600px) { dl.legend { grid-template-columns: 1fr; } dl.legend dd {
   margin-bottom: .5rem; } }
@@ -90,11 +91,17 @@ def _entry(entry: dict[str, Any]) -> list[str]:
         regions = ", ".join(map(str, s["regions"]))
         rows.append(("regions", MEANINGS["regions"], regions))
         rows.append(("interprets", MEANINGS["interprets"], str(s["interprets"])))
-    table = "".join(
+    cells = [
         f"<tr><th><abbr title='{html.escape(tip)}'>{html.escape(key)}</abbr></th>"
         f"<td>{html.escape(value)}</td></tr>"
         for key, tip, value in rows
-    )
+    ]
+    if s.get("sub_labels"):
+        cells.append(
+            f"<tr><th><abbr title='{html.escape(MEANINGS['sub-labels'])}'>sub-labels</abbr></th>"
+            f"<td>{composition_html(s['sub_labels'], width=None)}</td></tr>"
+        )
+    table = "".join(cells)
     note = f"<p class='note'>{html.escape(s['message'])}</p>" if s["message"] else ""
     return [
         f"<h3 id='{_anchor(entry['name'])}'>{name}: predicted "
@@ -118,7 +125,13 @@ def _similar_files(summary: dict[str, Any]) -> str:
     return f"<p class='similar'>{what}:</p><ol class='similar'>{items}</ol>" if items else ""
 
 
-def write_report(path: str | Path, title: str, intro: str, entries: list[dict[str, Any]]) -> None:
+def write_report(
+    path: str | Path,
+    title: str,
+    intro: str,
+    entries: list[dict[str, Any]],
+    granularity: str | None = None,
+) -> None:
     """Write ``index.html``: the entries under a heading per predicted class, a table of
     contents, and a legend with the heat maps' colour bar.
 
@@ -127,7 +140,12 @@ def write_report(path: str | Path, title: str, intro: str, entries: list[dict[st
         title: page title.
         intro: a paragraph about the model, data and index (plain text).
         entries: one per explained input: ``name``, ``figure`` (relative path of its PNG),
-            ``json`` (relative path of its JSON) and ``summary`` (``Interpretation.to_dict()``).
+            ``json`` (relative path of its JSON) and ``summary`` (``Interpretation.to_dict()``;
+            a polytope's card also ``regions``, ``interprets`` and, where sub-labels are
+            known, ``sub_labels``: [`composition`][repinterp.core.groups.composition]).
+        granularity: the index's granularity in words
+            ([`granularity_text`][repinterp.interpreter.RepresentativeInterpreter.granularity_text]),
+            shown under the title; None: not shown.
     """
     classes: dict[str, list[dict[str, Any]]] = {}
     for entry in sorted(entries, key=lambda e: e["summary"]["predicted_class"]):
@@ -138,12 +156,18 @@ def write_report(path: str | Path, title: str, intro: str, entries: list[dict[st
         + "</li>"
         for c, group in classes.items()
     )
-    glossary = "".join(f"<dt>{html.escape(k)}</dt><dd>{html.escape(v)}</dd>" for k, v in GLOSSARY)
+    named = list(GLOSSARY)
+    if granularity is not None:
+        named.append(("granularity", MEANINGS["granularity"]))
+    if any(e["summary"].get("sub_labels") for e in entries):
+        named.append(("sub-labels", MEANINGS["sub-labels"]))
+    glossary = "".join(f"<dt>{html.escape(k)}</dt><dd>{html.escape(v)}</dd>" for k, v in named)
+    shown = "" if granularity is None else f"<p class='granularity'>{html.escape(granularity)}</p>"
     parts = [
         "<!doctype html><html lang='en'><head><meta charset='utf-8'>",
         "<meta name='viewport' content='width=device-width, initial-scale=1'>",
         f"<title>{html.escape(title)}</title><style>{_STYLE}</style></head><body>",
-        f"<h1>{html.escape(title)}</h1><p>{html.escape(intro)}</p>",
+        f"<h1>{html.escape(title)}</h1>{shown}<p>{html.escape(intro)}</p>",
         f"<nav aria-label='contents'><h2>Contents</h2><ol>{toc}</ol></nav>",
         "<section id='legend'><h2>How to read the figures</h2>",
         "<p>Each figure: the input, then its most similar covered reference images (ranked by "

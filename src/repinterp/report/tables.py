@@ -328,9 +328,22 @@ def overview_markdown(unseen: dict[str, dict[str, Any]]) -> str:
 
 
 def _md_coverage(results: dict[str, Any]) -> list[str]:
-    """Table 2: the regions' ACU-GT, ACU-MD and CVR beside the model's."""
-    header = ["Set", "ACU-GT of RI", "ACU-GT of F", "ACU-MD of RI", "ACU-MD of F", "CVR of RI"]
-    blocks = _with_runs(results, {part: results[part] for part in ("reference", "unseen")})
+    """Table 2: the regions' ACU-GT, ACU-MD and CVR beside the model's; then the same for each
+    RI variant among the methods (e.g. RI+logic), under its name."""
+    lines = _coverage_tables(results, results, "RI")
+    for name, block in results.get("methods", {}).items():
+        lines += ["", f"{method_label(name)}'s regions:", ""]
+        lines += _coverage_tables(results, block, name)
+    return lines
+
+
+def _coverage_tables(results: dict[str, Any], numbers: dict[str, Any], name: str) -> list[str]:
+    """`_md_coverage`'s tables of one method's regions: ``numbers`` (``reference`` and
+    ``unseen``, as ``results``' runs hold them), its columns named after ``name``."""
+    ri = method_label(name)
+    header = ["Set", f"ACU-GT of {ri}", "ACU-GT of F", f"ACU-MD of {ri}", "ACU-MD of F"]
+    header.append(f"CVR of {ri}")
+    blocks = _with_runs(results, {part: numbers[part] for part in ("reference", "unseen")})
     rows = [
         [
             label,

@@ -44,6 +44,11 @@ const GLOSSARY = {
       "among the regions, else those nearest its k-means centre; over all cards these add up to |R|",
   ],
   regions: ["regions", "k-means regions whose input has this very polytope (same boundaries, same sides)"],
+  sublabels: [
+    "sub-labels",
+    "what the reference images this card interprets are made of, by sub-label (a sub-concept known for " +
+      "evaluation only, e.g. mnist-super's digit): name: count, most first, and a bar of their shares",
+  ],
 };
 const tip = (name) => GLOSSARY[name][1];
 
@@ -479,6 +484,27 @@ function regionCard(region) {
     picture(region, caption, { numbers }),
     el("p", { class: "stats" }, ...stats, regionsNum),
     el("div", { class: "covered" }, ...covered),
+    ...(region.sub_labels ? [composition(region.sub_labels)] : []),
+  );
+}
+
+// A card's sub-label composition: "sub-labels 4: 31, 9: 2" and a bar cut in proportion.
+function composition(counts) {
+  const text = counts.map((c) => `${c.name}: ${c.count}`).join(", ");
+  const total = counts.reduce((n, c) => n + c.count, 0);
+  const parts = counts.map((c) => {
+    const part = el("span", { title: `${c.name}: ${c.count}` });
+    part.style.width = `${(100 * c.count) / total}%`; // through the CSSOM: the page's CSP refuses style attributes
+    part.style.background = c.colour;
+    return part;
+  });
+  return el(
+    "div",
+    { class: "sub-labels", "data-num": "sub-labels", title: `sub-labels: ${tip("sublabels")}` },
+    el("span", { class: "name" }, "sub-labels"),
+    " ",
+    el("b", {}, text),
+    el("div", { class: "composition", role: "img", "aria-label": `sub-labels ${text}` }, ...parts),
   );
 }
 
@@ -632,7 +658,7 @@ async function start() {
   const info = state.info;
   $("info").textContent =
     `${info.dataset} · ${info.arch} at layer ${info.target_layer} · ` +
-    `${info.n_reference} reference images · |Q| = ${info.n_boundaries} boundaries`;
+    `${info.n_reference} reference images · |Q| = ${info.n_boundaries} boundaries · ${info.granularity_text}`;
   $("ref-id").max = info.n_reference - 1;
   const [height, width] = info.input_shape.slice(1);
   document.documentElement.style.setProperty("--aspect", `${width} / ${height}`);
@@ -640,8 +666,9 @@ async function start() {
     `Dist (${info.metric})`,
     `RI's ${info.metric} distance to the input (0 = the same): ${info.metric_meaning}`,
   ];
+  const named = Object.entries(GLOSSARY).filter(([key]) => key !== "sublabels" || info.sub_labels);
   $("glossary").replaceChildren(
-    ...Object.values(GLOSSARY).flatMap(([name, text]) => [el("dt", {}, name), el("dd", {}, text)]),
+    ...named.flatMap(([, [name, text]]) => [el("dt", {}, name), el("dd", {}, text)]),
   );
   wire();
   setColormap(info.default_colormap);

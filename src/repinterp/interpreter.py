@@ -708,7 +708,7 @@ class RepresentativeInterpreter:
         """Load a saved index for ``model``.
 
         An index saved before its manifest recorded the model's graph
-        (``graph_fingerprint``, before repinterp 0.3) is checked by the weights alone.
+        (``graph_fingerprint``, before repinterp 0.4) is checked by the weights alone.
 
         Args:
             path: the index folder.

@@ -73,6 +73,7 @@ from repinterp.evaluation.subclass import (
     spray_groups,
 )
 from repinterp.interpreter import RepresentativeInterpreter
+from repinterp.store.model_cache import default_cache
 
 OUT = Path(__file__).resolve().parent / "subclass"
 DATASETS = ("mnist-super", "shapes", "shapes-mix:0.5", "shapes-mix:1")
@@ -91,7 +92,9 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--reference", type=int, default=1000, help="reference images a seed")
     parser.add_argument("--unseen", type=int, default=300, help="unseen images a seed")
     parser.add_argument("--faithful", type=int, default=30, help="unseen images scored")
-    parser.add_argument("--model-cache", default="/work/model-cache")
+    parser.add_argument(
+        "--model-cache", type=Path, default=default_cache(), help="(~/.cache/repinterp/models)"
+    )
     parser.add_argument("--epochs", type=int, default=None, help="override (smoke tests only)")
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args(argv)

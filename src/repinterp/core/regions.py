@@ -408,6 +408,8 @@ class RegionSet:
         """`show`'s sub-labels and their names: those given, else the reference set's
         (``concepts``, ``concept_names``), else None."""
         source = self.interpreter.reference if reference is None else reference
+        # the interpreter keeps its set wrapped (`ReferenceSet`): the set given is its `source`
+        source = getattr(source, "source", source)
         if sub_labels is None:
             sub_labels = getattr(source, "concepts", None)
             if sub_labels is None:

@@ -225,7 +225,8 @@ def plot_sanity(results: dict[str, Any], path: Path) -> Path:
     for i, (name, block) in enumerate(methods.items()):
         if "reseeded" in block:  # the method's own noise floor: its draw made anew
             floor = block["reseeded"]["Spearman"]
-            axes[0].axhline(floor, color=f"C{i}", ls="--", lw=0.8, label=f"{name}'s floor ({floor:.2f})")
+            label = f"{name}'s floor ({floor:.2f})"
+            axes[0].axhline(floor, color=f"C{i}", ls="--", lw=0.8, label=label)
     axes[0].set_xticks(range(len(steps)), steps, rotation=30, ha="right", fontsize=7)
     axes[0].set_xlabel("randomised down to (cascading, from the top)", fontsize=8)
     axes[0].axhline(0, color="k", lw=0.5)

@@ -153,7 +153,7 @@ def default_target_layer(arch: str) -> str:
     if arch in _TORCHVISION:
         return _TORCHVISION[arch]
     with torch.device("meta"):
-        model = _construct(arch, 2, None)
+        model = _construct(arch, 2, None).eval()  # split_model refuses a model in training mode
     if arch.startswith(TIMM_PREFIX):
         channels = model.pretrained_cfg.get("input_size", (3,))[0]
         return locate_split(model, (channels, *_TIMM_PROBE)).layer

@@ -67,21 +67,28 @@ LAYERS = {
 MARKERS = "osD^v<>"
 
 
-def arguments(argv: list[str] | None = None) -> argparse.Namespace:
-    """The run's size and where it writes."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def size_parser(description: str, datasets: list[str], out: Path) -> argparse.ArgumentParser:
+    """The options a run over model seeds shares (here and in ``subclass.py``): seeds, data
+    sets, draw sizes, the model cache, the epochs and the output folder."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--seeds", type=int, default=5, help="model seeds 0..N-1 (5)")
-    parser.add_argument("--datasets", default=",".join(DATASETS), help="comma-separated")
-    parser.add_argument("--layers", default=None, help="comma-separated (default: per model)")
-    parser.add_argument("--q", default="10,50,200", help="|Q| values, comma-separated")
+    parser.add_argument("--datasets", default=",".join(datasets), help="comma-separated")
     parser.add_argument("--reference", type=int, default=1000, help="reference images a seed")
     parser.add_argument("--unseen", type=int, default=300, help="unseen images a seed")
-    parser.add_argument("--pairs", type=int, default=100, help="segments per class")
     parser.add_argument(
         "--model-cache", type=Path, default=default_cache(), help="(~/.cache/repinterp/models)"
     )
     parser.add_argument("--epochs", type=int, default=None, help="override (smoke tests only)")
-    parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--out", type=Path, default=out)
+    return parser
+
+
+def arguments(argv: list[str] | None = None) -> argparse.Namespace:
+    """The run's size and where it writes."""
+    parser = size_parser(__doc__.split("\n\n")[0], list(DATASETS), OUT)
+    parser.add_argument("--layers", default=None, help="comma-separated (default: per model)")
+    parser.add_argument("--q", default="10,50,200", help="|Q| values, comma-separated")
+    parser.add_argument("--pairs", type=int, default=100, help="segments per class")
     args = parser.parse_args(argv)
     if args.seeds < 1 or args.reference < 2 or args.unseen < 2 or args.pairs < 1:
         parser.error("--seeds, --pairs must be >= 1 and --reference, --unseen >= 2")

@@ -53,7 +53,7 @@ from typing import Any
 import numpy as np
 import torch
 from groups_sweep import cell, cvr, summary
-from law import draw, setup_of
+from law import draw, setup_of, size_parser
 from torch import Tensor
 
 from repinterp.core.groups import ami, ami_ceiling, ami_null
@@ -73,7 +73,6 @@ from repinterp.evaluation.subclass import (
     spray_groups,
 )
 from repinterp.interpreter import RepresentativeInterpreter
-from repinterp.store.model_cache import default_cache
 
 OUT = Path(__file__).resolve().parent / "subclass"
 DATASETS = ("mnist-super", "shapes", "shapes-mix:0.5", "shapes-mix:1")
@@ -86,17 +85,8 @@ CONTROLS = ("class control", "cluster control")
 
 def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     """The run's size and where it writes."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seeds", type=int, default=5, help="model seeds 0..N-1 (5)")
-    parser.add_argument("--datasets", default=",".join(DATASETS), help="comma-separated")
-    parser.add_argument("--reference", type=int, default=1000, help="reference images a seed")
-    parser.add_argument("--unseen", type=int, default=300, help="unseen images a seed")
+    parser = size_parser(__doc__.split("\n\n")[0], list(DATASETS), OUT)
     parser.add_argument("--faithful", type=int, default=30, help="unseen images scored")
-    parser.add_argument(
-        "--model-cache", type=Path, default=default_cache(), help="(~/.cache/repinterp/models)"
-    )
-    parser.add_argument("--epochs", type=int, default=None, help="override (smoke tests only)")
-    parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args(argv)
     if args.seeds < 1 or args.reference < 2 or args.unseen < 2 or args.faithful < 1:
         parser.error("--seeds, --faithful must be >= 1 and --reference, --unseen >= 2")

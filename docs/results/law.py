@@ -83,6 +83,14 @@ def size_parser(description: str, datasets: list[str], out: Path) -> argparse.Ar
     return parser
 
 
+def provenance() -> dict[str, str]:
+    """The command that made a run and the machine it ran on (here and in ``subclass.py``)."""
+    return {
+        "command": "OMP_NUM_THREADS=1 PYTHONPATH=src python " + " ".join(sys.argv),
+        "machine": f"{platform.platform()}, torch {torch.__version__}, 1 thread",
+    }
+
+
 def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     """The run's size and where it writes."""
     parser = size_parser(__doc__.split("\n\n")[0], list(DATASETS), OUT)
@@ -150,8 +158,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     started = time.perf_counter()
     qs = [int(q) for q in args.q.split(",")]
     out: dict[str, Any] = {
-        "command": "OMP_NUM_THREADS=1 PYTHONPATH=src python " + " ".join(sys.argv),
-        "machine": f"{platform.platform()}, torch {torch.__version__}, 1 thread",
+        **provenance(),
         "size": {
             "seeds": args.seeds,
             "reference": args.reference,

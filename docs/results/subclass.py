@@ -43,8 +43,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -53,7 +51,7 @@ from typing import Any
 import numpy as np
 import torch
 from groups_sweep import cell, cvr, summary
-from law import draw, setup_of, size_parser
+from law import draw, provenance, setup_of, size_parser
 from torch import Tensor
 
 from repinterp.core.groups import ami, ami_ceiling, ami_null
@@ -291,8 +289,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     torch.set_num_threads(1)
     started = time.perf_counter()
     out: dict[str, Any] = {
-        "command": "OMP_NUM_THREADS=1 PYTHONPATH=src python " + " ".join(sys.argv),
-        "machine": f"{platform.platform()}, torch {torch.__version__}, 1 thread",
+        **provenance(),
         "size": {
             "seeds": args.seeds,
             "reference": args.reference,

@@ -494,13 +494,23 @@ class RepresentativeInterpreter:
         check_finite_rows("logits or projections", logits, proj)
         return logits, proj
 
-    def _logic(self, vectors: Tensor | None) -> tuple[Tensor, float] | None:
-        """What [`interpret`][repinterp.core.interpretation.interpret] takes of the logic: the
-        inputs' vectors and ``gamma`` (None for the paper's granularity)."""
-        if vectors is None:
-            return None
-        gamma = self.fitted_index.meta["gamma"] if self.gamma is None else self.gamma
-        return vectors, float(gamma)
+    def _interpret(
+        self,
+        logits: Tensor,
+        projections: Tensor,
+        solver: str | None,
+        features: Tensor | None,
+        vectors: Tensor | None,
+    ) -> list[Interpretation]:
+        """[`interpret`][repinterp.core.interpretation.interpret] with the interpreter's solver,
+        time limit and, for the logic granularity, the inputs' logic vectors and ``gamma``."""
+        logic = None
+        if vectors is not None:
+            gamma = self.fitted_index.meta["gamma"] if self.gamma is None else self.gamma
+            logic = (vectors, float(gamma))
+        return interpret(
+            self, logits, projections, self._solver(solver), self.time_limit, features, logic
+        )
 
     # ------------------------------------------------------------------ explaining
     def explain(self, image: Any, solver: str | None = None) -> Interpretation:
@@ -548,15 +558,7 @@ class RepresentativeInterpreter:
         vectors = None
         if logic is not None:
             vectors = torch.cat(logic) if logic else index.logic.new_empty(0, index.logic.shape[1])
-        out = interpret(
-            self,
-            logits,
-            proj,
-            self._solver(solver),
-            self.time_limit,
-            features,
-            self._logic(vectors),
-        )
+        out = self._interpret(logits, proj, solver, features, vectors)
         for e, image in zip(out, images, strict=True):
             e.image = image
         return out
@@ -579,15 +581,7 @@ class RepresentativeInterpreter:
             features = self.reference_features[rows.cpu()]
         logits, proj = index.logits[rows], index.projections[rows]
         vectors = None if index.logic is None else index.logic[rows]
-        return interpret(
-            self,
-            logits,
-            proj,
-            self._solver(solver),
-            self.time_limit,
-            features,
-            self._logic(vectors),
-        )
+        return self._interpret(logits, proj, solver, features, vectors)
 
     # ------------------------------------------------------------------ beyond the paper
     @exact_float32()

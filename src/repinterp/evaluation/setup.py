@@ -41,8 +41,25 @@ RECIPES = {
     "shapes": Recipe("shapes_cnn", epochs=10),
     "shapes-mix": Recipe("shapes_cnn", epochs=10),  # every shapes-mix:P (no bundled weights)
     "digits": Recipe("digits_cnn", epochs=20),
+    # No bundled weights: the recipe of benchmarks/gpu_vgg_shapes.py (warm-up 1 epoch) for 4
+    # epochs (500 steps) on all 4,000 reference images.
+    "shapes:64": Recipe(
+        "vgg11_bn",
+        epochs=4,
+        lr=0.01,
+        batch_size=32,
+        optimizer="sgd",
+        weight_decay=5e-4,
+        schedule="cosine",
+        warmup_epochs=1.0,
+        label_smoothing=0.1,
+        hflip=True,
+        dropout=0.0,
+    ),
 }
-BUNDLED = {name: recipe.arch for name, recipe in RECIPES.items() if name != "shapes-mix"}
+BUNDLED = {
+    name: recipe.arch for name, recipe in RECIPES.items() if name not in ("shapes-mix", "shapes:64")
+}
 
 
 def recipe_for(dataset: str) -> Recipe | None:

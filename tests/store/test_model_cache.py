@@ -13,7 +13,7 @@ import torch
 from repinterp.data.datasets import load_dataset
 from repinterp.evaluation.options import Options
 from repinterp.evaluation.protocols import evaluate
-from repinterp.evaluation.setup import RECIPES, WEIGHTS_DIR, load_setup, recipe_for
+from repinterp.evaluation.setup import BUNDLED, RECIPES, WEIGHTS_DIR, load_setup, recipe_for
 from repinterp.models.train import Recipe
 from repinterp.report.tables import results_markdown
 from repinterp.runtime.checksums import file_sha256
@@ -84,9 +84,17 @@ def test_the_default_cache_is_under_the_users_cache_folder(monkeypatch, tmp_path
 
 
 def test_recipes_are_those_of_the_bundled_weights() -> None:
-    for dataset, recipe in RECIPES.items():
-        assert (WEIGHTS_DIR / f"{recipe.arch}.safetensors").is_file(), dataset
+    for dataset in BUNDLED:
+        assert (WEIGHTS_DIR / f"{RECIPES[dataset].arch}.safetensors").is_file(), dataset
     assert RECIPES["mnist5k"].epochs == 8 and RECIPES["digits"].epochs == 20
+    assert set(RECIPES) - set(BUNDLED) == {"shapes-mix", "shapes:64"}
+
+
+def test_shapes_64_has_the_vgg_recipe_without_bundled_weights() -> None:
+    recipe = recipe_for("shapes:64")
+    assert recipe is not None and recipe.arch == "vgg11_bn" and recipe.optimizer == "sgd"
+    with pytest.raises(ValueError, match="--model vgg11_bn needs --weights"):
+        load_setup("shapes:64", arch="vgg11_bn")
 
 
 def test_every_shapes_mix_is_trained_by_the_shapes_recipe() -> None:

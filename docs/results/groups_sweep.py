@@ -1,35 +1,38 @@
 """Where does RI find sub-class groups? A sweep over the target layer, |Q|, Q's sampling and
-the model's saturation, on ``shapes`` (sub-concepts known) and ``mnist5k``, 3 seeds a point.
+the logits' temperature, on ``shapes`` (sub-concepts known) and ``mnist5k``, over five trained
+models.
 
-Each point changes one setting of the default (the bundled CNN's last conv ReLU, |Q| = 50,
-uniform sampling, the bundled weights). Each seed (0, 1, 2) draws its own stratified 3,000
-reference and 500 unseen images from the data-seed-0 split (as ``repinterp evaluate`` does,
-so the unseen images stay unseen by the model) and samples Q; the interpreter explains each
-unseen image by its own P(x), and `repinterp.core.groups.polytope_groups` groups those (with
-the merged groups, the within-class AMI, its shuffled null and k-means ceiling, and the images
-outside their class's main polytope). Beside
-the sub-concept purity of the groups and of one group per class (the baseline), the purity of
-a chance split: the same groups with the sub-concept labels shuffled within each predicted
-class (small groups are pure by chance). CVR: the share of the unseen images that one of
-|V| = 10 x classes k-means regions covers (`RegionSet.assign`); the k-means runs on the
-reference feature maps' first 64 principal components (a full-dimensional k-means takes
-minutes at the early layers), and at the default point also in full, as the protocols run it.
-Why: for each class c, the share of Q's boundaries whose two classes include c, the share of
-c's reference images on c's side of every one of them, and the share in the largest cell of
-the whole arrangement Q (the images no boundary of Q separates), averaged over the classes.
+Each point changes one setting of the default (the data set's CNN at its last conv ReLU,
+|Q| = 50, uniform sampling). Seed r uses the model of seed r of the data set's recipe
+(`repinterp.evaluation.setup.RECIPES`, through the model cache, as ``evaluate --model-seeds``
+trains them), draws its own stratified 3,000 reference and 500 unseen images from the
+data-seed-0 split (as ``repinterp evaluate`` does, so the unseen images stay unseen by the
+model) and samples Q; the interpreter explains each unseen image by its own P(x), and
+`repinterp.core.groups.polytope_groups` groups those (with the merged groups, the within-class
+AMI, its shuffled null and k-means ceiling, and the images outside their class's main
+polytope). Beside the sub-concept purity of the groups and of one group per class (the
+baseline), the purity of a chance split: the same groups with the sub-concept labels shuffled
+within each predicted class (small groups are pure by chance). CVR: the share of the unseen
+images that one of |V| = 10 x classes k-means regions covers (`RegionSet.assign`); the k-means
+runs on the reference feature maps' first 64 principal components (a full-dimensional k-means
+takes minutes at the early layers), and at the default point also in full, as the protocols
+run it. Why: for each class c, the share of Q's boundaries whose two classes include c, the
+share of c's reference images on c's side of every one of them, and the share in the largest
+cell of the whole arrangement Q (the images no boundary of Q separates), averaged over the
+classes. Saturation: the logits divided by a temperature T = 4 (a wrapper module). (The
+3-seed sweep on the bundled weights, with models retrained with and without label smoothing,
+is kept in ``docs/results/groups-sweep``.)
 
-Saturation: the logits divided by a temperature T = 4 (a wrapper module), and the CNN trained
-anew for a few epochs with and without label smoothing 0.1 (same seed and recipe).
-
-Run: ``OMP_NUM_THREADS=1 PYTHONPATH=src python docs/results/groups_sweep.py`` (about 15
-minutes on one core). Writes ``docs/results/groups-sweep/results.json`` (every point, every
-seed, the weights' SHA-256, the command) and ``results.md``.
+Run: ``OMP_NUM_THREADS=1 PYTHONPATH=src python docs/results/groups_sweep.py --seeds 5`` (about
+25 minutes on one core once the models are cached). Writes ``OUT/results.json`` (every point,
+every seed, each model's weights SHA-256 and held-out accuracy, the command) and
+``results.md`` (``--out``, default ``docs/results/groups-sweep-seeds``).
 """
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
-import hashlib
 import json
 import platform
 import sys
@@ -46,32 +49,29 @@ from repinterp.core.convexity import q_convexity
 from repinterp.core.groups import polytope_groups, polytope_key
 from repinterp.core.nearest import nearest_rows
 from repinterp.core.regions import RegionSet
-from repinterp.data.datasets import load_dataset
 from repinterp.evaluation.setup import Setup, load_setup
 from repinterp.interpreter import RepresentativeInterpreter
-from repinterp.models.train import train
-from repinterp.models.zoo import DataShape, model_for, weights_bytes
+from repinterp.store.model_cache import default_cache
 
-OUT = Path(__file__).resolve().parent / "groups-sweep"
-SEEDS = (0, 1, 2)
+OUT = Path(__file__).resolve().parent / "groups-sweep-seeds"
 DRAW = (0.75, 0.5)  # of the 4,000 reference and 1,000 unseen images: 3,000 and 500
 PCA_DIMS = 64
 LAYERS = {
     "mnist5k": ("features.1", "features.4", "features.7"),
     "shapes": ("features.1", "features.4", "features.7", "features.10"),
 }
-EPOCHS = {"mnist5k": 8, "shapes": 10}  # the retrained models' epochs (Adam, lr 1e-3, seed 0)
 TEMPERATURE = 4.0
 
 
 @dataclasses.dataclass(frozen=True)
 class Point:
-    """One setting: the target layer, |Q|, Q's sampling and the model."""
+    """One setting: the target layer, |Q|, Q's sampling and the model (``"trained"``, or its
+    logits over a temperature)."""
 
     layer: str
     n_boundaries: int = 50
     sampling: str = "uniform"
-    model: str = "bundled"
+    model: str = "trained"
 
     def name(self, default: Point) -> str:
         """What differs from ``default`` (``"default"`` when nothing does)."""
@@ -104,35 +104,8 @@ def grid(dataset: str) -> list[Point]:
         *(Point(layer) for layer in early),
         *(Point(last, n_boundaries=q) for q in (10, 200, 500)),
         *(Point(last, sampling=s) for s in ("balanced", "pairs")),
-        *(Point(last, model=m) for m in (f"T={TEMPERATURE:g}", "retrained", "retrained+ls0.1")),
+        Point(last, model=f"T={TEMPERATURE:g}"),
     ]
-
-
-def retrain(dataset: str, label_smoothing: float) -> tuple[nn.Module, dict[str, Any]]:
-    """The bundled architecture trained anew on the data-seed-0 reference part (seed 0), and
-    what the training measured."""
-    data = load_dataset(dataset, seed=0)
-    arch = {"mnist5k": "mnist_cnn", "shapes": "shapes_cnn"}[dataset]
-    model = model_for(arch, DataShape.of(data.reference), None, seed=0)
-    start = time.perf_counter()
-    result = train(
-        model,
-        data.reference,
-        data.unseen,
-        epochs=EPOCHS[dataset],
-        seed=0,
-        progress=False,
-        label_smoothing=label_smoothing,
-    )
-    return model.eval(), {
-        "arch": arch,
-        "recipe": f"models.train.train: Adam lr 1e-3, batch 64, {EPOCHS[dataset]} epochs, "
-        f"seed 0, label smoothing {label_smoothing}",
-        "sha256": hashlib.sha256(weights_bytes(model)).hexdigest(),
-        "losses": result.losses,
-        "held_out_accuracy": 100 * result.held_out_accuracy,
-        "train_s": time.perf_counter() - start,
-    }
 
 
 def pca_regions(ri: RepresentativeInterpreter, seed: int) -> RegionSet:
@@ -227,39 +200,43 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, list[float]]:
     return out
 
 
-def run() -> dict[str, Any]:
-    """The whole sweep (the results.json object)."""
+def run(seeds: int, cache: Path) -> dict[str, Any]:
+    """The whole sweep (the results.json object) over model seeds 0 .. ``seeds`` - 1."""
     torch.set_num_threads(1)
     started = time.perf_counter()
     out: dict[str, Any] = {
         "command": "OMP_NUM_THREADS=1 PYTHONPATH=src python " + " ".join(sys.argv),
         "machine": f"{platform.platform()}, torch {torch.__version__}, 1 thread",
-        "seeds": list(SEEDS),
+        "seeds": list(range(seeds)),
         "draw": {"reference": 3000, "unseen": 500},
         "pca_dims": PCA_DIMS,
         "models": {},
         "points": {},
     }
     for dataset in LAYERS:
-        setup = load_setup(dataset)
-        models: dict[str, nn.Module] = {"bundled": setup.model}
-        out["models"][f"{dataset}/bundled"] = {
-            "arch": setup.arch,
-            "weights": Path(setup.weights).name,
-            "sha256": hashlib.sha256(Path(setup.weights).read_bytes()).hexdigest(),
-        }
-        models[f"T={TEMPERATURE:g}"] = Tempered(setup.model, TEMPERATURE).eval()
-        for name, smoothing in (("retrained", 0.0), ("retrained+ls0.1", 0.1)):
-            models[name], out["models"][f"{dataset}/{name}"] = retrain(dataset, smoothing)
+        setup = load_setup(dataset, model_seeds=seeds, model_cache=cache)
+        per_seed = [setup.for_run(seed) for seed in range(seeds)]
+        out["models"][dataset] = [
+            {
+                "seed": trained.seed,
+                "sha256": trained.sha256,
+                "held_out_accuracy": trained.card["held_out_accuracy"],
+                "recipe": trained.card["recipe"],
+            }
+            for trained in setup.models
+        ]
         points = grid(dataset)
         base: dict[int, tuple[list[str], list[int]]] = {}  # the default point's, per seed
         for point in points:
-            prefix = "model." if isinstance(models[point.model], Tempered) else ""
-            at = dataclasses.replace(
-                setup, model=models[point.model], target_layer=prefix + point.layer
-            )
             rows = []
-            for seed in SEEDS:
+            for seed, at in enumerate(per_seed):
+                if point.model.startswith("T="):
+                    tempered = Tempered(at.model, TEMPERATURE).eval()
+                    at = dataclasses.replace(
+                        at, model=tempered, target_layer="model." + point.layer
+                    )
+                else:
+                    at = dataclasses.replace(at, target_layer=point.layer)
                 row = measure(at, point, seed, full_kmeans=point == points[0])
                 keys, deltas = row.pop("keys"), row.pop("delta_each")
                 if point == points[0]:
@@ -298,22 +275,23 @@ def markdown(results: dict[str, Any]) -> str:
         "",
         f"Made by `{results['command']}` in {results['seconds'] / 60:.1f} min "
         f"({results['machine']}). Every cell is mean ± sample std over seeds "
-        f"{results['seeds']}; each seed draws its own 3,000 reference and 500 unseen images and "
-        "samples its own Q. The default point: the last conv ReLU, |Q| = 50, uniform, the "
-        "bundled weights; every other row changes one setting. Groups: the unseen images "
+        f"{results['seeds']}; seed r explains with the model of seed r of the data set's recipe "
+        "and draws its own 3,000 reference and 500 unseen images and samples its own Q. The "
+        "default point: the last conv ReLU, |Q| = 50, uniform; every other row changes one "
+        "setting. Groups: the unseen images "
         "grouped by their own P(x) (`repinterp.core.groups`). Purity: sub-concept purity of "
         "the groups / of one group per class / of the same groups with the labels shuffled "
         "within each class (chance). CVR: unseen images covered by one of 10 x classes "
         f"k-means regions (k-means on {results['pca_dims']} principal components).",
         "",
-        "Weights (SHA-256):",
+        "Models (seed: weights' SHA-256, held-out accuracy on the split's unseen part):",
         "",
     ]
-    for name, model in results["models"].items():
-        extra = ""
-        if "recipe" in model:
-            extra = f" ({model['recipe']}; held-out accuracy {model['held_out_accuracy']:.1f}%)"
-        lines.append(f"- `{name}`: `{model['sha256']}`{extra}")
+    for dataset, models in results["models"].items():
+        named = ", ".join(
+            f"{m['seed']}: `{m['sha256'][:12]}` {m['held_out_accuracy']:.1f}%" for m in models
+        )
+        lines.append(f"- `{dataset}`: {named}")
     for dataset in LAYERS:
         points = {k: v for k, v in results["points"].items() if v["dataset"] == dataset}
         lines += [
@@ -412,8 +390,13 @@ def markdown(results: dict[str, Any]) -> str:
 
 
 if __name__ == "__main__":
-    results = run()
-    OUT.mkdir(exist_ok=True)
-    (OUT / "results.json").write_text(json.dumps(results, indent=1) + "\n")
-    (OUT / "results.md").write_text(markdown(results))
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seeds", type=int, default=5, help="model seeds 0..N-1 (5)")
+    parser.add_argument("--model-cache", type=Path, default=default_cache())
+    parser.add_argument("--out", type=Path, default=OUT)
+    args = parser.parse_args()
+    results = run(args.seeds, args.model_cache)
+    args.out.mkdir(exist_ok=True)
+    (args.out / "results.json").write_text(json.dumps(results, indent=1) + "\n")
+    (args.out / "results.md").write_text(markdown(results))
     print(markdown(results))

@@ -31,7 +31,8 @@ seed and data set; a missing model trains first, about 2 minutes each for `shape
     OMP_NUM_THREADS=1 PYTHONPATH=src python docs/results/law.py --seeds 5
 
 ``--seeds 1 --reference 300 --unseen 100 --q 10 --datasets mnist-super`` is a smoke test of a
-minute. Writes ``OUT/results.json`` (every point and seed, each model's weights SHA-256 and
+minute; ``--render`` recomputes the correlations, results.md and law.png from a saved
+``OUT/results.json`` without a run. Writes ``OUT/results.json`` (every point and seed, each model's weights SHA-256 and
 held-out accuracy, the command, the times), ``OUT/results.md`` and ``OUT/law.png``
 (``--out``, default ``docs/results/law``).
 """
@@ -97,6 +98,11 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--layers", default=None, help="comma-separated (default: per model)")
     parser.add_argument("--q", default="10,50,200", help="|Q| values, comma-separated")
     parser.add_argument("--pairs", type=int, default=100, help="segments per class")
+    parser.add_argument(
+        "--render",
+        action="store_true",
+        help="no run: recompute the correlations, results.md and law.png from OUT/results.json",
+    )
     args = parser.parse_args(argv)
     if args.seeds < 1 or args.reference < 2 or args.unseen < 2 or args.pairs < 1:
         parser.error("--seeds, --pairs must be >= 1 and --reference, --unseen >= 2")
@@ -222,6 +228,7 @@ def correlations(results: dict[str, Any]) -> dict[str, float]:
         "segment_convexity",
         "graph_convexity",
         "effective_groups",
+        "ami_ceiling",
     ):
         values = [row[key] for row in rows]
         rho = spearmanr(values, excess).statistic if len(set(values)) > 1 else float("nan")
@@ -321,7 +328,9 @@ def markdown(results: dict[str, Any]) -> str:
         f"with: convexity w.r.t. Q {rho['same_side']:+.2f}, the largest cell of Q "
         f"{rho['largest_cell']:+.2f}, Euclidean convexity {rho['segment_convexity']:+.2f}, "
         f"graph convexity {rho['graph_convexity']:+.2f}, "
-        f"effective groups {rho['effective_groups']:+.2f}.",
+        f"effective groups {rho['effective_groups']:+.2f}, and how well the layer's features "
+        f"separate the sub-concepts (the k-means AMI, `ami_ceiling`) "
+        f"{rho['ami_ceiling']:+.2f}.",
         "",
         "## Models",
         "",
@@ -365,7 +374,10 @@ def markdown(results: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     args = arguments(argv)
-    results = run(args)
+    if args.render:
+        results = json.loads((args.out / "results.json").read_text())
+    else:
+        results = run(args)
     results["correlations"] = correlations(results)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "results.json").write_text(json.dumps(results, indent=1) + "\n")

@@ -32,9 +32,9 @@ seed and data set; a missing model trains first, about 2 minutes each for `shape
 
 ``--seeds 1 --reference 300 --unseen 100 --q 10 --datasets mnist-super`` is a smoke test of a
 minute; ``--render`` recomputes the correlations, results.md and law.png from a saved
-``OUT/results.json`` without a run. Writes ``OUT/results.json`` (every point and seed, each model's weights SHA-256 and
-held-out accuracy, the command, the times), ``OUT/results.md`` and ``OUT/law.png``
-(``--out``, default ``docs/results/law``).
+``OUT/results.json`` without a run. Writes ``OUT/results.json`` (every point and seed, each
+model's weights SHA-256 and held-out accuracy, the command, the times), ``OUT/results.md`` and
+``OUT/law.png`` (``--out``, default ``docs/results/law``).
 """
 
 from __future__ import annotations

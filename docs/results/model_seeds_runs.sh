@@ -2,7 +2,8 @@
 # The headline protocols on five trained models per data set (issue 28): each run r of a
 # protocol explains with its own model (seed r of the data set's recipe, cached by the SHA-256
 # of recipe and data) and its own draw of images; comparisons are paired over the models.
-# Usage: docs/results/model_seeds_runs.sh STREAM   (STREAM: mnist5k | shapes | mnist-super)
+# Usage: docs/results/model_seeds_runs.sh STREAM
+#   (STREAM: mnist5k | shapes | mnist-super | vgg: the VGG-11-BN of shapes:64, 4 epochs each)
 # Each evaluation runs on one torch thread; two streams side by side fit a 2-core machine.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -29,6 +30,13 @@ mnist5k)
 shapes)
     run shapes-unseen-seeds --dataset shapes --protocol unseen --methods RI,$CAMS,$CONTROLS
     run shapes-sanity-seeds --dataset shapes --protocol sanity
+    run shapes-reference-seeds --dataset shapes --protocol reference --inputs 50 \
+        --methods RI,Grad-CAM,Score-CAM,RI+score,Score-CAM+class,Score-CAM+cluster
+    ;;
+vgg)  # the last conv ReLU (4 x 4), as the earlier VGG runs; the CLI's default at 64 px is 8 x 8
+    run shapes64-vgg11bn-seeds5 --dataset shapes:64 --protocol unseen --layer features.27 \
+        --methods RI,Grad-CAM,Score-CAM,Grad-CAM+class --metrics ROAD,deletion,insertion \
+        --curve-images 30
     ;;
 mnist-super)
     run mnist-super-unseen-seeds --dataset mnist-super --protocol unseen \

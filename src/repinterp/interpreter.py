@@ -16,17 +16,13 @@ from torch import Tensor, nn
 
 from .core.boundaries import Boundaries, compute_boundaries
 from .core.config import FitConfig
+from .core.decision_set import project_blocks
+from .core.granularities import decision_set
 from .core.heatmap import channel_means, polytope_heatmaps
-from .core.interpretation import Interpretation, check_solver, interpret
-from .core.logic import (
-    check_granularity,
-    default_gamma,
-    describe_granularity,
-    logic_vectors,
-    project_blocks,
-)
+from .core.interpretation import Interpretation, check_solver
 from .core.reference_index import FEATURE_FILE, ReferenceIndex
 from .core.regions import RegionSet
+from .core.representative import interpret
 from .data.datasets import ImageTransform
 from .data.inputs import Transform, as_input, as_inputs
 from .data.reference import (
@@ -98,8 +94,8 @@ class RepresentativeInterpreter:
         input_shape: C x H x W of the images, to check the target layer (or find it, when
             ``target_layer`` is None) here rather than at ``fit``.
         config: the fit's settings as one [`FitConfig`][repinterp.core.config.FitConfig], instead of
-            the seven keywords above and ``granularity`` (which must then be left at their
-            defaults); they are read back as attributes.
+            the six keywords above, ``granularity`` and ``gamma`` (which must then be left at
+            their defaults); read them back as ``config``'s fields.
         transform: how ``explain`` reads an image given as it comes (a PIL image, a NumPy
             array of ``uint8`` pixels): a callable from a PIL image to its normalised
             C x H x W tensor, e.g. the torchvision pipeline of training (see
@@ -107,12 +103,13 @@ class RepresentativeInterpreter:
             An index made by the command line records its reading
             ([`ImageTransform`][repinterp.workspace.ImageTransform]), and `load` (also through
             [`open_index`][repinterp.workspace.open_index]) gives it back.
-        granularity: a setting of the fit (see ``FitConfig``): ``"class"``, the paper's RI
-            (the default), or ``"logic"``, polytopes of one decision logic below the class
-            (beyond the paper, see [`logic`][repinterp.core.logic]).
+        granularity: the fit's decision set by name (see
+            [`granularities`][repinterp.core.granularities]): ``"class"``, the paper's RI (the
+            default), or beyond the paper ``"logic"`` (polytopes of one decision logic below the
+            class, see [`LogicSet`][repinterp.core.logic.LogicSet]).
         gamma: with ``granularity="logic"``, the cosine threshold below which a same-class
             image joins ``D(x)``, in [-1, 1] (-1: the paper's RI); None: the default read off
-            the reference images at fit
+            the reference images at every fit
             ([`default_gamma`][repinterp.core.logic.default_gamma]), or the index's at load.
 
     Raises:
@@ -151,18 +148,13 @@ class RepresentativeInterpreter:
             batch_size=batch_size,
             num_workers=num_workers,
             progress=progress,
-            granularity=granularity,
+            decisions=decision_set(granularity, gamma=gamma),
         )
         if config is not None and keywords != FitConfig():
             raise ValueError("give the fit settings either as keywords or as config=, not both")
         self.config = config if config is not None else keywords
         if not time_limit > 0:  # NaN too
             raise ValueError(f"time_limit must be a number of seconds > 0, got {time_limit}")
-        if gamma is not None and not -1 <= gamma <= 1:
-            raise ValueError(f"gamma must be in [-1, 1], got {gamma}")
-        if gamma is not None and self.config.granularity != "logic":
-            raise ValueError("gamma applies to granularity='logic' only")
-        self.gamma = gamma
         self.solver = check_solver(solver)
         self.time_limit = time_limit
         self.dtype = engine_dtype(model)
@@ -192,10 +184,10 @@ class RepresentativeInterpreter:
             if self.index is not None
             else f"|Q| = {self.n_boundaries}, not fitted"
         )
-        logic = f", {self.granularity_text}" if self.granularity == "logic" else ""
+        beyond = f", {self.granularity_text}" if self.granularity != "class" else ""
         return (
             f"RepresentativeInterpreter({type(self.model).__name__} at {layer}, {fitted}, "
-            f"seed {self.seed}, device {self.device}, solver {self.solver!r}{logic})"
+            f"seed {self.seed}, device {self.device}, solver {self.solver!r}{beyond})"
         )
 
     @property
@@ -229,13 +221,11 @@ class RepresentativeInterpreter:
     @property
     def granularity_text(self) -> str:
         """The granularity as every view names it (``print``, the viewer, the report, the
-        notebook): ``granularity class (the paper's RI)`` or ``granularity logic (γ = ...,
-        beyond the paper)`` with the ``gamma`` in use
-        ([`describe_granularity`][repinterp.core.logic.describe_granularity])."""
-        gamma = self.gamma
-        if gamma is None and self.index is not None:
-            gamma = self.index.meta.get("gamma")
-        return describe_granularity(self.granularity, gamma)
+        notebook): ``granularity class (the paper's RI)`` or e.g. ``granularity logic (γ = ...,
+        beyond the paper)`` with the settings in use (the fitted decision set's, once fitted)."""
+        if self.index is not None:
+            return self.index.decisions.describe()
+        return self.config.decisions.describe()
 
     @property
     def split(self) -> SplitModel:
@@ -349,11 +339,7 @@ class RepresentativeInterpreter:
         }
         if self.sampling != "uniform":  # the paper's sampling is the default, left unsaid
             index.meta["sampling"] = self.sampling
-        if self.granularity == "logic":  # as is the paper's granularity
-            index.meta["granularity"] = "logic"
-            if self.gamma is None:
-                self.gamma = default_gamma(index.logic, index.predictions, self.seed)
-            index.meta["gamma"] = self.gamma
+        index.meta.update(index.decisions.manifest())  # the paper's granularity: nothing
         self.index = index
         self.reference = reference
         return self
@@ -471,13 +457,13 @@ class RepresentativeInterpreter:
         self,
         images: Tensor,
         features: list[Tensor] | None = None,
-        logic: list[Tensor] | None = None,
+        columns: list[dict[str, Tensor]] | None = None,
         index: ReferenceIndex | None = None,
     ) -> tuple[Tensor, Tensor]:
         """[`forward`][repinterp.interpreter.RepresentativeInterpreter.forward]; each batch's
         flattened feature maps (on the CPU) are also appended to ``features`` when it is given,
-        and its logic vectors ([`logic_vectors`][repinterp.core.logic.logic_vectors]) to
-        ``logic``."""
+        and its columns of the index's decision set
+        ([`Decisions.columns`][repinterp.core.decision_set.Decisions.columns]) to ``columns``."""
         index = self.fitted_index if index is None else index
         logits = [torch.empty(0, index.n_classes, device=self.device, dtype=self.dtype)]
         proj = [torch.empty(0, len(index.boundaries), device=self.device, dtype=self.dtype)]
@@ -485,11 +471,11 @@ class RepresentativeInterpreter:
             with torch.inference_mode():
                 t = self.split.psi(part)
                 logits.append(self.split.head(t))
-                proj.append(project_blocks(t, index.boundaries, index.n_neurons))
+                proj.append(project_blocks(t, index.boundaries, index.n_extra))
                 if features is not None:
                     features.append(t.flatten(1).float().cpu())
-            if logic is not None:
-                logic.append(logic_vectors(self.split.head, t))
+            if columns is not None:
+                columns.append(index.decisions.columns(self.split.head, t))
         logits, proj = torch.cat(logits), torch.cat(proj)
         check_finite_rows("logits or projections", logits, proj)
         return logits, proj
@@ -500,16 +486,12 @@ class RepresentativeInterpreter:
         projections: Tensor,
         solver: str | None,
         features: Tensor | None,
-        vectors: Tensor | None,
+        columns: dict[str, Tensor],
     ) -> list[Interpretation]:
-        """[`interpret`][repinterp.core.interpretation.interpret] with the interpreter's solver,
-        time limit and, for the logic granularity, the inputs' logic vectors and ``gamma``."""
-        logic = None
-        if vectors is not None:
-            gamma = self.fitted_index.meta["gamma"] if self.gamma is None else self.gamma
-            logic = (vectors, float(gamma))
+        """[`interpret`][repinterp.core.representative.interpret] with the interpreter's solver,
+        time limit and the inputs' columns of the decision set."""
         return interpret(
-            self, logits, projections, self._solver(solver), self.time_limit, features, logic
+            self, logits, projections, self._solver(solver), self.time_limit, features, columns
         )
 
     # ------------------------------------------------------------------ explaining
@@ -552,13 +534,11 @@ class RepresentativeInterpreter:
         index = self.fitted_index
         images = as_inputs(images, self.transform, index.input_shape)
         features = [] if FEATURE_FILE in index.files else None
-        logic = [] if index.logic is not None else None
-        logits, proj = self._forward(images, features, logic)
+        parts: list[dict[str, Tensor]] = []
+        logits, proj = self._forward(images, features, parts)
         features = torch.cat(features) if features else None
-        vectors = None
-        if logic is not None:
-            vectors = torch.cat(logic) if logic else index.logic.new_empty(0, index.logic.shape[1])
-        out = self._interpret(logits, proj, solver, features, vectors)
+        columns = {name: torch.cat([p[name] for p in parts]) for name in parts[0]} if parts else {}
+        out = self._interpret(logits, proj, solver, features, columns)
         for e, image in zip(out, images, strict=True):
             e.image = image
         return out
@@ -580,8 +560,8 @@ class RepresentativeInterpreter:
         if FEATURE_FILE in index.files:
             features = self.reference_features[rows.cpu()]
         logits, proj = index.logits[rows], index.projections[rows]
-        vectors = None if index.logic is None else index.logic[rows]
-        return self._interpret(logits, proj, solver, features, vectors)
+        columns = {name: value[rows] for name, value in index.columns.items()}
+        return self._interpret(logits, proj, solver, features, columns)
 
     # ------------------------------------------------------------------ beyond the paper
     @exact_float32()
@@ -708,7 +688,7 @@ class RepresentativeInterpreter:
             path: the index folder.
             model: the model it was made with.
             device: where to compute; None means the model's device.
-            granularity: the granularity the index must have (``"class"`` or ``"logic"``);
+            granularity: the granularity the index must have (``"class"``, ``"logic"``, ...);
                 None: the index's own.
             kwargs: the other arguments of the constructor (``solver``, ``gamma``, ...);
                 without ``transform``, the one the index records (that of ``repinterp fit``),
@@ -723,14 +703,12 @@ class RepresentativeInterpreter:
         index = load_index(path)
         meta = index.meta
         made = index.granularity
-        if granularity is not None and check_granularity(granularity) != made:
+        if granularity is not None and decision_set(granularity).name != made:
             raise IndexLoadError(
                 f"{path} was fitted with granularity={made!r}, not {granularity!r}: fit it "
                 f"again with granularity={granularity!r} (repinterp fit --granularity "
                 f"{granularity})"
             )
-        if (made == "logic") != (index.logic is not None):
-            raise IndexLoadError(f"{path} is damaged: its logic vectors do not fit {made!r}")
         layer = meta.get("target_layer")
         if layer not in dict(model.named_modules()):
             raise IndexLoadError(f"{path} was made at layer {layer!r}, which the model lacks")
@@ -762,5 +740,10 @@ class RepresentativeInterpreter:
                 "modules of other types or settings, or other operations (graph fingerprint "
                 f"{str(graph)[:12]}…, this model's {ri.split.fingerprint[:12]}…)"
             )
+        try:  # the settings given here (e.g. gamma) take the place of the saved ones
+            state = {**index.columns, **index.decisions.tensors()}
+            index.decisions = ri.config.decisions.load(meta, state)
+        except ValueError as exc:
+            raise IndexLoadError(f"{path} is damaged: {exc}") from None
         ri.index = index.to(ri.device)
         return ri

@@ -177,3 +177,12 @@ def test_mnist5k_without_its_extra_names_it(monkeypatch, capsys) -> None:
         "pip install 'repinterp[demo]'\n"
     )
     assert not Path("x").exists()
+
+
+def test_the_parser_names_every_granularity() -> None:
+    """``fit --granularity`` lists the decision sets of `repinterp.core.granularities` (the
+    parser names them itself, so that ``--help`` imports no torch)."""
+    from repinterp.cli.parser import GRANULARITIES as named
+    from repinterp.core.granularities import GRANULARITIES
+
+    assert named == GRANULARITIES

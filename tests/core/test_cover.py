@@ -1,35 +1,7 @@
-from fractions import Fraction
-
 import pytest
 import torch
 
-from repinterp.core.cover import greedy_cover
-
-
-def reference_greedy(ref: torch.Tensor, x: torch.Tensor, other: torch.Tensor):
-    """Algorithm 1 written plainly, with exact fractions, for one input."""
-    n_ref, n_q = ref.shape
-    sep = [[bool(ref[r, h] != x[h]) for h in range(n_q)] for r in range(n_ref)]
-    d = [bool(v) for v in other]
-    delta = sum(1 for r in range(n_ref) if d[r] and not any(sep[r]))
-    covered = set(range(n_ref))
-    chosen: list[int] = []
-    while sum(1 for r in covered if d[r]) > delta:
-        best = None
-        for h in range(n_q):
-            if h in chosen:
-                continue
-            num = sum(1 for r in covered if sep[r][h])
-            den = sum(1 for r in covered if sep[r][h] and d[r])
-            if den == 0:
-                continue
-            key = (Fraction(num, den), -den, h)
-            if best is None or key < best:
-                best = key
-        assert best is not None
-        chosen.append(best[2])
-        covered = {r for r in covered if not sep[r][best[2]]}
-    return chosen, sorted(covered), delta
+from repinterp.core.cover import algorithm_1, greedy_cover
 
 
 def random_instance(seed: int, n_ref: int = 40, n_q: int = 8, n_in: int = 5):
@@ -48,7 +20,7 @@ def test_greedy_matches_plain_algorithm(seed: int) -> None:
     ref, x, other = random_instance(seed, n_q=3 + seed % 9)
     result = greedy_cover(ref, x, other)
     for i in range(x.shape[0]):
-        chosen, covered, delta = reference_greedy(ref, x[i], other[i])
+        chosen, covered, delta = algorithm_1(ref, x[i], other[i])
         assert result.boundaries(i).tolist() == chosen
         assert result.covered[i].nonzero().flatten().tolist() == covered
         assert int(result.delta[i]) == delta

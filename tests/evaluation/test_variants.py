@@ -128,7 +128,7 @@ def test_ri_logic_runs_in_coverage_similar_and_q_sweep_on_mnist_super():
     ranked = similar["rankings"]["semantic (RI+logic)"]
     assert {"class purity@2", "sub-concept purity@2", "mAD@2"} <= set(ranked)
     run_ = Run(setup, 0, small)
-    logic_ri = run_.interpreter_for("uniform+logic")
+    logic_ri = run_.interpreter_for(run_.fit_config("uniform", "logic"))
     assert logic_ri.granularity == "logic" and logic_ri is not run_.interpreter
     for index in run_.inputs.tolist():  # the ranking is RI+logic's own P(x)'s
         explanations, rankings = protocols._rankings(run_, index)

@@ -112,6 +112,7 @@ def _keep_regions(workspace: Workspace) -> None:
 
 def _fit(args: argparse.Namespace) -> None:
     from ..core.config import FitConfig
+    from ..core.granularities import decision_set
     from ..runtime.distributed import broadcast, init_from_env, rank_and_world, shutdown
     from ..store.outputs import claim
     from ..store.shards import Shards
@@ -132,7 +133,7 @@ def _fit(args: argparse.Namespace) -> None:
         batch_size=args.batch_size,
         num_workers=args.workers,
         progress=not args.quiet,
-        granularity=args.granularity,
+        decisions=decision_set(args.granularity),
     )
     with ExitStack() as claims:
         try:

@@ -26,6 +26,8 @@ from . import commands
 from .evaluate import DATASETS, MODELS
 from .evaluate import add_arguments as add_evaluate_arguments
 
+GRANULARITIES = ("class", "logic", "strategy")
+
 __all__ = ["main"]
 
 SHARD_SIZE = 1024  # repinterp.store.shards.DEFAULT_SHARD_SIZE, without importing torch for --help
@@ -184,7 +186,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data-seed", type=int, default=0, help="seed of the data split (0)")
     p.add_argument(
         "--granularity",
-        choices=("class", "logic"),
+        choices=GRANULARITIES,  # repinterp.core.granularities's, named here without torch
         default="class",
         help="class: the paper's RI (default); logic: polytopes of one decision logic below the "
         "class (beyond the paper, docs/method.md)",

@@ -4,21 +4,22 @@ passed whole from [`fit_workspace`][repinterp.workspace.fit_workspace] down to
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .boundaries import SAMPLINGS
-from .logic import check_granularity
+from .decision_set import ClassSet, DecisionSet
 
 __all__ = ["FitConfig"]
 
 
 @dataclass(frozen=True)
 class FitConfig:
-    """How ``Q`` is sampled and the reference set is read when an index is built.
+    """The settings of one fit: what the index is made of (``n_boundaries``, ``seed``,
+    ``sampling``, ``decisions``) and how the reference set is read to make it (``batch_size``,
+    ``num_workers``, ``progress``, which change no byte of it).
 
     What the interpreter does with the index afterwards (the cover's solver and its time limit)
-    and how the model is split (``allow_nonlinear_head``) are the interpreter's own settings, not
-    the fit's: they change no byte of the index.
+    and how the model is split (``allow_nonlinear_head``) are the interpreter's own settings.
 
     Attributes:
         n_boundaries: ``|Q|``, the number of sampled boundaries (at most |R| are sampled).
@@ -29,13 +30,13 @@ class FitConfig:
         batch_size: images per forward pass (at fit, and at explain on the fitted interpreter).
         num_workers: DataLoader worker processes reading a reference Dataset.
         progress: show progress bars.
-        granularity: ``"class"`` (the paper's RI) or ``"logic"`` (beyond the paper: ``Q`` also
-            holds the head's neuron hyperplanes and the index each image's logic vector, see
-            [`logic`][repinterp.core.logic]).
+        decisions: the decision set ([`decision_set`][repinterp.core.decision_set]): the
+            paper's, `ClassSet`, by default; beyond the paper ``LogicSet``, ... (see
+            [`granularities`][repinterp.core.granularities]).
 
     Raises:
         ValueError: ``n_boundaries`` or ``batch_size`` below 1, ``num_workers`` below 0, or an
-            unknown ``sampling`` or ``granularity``.
+            unknown ``sampling``.
     """
 
     n_boundaries: int = 50
@@ -44,7 +45,7 @@ class FitConfig:
     batch_size: int = 64
     num_workers: int = 0
     progress: bool = True
-    granularity: str = "class"
+    decisions: DecisionSet = field(default_factory=ClassSet)
 
     def __post_init__(self) -> None:
         if self.n_boundaries < 1:
@@ -53,8 +54,12 @@ class FitConfig:
             raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
         if self.num_workers < 0:
             raise ValueError(f"num_workers must be >= 0, got {self.num_workers}")
-        check_granularity(self.granularity)
         if self.sampling not in SAMPLINGS:
             raise ValueError(
                 f"unknown sampling {self.sampling!r}; choose one of {', '.join(SAMPLINGS)}"
             )
+
+    @property
+    def granularity(self) -> str:
+        """The decision set's name (``"class"``: the paper's)."""
+        return self.decisions.name

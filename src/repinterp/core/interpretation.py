@@ -16,15 +16,7 @@ import torch
 from torch import Tensor
 
 from ..runtime.precision import exact_float32
-from .cover import (
-    CoverIndex,
-    CoverResult,
-    ExactCoverResult,
-    exact_cover,
-    fewest_boundaries,
-    greedy_cover,
-    sides,
-)
+from .cover import sides
 from .display import (
     MEANINGS,
     HtmlView,
@@ -36,8 +28,7 @@ from .display import (
     shown_height,
     tile,
 )
-from .heatmap import DEFAULT_COLORMAP, channel_weights, heatmaps
-from .logic import excluded, uses_neurons
+from .heatmap import DEFAULT_COLORMAP, heatmaps
 from .reference_index import ReferenceIndex
 
 __all__ = [
@@ -47,7 +38,6 @@ __all__ = [
     "Explainer",
     "Interpretation",
     "check_solver",
-    "interpret",
 ]
 
 # What each distance of ``Interpretation.similar`` is, one phrase each (smaller: more similar).
@@ -508,134 +498,3 @@ class Interpretation:
     def _repr_html_(self) -> str:
         """The notebook's view of ``e``: `show` with its defaults."""
         return self.show().html
-
-
-def _exact_fields(result: ExactCoverResult, i: int) -> dict[str, Any]:
-    return {
-        "optimal": bool(result.optimal[i]),
-        "gap": float(result.gap[i]),
-        "greedy_representativeness": int(result.greedy_representativeness[i]),
-    }
-
-
-def _solve(
-    cover: CoverIndex,
-    reference_sides: Tensor,
-    input_sides: Tensor,
-    other: Tensor,
-    solver: str,
-    time_limit: float,
-) -> CoverResult:
-    """Algorithm 1 (and with ``"exact"`` the MILP made canonical) for N inputs."""
-    result = greedy_cover(cover, input_sides, other)
-    if solver == "exact":
-        result = exact_cover(cover, input_sides, other, time_limit, greedy=result)
-        result = fewest_boundaries(reference_sides, input_sides, other, result, time_limit)
-    return result
-
-
-def _logic_covers(
-    index: ReferenceIndex,
-    input_sides: Tensor,
-    other: Tensor,
-    predicted: Tensor,
-    logic: tuple[Tensor, float],
-    solver: str,
-    time_limit: float,
-) -> list[tuple[CoverResult, int]]:
-    """``granularity="logic"``'s covers (docs/method.md, "Beyond the paper"): ``D(x)`` also
-    holds the same-class images of unlike logic ([`excluded`][repinterp.core.logic.excluded]);
-    an input whose ``D(x)`` holds one is covered on all of ``Q`` (the neuron hyperplanes too),
-    the others on Eq. 2's boundaries alone, as the paper's RI covers them.
-
-    Returns:
-        Per input, in order, the result that holds it and its row there.
-    """
-    vectors, gamma = logic
-    extra = excluded(vectors, predicted, index.logic, index.predictions, gamma)
-    other = other | extra.to(other.device)
-    full = uses_neurons(extra).cpu()
-    q = len(index.boundaries) - index.n_neurons
-    where: list[tuple[CoverResult, int] | None] = [None] * len(full)
-    for group, cover, ref_sides, columns in (
-        (full, index.cover_index, index.sides, slice(None)),
-        (~full, index.eq2_cover_index, index.sides[:, :q], slice(0, q)),
-    ):
-        rows = group.nonzero().flatten()
-        if not len(rows):
-            continue
-        on = rows.to(input_sides.device)
-        result = _solve(
-            cover, ref_sides, input_sides[on][:, columns], other[on], solver, time_limit
-        )
-        for j, i in enumerate(rows.tolist()):
-            where[i] = (result, j)
-    return where  # type: ignore[return-value]
-
-
-def interpret(
-    explainer: Explainer,
-    logits: Tensor,
-    proj: Tensor,
-    solver: str,
-    time_limit: float,
-    features: Tensor | None = None,
-    logic: tuple[Tensor, float] | None = None,
-) -> list[Interpretation]:
-    """Solve the cover problem (Eq. 3) for N inputs at once and wrap each ``P(x)``.
-
-    Args:
-        explainer: the fitted interpreter (its index).
-        logits: N x classes, the inputs' logits.
-        proj: N x |Q|, their projections on ``Q``.
-        solver: ``"greedy"`` (Algorithm 1) or ``"exact"`` (the MILP, within ``time_limit``
-            seconds per input).
-        features: N x (K h w) flattened feature maps, kept in the interpretations if given.
-        logic: for an index of ``granularity="logic"``, the inputs' N x K logic vectors and
-            ``gamma`` (see [`logic`][repinterp.core.logic]); None: the paper's ``D(x)``.
-
-    Returns:
-        N interpretations (none for N = 0).
-    """
-    index = explainer.fitted_index
-    if logits.shape[0] == 0:
-        return []
-    predicted = logits.argmax(1)
-    other = index.predictions.unsqueeze(0) != predicted.unsqueeze(1)
-    input_sides = sides(proj)
-    if logic is None:
-        result = _solve(index.cover_index, index.sides, input_sides, other, solver, time_limit)
-        where = [(result, i) for i in range(len(predicted))]
-    else:
-        where = _logic_covers(index, input_sides, other, predicted, logic, solver, time_limit)
-    scores = logits.float().softmax(1).gather(1, predicted.unsqueeze(1)).squeeze(1)
-    results = {id(r): r for r, _ in where}.values()
-    counts = {id(r): (r.delta.tolist(), r.conflicts.tolist()) for r in results}
-    out = []
-    for i, (predicted_class, score) in enumerate(
-        zip(predicted.tolist(), scores.tolist(), strict=True)
-    ):
-        result, j = where[i]
-        deltas, conflicts = counts[id(result)]
-        chosen = result.boundaries(j)
-        out.append(
-            Interpretation(
-                predicted_class=predicted_class,
-                score=score,
-                boundaries=chosen,
-                covered=result.covered[j].nonzero().flatten(),
-                delta=deltas[j],
-                conflicts=conflicts[j],
-                projections=proj[i],
-                channel_weights=channel_weights(
-                    index.channel_means[chosen], input_sides[i, chosen]
-                ),
-                n_reference=len(index),
-                interpreter=explainer,
-                index=index,
-                solver=solver,
-                features=None if features is None else features[i],
-                **(_exact_fields(result, j) if isinstance(result, ExactCoverResult) else {}),
-            )
-        )
-    return out

@@ -18,27 +18,26 @@ paper's RI exactly. The default ``gamma`` (`default_gamma`) is read off the refe
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
 import numpy as np
 import torch
 from torch import Tensor, fx, nn
 
-from .boundaries import Boundaries, project
+from .boundaries import Boundaries
+from .decision_set import Decisions, DecisionSet, FitContext
 
 __all__ = [
     "GAMMA_QUANTILE",
-    "GRANULARITIES",
-    "check_granularity",
+    "LogicDecisions",
+    "LogicSet",
     "default_gamma",
-    "describe_granularity",
     "excluded",
     "logic_vectors",
     "neuron_boundaries",
-    "neuron_count",
-    "project_blocks",
-    "uses_neurons",
 ]
 
-GRANULARITIES = ("class", "logic")
 GAMMA_SAMPLE = 2048
 """Most reference images per class whose pairwise cosines `default_gamma` reads."""
 GAMMA_QUANTILE = 0.03
@@ -48,25 +47,6 @@ polytopes shared by at least 5 of them, on both `mnist-super` and `shapes` (docs
 "Beyond the paper"); the median (0.5) made almost every polytope distinct."""
 NEURON_CLASSES = -1
 """The ``top_classes`` of a neuron hyperplane (it separates no pair of classes)."""
-
-
-def check_granularity(granularity: str) -> str:
-    """``granularity`` if it is one of `GRANULARITIES`, else ``ValueError``."""
-    if granularity not in GRANULARITIES:
-        raise ValueError(
-            f"unknown granularity {granularity!r}; choose one of {', '.join(GRANULARITIES)}"
-        )
-    return granularity
-
-
-def describe_granularity(granularity: str, gamma: float | None = None) -> str:
-    """How every view names a granularity: ``granularity class (the paper's RI)``, or
-    ``granularity logic (γ = 0.312)`` with the ``gamma`` in use (``γ chosen at fit`` before
-    a fit chose it)."""
-    if granularity != "logic":
-        return f"granularity {granularity} (the paper's RI)"
-    threshold = "γ chosen at fit" if gamma is None else f"γ = {gamma:.3g}"
-    return f"granularity logic ({threshold}, beyond the paper)"
 
 
 def _is_relu(node: fx.Node, modules: dict[str, nn.Module]) -> bool:
@@ -129,22 +109,6 @@ def neuron_boundaries(head: nn.Module, features: Tensor, n: int, seed: int) -> B
     bias = z.detach() - (weight * t0).flatten(1).sum(1)
     classes = torch.full((len(chosen), 2), NEURON_CLASSES, dtype=torch.long, device=t0.device)
     return Boundaries(weight.detach(), bias, classes)
-
-
-def neuron_count(q: Boundaries) -> int:
-    """How many of ``Q``'s boundaries are neuron hyperplanes (they come last)."""
-    return int((q.top_classes[:, 0] == NEURON_CLASSES).sum())
-
-
-def project_blocks(features: Tensor, boundaries: Boundaries, n_neurons: int) -> Tensor:
-    """`project` on Eq. 2's boundaries and, apart, on the ``n_neurons`` neuron hyperplanes
-    after them, so that Eq. 2's columns are those of a class fit bit for bit (N x |Q|)."""
-    if n_neurons == 0:
-        return project(features, boundaries)
-    q = len(boundaries) - n_neurons
-    blocks = (torch.arange(q), torch.arange(q, len(boundaries)))
-    device = boundaries.bias.device
-    return torch.cat([project(features, boundaries.select(b.to(device))) for b in blocks], 1)
 
 
 def logic_vectors(head: nn.Module, features: Tensor) -> Tensor:
@@ -220,8 +184,87 @@ def default_gamma(
     return float(np.quantile(torch.cat(values).numpy(), quantile, method="lower"))
 
 
-def uses_neurons(extra: Tensor) -> Tensor:
-    """Which inputs' covers may use the neuron hyperplanes: those whose ``D(x)`` holds a
-    same-class image (N bool, from `excluded`'s N x |R|); the others are covered on Eq. 2's
-    boundaries alone, as the paper's RI covers them."""
-    return extra.any(1)
+def _describe(gamma: float | None) -> str:
+    threshold = "γ chosen at fit" if gamma is None else f"γ = {gamma:.3g}"
+    return f"granularity logic ({threshold}, beyond the paper)"
+
+
+class LogicDecisions(Decisions):
+    """``granularity="logic"`` fitted: ``Q`` also holds neuron hyperplanes, the index each
+    image's logic vector (column ``"logic"``), and ``D(x)`` the same-class images whose logic
+    vector's cosine with ``x``'s is below ``gamma``.
+
+    Attributes:
+        gamma: the threshold in use (None until `finish` reads the default off the data).
+    """
+
+    name = "logic"
+
+    def __init__(self, boundaries: Boundaries | None, gamma: float | None, seed: int) -> None:
+        self.boundaries = boundaries
+        self.given = gamma
+        self.gamma = gamma
+        self.seed = seed
+
+    def columns(self, head: nn.Module, features: Tensor) -> dict[str, Tensor]:
+        return {"logic": logic_vectors(head, features)}
+
+    def finish(self, columns: dict[str, Tensor], predictions: Tensor) -> None:
+        if self.given is None:
+            self.gamma = default_gamma(columns["logic"], predictions, self.seed)
+
+    def excluded(
+        self,
+        reference_columns: dict[str, Tensor],
+        reference_predictions: Tensor,
+        columns: dict[str, Tensor],
+        predicted: Tensor,
+    ) -> Tensor:
+        if self.gamma is None:
+            raise RuntimeError("gamma is read off the reference set at fit: fit first")
+        reference = reference_columns["logic"]
+        return excluded(columns["logic"], predicted, reference, reference_predictions, self.gamma)
+
+    def manifest(self) -> dict[str, Any]:
+        return {"granularity": self.name, "gamma": self.gamma}
+
+    def describe(self) -> str:
+        return _describe(self.gamma)
+
+
+@dataclass(frozen=True)
+class LogicSet(DecisionSet):
+    """``granularity="logic"`` (beyond the paper): polytopes of one decision logic.
+
+    Attributes:
+        gamma: the cosine threshold below which a same-class image joins ``D(x)``, in [-1, 1]
+            (-1: the paper's RI); None: `default_gamma`, read off the reference set at every
+            fit, or the index's at load.
+
+    Raises:
+        ValueError: ``gamma`` outside [-1, 1] (NaN too).
+    """
+
+    name: ClassVar[str] = "logic"
+    gamma: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.gamma is not None and not -1 <= self.gamma <= 1:
+            raise ValueError(f"gamma must be in [-1, 1], got {self.gamma}")
+
+    def fit(self, context: FitContext) -> LogicDecisions:
+        neurons = neuron_boundaries(
+            context.head, context.source_features, context.n_boundaries, context.seed
+        )
+        return LogicDecisions(neurons, self.gamma, context.seed)
+
+    def load(self, manifest: dict[str, Any], tensors: dict[str, Tensor]) -> LogicDecisions:
+        gamma = manifest.get("gamma") if self.gamma is None else self.gamma
+        if isinstance(gamma, bool) or not isinstance(gamma, int | float) or not -1 <= gamma <= 1:
+            raise ValueError(f"its gamma {gamma!r} is not a number in [-1, 1]")
+        if "logic" not in tensors:
+            raise ValueError("its logic vectors are missing")
+        return LogicDecisions(None, float(gamma), int(manifest.get("seed", 0)))
+
+    def describe(self) -> str:
+        return _describe(self.gamma)

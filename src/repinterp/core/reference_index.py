@@ -20,8 +20,8 @@ from torch import Tensor
 from ..runtime.checksums import file_sha256
 from .boundaries import Boundaries
 from .cover import CoverIndex, sides
+from .decision_set import Decisions, extra_count
 from .heatmap import channel_means
-from .logic import neuron_count
 
 __all__ = ["FEATURE_FILE", "ReferenceIndex"]
 
@@ -39,8 +39,10 @@ class ReferenceIndex:
         predictions: |R| long, the model's predicted classes.
         logits: |R| x classes.
         labels: |R| long ground-truth labels, or None.
-        logic: |R| x K logic vectors (``granularity="logic"``, see
-            [`logic_vectors`][repinterp.core.logic.logic_vectors]), or None.
+        columns: per-image columns of its decision set (|R| rows each, by name; e.g. the
+            logic vectors of ``granularity="logic"``), none for the paper's.
+        decisions: its fitted decision set ([`Decisions`][repinterp.core.decision_set.Decisions]):
+            the paper's (empty) by default.
         input_shape: C x H x W of the images.
         meta: manifest fields (layer, seed, fingerprint, class names, ...).
         files: extra files saved with the index (e.g. ``features.npy``), by name.
@@ -56,7 +58,8 @@ class ReferenceIndex:
     logits: Tensor
     labels: Tensor | None
     input_shape: tuple[int, int, int]
-    logic: Tensor | None = None
+    columns: dict[str, Tensor] = field(default_factory=dict)
+    decisions: Decisions = field(default_factory=Decisions)
     meta: dict[str, Any] = field(default_factory=dict)
     files: dict[str, Path] = field(default_factory=dict)
     checksums: dict[str, str] = field(default_factory=dict)
@@ -143,19 +146,19 @@ class ReferenceIndex:
 
     @property
     def granularity(self) -> str:
-        """``"class"`` (the paper's) or ``"logic"`` (see [`logic`][repinterp.core.logic])."""
-        return self.meta.get("granularity", "class")
+        """The name of its decision set: ``"class"`` (the paper's), ``"logic"``, ..."""
+        return self.decisions.name
 
     @cached_property
-    def n_neurons(self) -> int:
-        """How many boundaries of ``Q`` are the head's neuron hyperplanes (the last ones)."""
-        return neuron_count(self.boundaries)
+    def n_extra(self) -> int:
+        """How many hyperplanes of ``Q`` its decision set added (the last ones)."""
+        return extra_count(self.boundaries)
 
     @cached_property
     def eq2_cover_index(self) -> CoverIndex:
-        """The sides on Eq. 2's boundaries alone (``Q`` less its neuron hyperplanes), prepared
-        for the cover (built once per index)."""
-        return CoverIndex(self.sides[:, : len(self.boundaries) - self.n_neurons])
+        """The sides on Eq. 2's boundaries alone (``Q`` less the decision set's hyperplanes),
+        prepared for the cover (built once per index)."""
+        return CoverIndex(self.sides[:, : len(self.boundaries) - self.n_extra])
 
     @cached_property
     def channel_means(self) -> Tensor:
@@ -171,7 +174,8 @@ class ReferenceIndex:
             predictions=self.predictions.to(device),
             logits=self.logits.to(device),
             labels=None if self.labels is None else self.labels.to(device),
-            logic=None if self.logic is None else self.logic.to(device),
+            columns={name: value.to(device) for name, value in self.columns.items()},
+            decisions=self.decisions,
             input_shape=self.input_shape,
             meta=dict(self.meta),
             files=dict(self.files),
@@ -191,8 +195,8 @@ class ReferenceIndex:
         }
         if self.labels is not None:
             out["labels"] = self.labels
-        if self.logic is not None:
-            out["logic"] = self.logic
+        out.update(self.columns)
+        out.update(self.decisions.tensors())
         return {k: v.detach().cpu().contiguous() for k, v in out.items()}
 
 

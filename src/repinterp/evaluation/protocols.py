@@ -87,7 +87,7 @@ from .comparison import paired_comparisons
 from .methods import Method, RIMethod
 from .metrics import coverage_metrics, energy_in_mask, purity_at_k
 from .options import Options, check_protocol
-from .run import Run
+from .run import Run, fit_label
 from .sanity import sanity
 from .scoring import score
 from .setup import Setup
@@ -125,8 +125,8 @@ def _explain_unseen(run: Run) -> Iterator[tuple[str, Any, Tensor, float]]:
 def _prepare(run: Run, methods: Iterable[Method]) -> None:
     """Fit the indexes the methods use, before their clocks start."""
     for method in methods:
-        for sampling in method.samplings():
-            run.interpreter_for(sampling)
+        for config in method.fit_configs(run):
+            run.interpreter_for(config)
 
 
 def _coverage_of(regions: RegionSet, setup: Setup, part: str) -> dict[str, float]:
@@ -329,23 +329,31 @@ def _reference(run: Run) -> dict[str, Any]:
 
 def _q_sweep(run: Run) -> dict[str, Any]:
     regions = run.regions
-    logic = any(m.knobs["granularity"] == "logic" for m in _ri_variants(run).values())
-    keys = [(s, "class") for s in run.options.samplings]
-    keys += [(s, "logic") for s in run.options.samplings] if logic else []
+    granularities = ["class"]
+    granularities += sorted(
+        {m.knobs["granularity"] for m in _ri_variants(run).values()} - {"class"}
+    )
     out: dict[str, Any] = {}
-    for sampling, granularity in keys:
-        block: dict[str, Any] = {"reference": {}, "unseen": {}, "fit_s": [], "cover_s": []}
-        for q in run.options.q_values:
-            ri, fit_s = _timed(run.fit, q, False, sampling, granularity)
-            covers, cover_s = _timed(ri.explain_reference, regions.inputs)
-            swept = RegionSet(ri, regions.inputs, covers, regions.centres)
-            block["fit_s"].append(fit_s)
-            block["cover_s"].append(cover_s)
-            for part in ("reference", "unseen"):
-                for key, value in _coverage_of(swept, run.setup, part).items():
-                    block[part].setdefault(key, []).append(value)
-        out[sampling + ("+logic" if granularity == "logic" else "")] = block
+    for granularity in granularities:
+        for sampling in run.options.samplings:
+            block = _q_sweep_block(run, regions, sampling, granularity)
+            out[fit_label(run.fit_config(sampling, granularity))] = block
     return {"samplings": out}
+
+
+def _q_sweep_block(run: Run, regions: RegionSet, sampling: str, granularity: str) -> dict[str, Any]:
+    """`_q_sweep` for one way of drawing ``Q`` at one granularity, over ``q_values``."""
+    block: dict[str, Any] = {"reference": {}, "unseen": {}, "fit_s": [], "cover_s": []}
+    for q in run.options.q_values:
+        ri, fit_s = _timed(run.fit, run.fit_config(sampling, granularity, q))
+        covers, cover_s = _timed(ri.explain_reference, regions.inputs)
+        swept = RegionSet(ri, regions.inputs, covers, regions.centres)
+        block["fit_s"].append(fit_s)
+        block["cover_s"].append(cover_s)
+        for part in ("reference", "unseen"):
+            for key, value in _coverage_of(swept, run.setup, part).items():
+                block[part].setdefault(key, []).append(value)
+    return block
 
 
 RANKINGS = ("semantic (RI)", "euclidean (all reference)", "euclidean (covered)", "cosine (covered)")
@@ -355,8 +363,8 @@ def _rankings(run: Run, index: int) -> tuple[dict[str, Any], dict[str, Tensor]]:
     """Each ranking of the reference images similar to reference image ``index`` (itself
     excluded), most similar first, and the interpretation whose heat map each reuses:
     ``Interpretation.similar`` with each metric, the paper's baseline, Euclidean nearest
-    neighbours among all reference images, and ``semantic (RI+logic)`` (or another variant
-    at granularity logic among the run's methods) on its own ``P(x)``."""
+    neighbours among all reference images, and ``semantic (RI+logic)`` (each variant beyond
+    the paper's granularity among the run's methods) on its own ``P(x)``."""
     explanation = run.interpreter.explain_reference([index])[0]
     k = min(max(run.options.purity_ks) + 1, len(run.features))
     nearest = nearest_rows(run.features[index : index + 1], run.features, k)[0][0]
@@ -368,7 +376,7 @@ def _rankings(run: Run, index: int) -> tuple[dict[str, Any], dict[str, Tensor]]:
     }
     explanations = dict.fromkeys(RANKINGS, explanation)
     for name, method in _ri_variants(run).items():
-        if method.knobs["granularity"] == "logic":
+        if method.knobs["granularity"] != "class":
             own = method.reference_polytopes(run, [index])[0]
             rankings[f"semantic ({name})"] = own.similar(metric=method.knobs["similar"])
             explanations[f"semantic ({name})"] = own

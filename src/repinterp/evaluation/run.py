@@ -13,13 +13,15 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ..core.config import FitConfig
+from ..core.granularities import decision_set
 from ..core.nearest import nearest_rows
 from ..core.regions import RegionSet
 from ..data.datasets import ImageSet
 from ..interpreter import RepresentativeInterpreter
 from .setup import Setup
 
-__all__ = ["Run", "RunOptions", "self_first"]
+__all__ = ["Run", "RunOptions", "fit_label", "self_first"]
 
 T = TypeVar("T")
 
@@ -44,7 +46,7 @@ class Run:
         options: the options.
         interpreter: fitted on the reference set, with its feature maps kept.
         fit_s: seconds the fit took.
-        fit_seconds: seconds each index's fit took, by its key (``interpreter_for``).
+        fit_seconds: seconds each index's fit took, by `fit_label` of its settings.
         kmeans_s: seconds k-means and the regions' covers took (0 until ``regions`` is used).
     """
 
@@ -53,50 +55,50 @@ class Run:
         self.seed = seed
         self.options = options
         self.fit_seconds: dict[str, float] = {}
-        self._interpreters: dict[str, RepresentativeInterpreter] = {}
-        self.interpreter = self.interpreter_for("uniform")
+        self._interpreters: dict[FitConfig, RepresentativeInterpreter] = {}
+        self.interpreter = self.interpreter_for(self.fit_config())
         self.fit_s = self.fit_seconds["uniform"]
         self.kmeans_s = 0.0
         self._neighbours: dict[int, Tensor] = {}
         self._cache: dict[Any, Any] = {}
 
-    def fit(
+    def fit_config(
         self,
-        n_boundaries: int,
-        keep_features: bool = False,
         sampling: str = "uniform",
         granularity: str = "class",
-    ) -> RepresentativeInterpreter:
-        """An interpreter with ``n_boundaries`` boundaries sampled (``sampling``, see
-        [`sample_sources`][repinterp.core.boundaries.sample_sources]) with the run's seed, at
-        ``granularity`` (``"class"``, the paper's, or ``"logic"``)."""
+        n_boundaries: int | None = None,
+    ) -> FitConfig:
+        """The run's fit settings: ``Q`` drawn with the run's seed by ``sampling`` (see
+        [`sample_sources`][repinterp.core.boundaries.sample_sources]), the decision set of
+        ``granularity`` with its defaults, ``n_boundaries`` (None: the options')."""
+        return FitConfig(
+            n_boundaries=self.options.n_boundaries if n_boundaries is None else n_boundaries,
+            seed=self.seed,
+            sampling=sampling,
+            batch_size=self.setup.batch_size,
+            progress=False,
+            decisions=decision_set(granularity),
+        )
+
+    def fit(self, config: FitConfig, keep_features: bool = False) -> RepresentativeInterpreter:
+        """An interpreter fitted on the reference set with ``config``."""
         setup = self.setup
         reference = setup.reference
         ri = RepresentativeInterpreter(
-            setup.model,
-            setup.target_layer,
-            n_boundaries=n_boundaries,
-            seed=self.seed,
-            device=setup.device,
-            batch_size=setup.batch_size,
-            progress=False,
-            sampling=sampling,
-            granularity=granularity,
+            setup.model, setup.target_layer, device=setup.device, config=config
         )
         source = reference.inputs() if isinstance(reference, ImageSet) else reference
         return ri.fit(source, list(reference.class_names), keep_features=keep_features)
 
-    def interpreter_for(self, key: str) -> RepresentativeInterpreter:
-        """The run's interpreter with ``|Q| = n_boundaries``, by its key: a sampling
-        (``"uniform"``, ...), followed by ``+logic`` for ``granularity="logic"`` (fitted once,
-        with its feature maps; the seconds go to ``fit_seconds[key]``)."""
-        if key not in self._interpreters:
-            sampling, _, granularity = key.partition("+")
+    def interpreter_for(self, config: FitConfig) -> RepresentativeInterpreter:
+        """The run's interpreter fitted with ``config`` (once per run, with its feature maps;
+        the seconds go to ``fit_seconds[fit_label(config)]``)."""
+        if config not in self._interpreters:
             start = time.perf_counter()
-            ri = self.fit(self.options.n_boundaries, True, sampling, granularity or "class")
-            self.fit_seconds[key] = time.perf_counter() - start
-            self._interpreters[key] = ri
-        return self._interpreters[key]
+            ri = self.fit(config, True)
+            self.fit_seconds[fit_label(config)] = time.perf_counter() - start
+            self._interpreters[config] = ri
+        return self._interpreters[config]
 
     def cached(self, key: Any, make: Callable[[], T]) -> T:
         """``make()``, computed once per run and ``key`` (work several methods share)."""
@@ -158,6 +160,13 @@ class Run:
                 [self_first(row, int(i), k) for row, i in zip(near, self.inputs, strict=True)]
             )
         return self._neighbours[k]
+
+
+def fit_label(config: FitConfig) -> str:
+    """How results name an index: its sampling, then ``+granularity`` beyond the paper's
+    (``"uniform"``, ``"uniform+logic"``, ...)."""
+    beyond = "" if config.granularity == "class" else f"+{config.granularity}"
+    return config.sampling + beyond
 
 
 def self_first(ranking: Tensor, index: int, k: int | None = None) -> Tensor:

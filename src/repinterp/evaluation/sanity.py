@@ -408,7 +408,9 @@ def _explainer(run: Run, name: str) -> ExplainFunc:
 
 def _interpreter(run: Run, name: str) -> RepresentativeInterpreter:
     """The run's interpreter of ``RI`` or ``RI+logic``."""
-    return run.interpreter if name == "RI" else run.interpreter_for("uniform+logic")
+    if name == "RI":
+        return run.interpreter
+    return run.interpreter_for(run.fit_config("uniform", "logic"))
 
 
 def _reseeded(run: Run, name: str) -> ExplainFunc:

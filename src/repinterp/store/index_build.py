@@ -19,9 +19,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..core.boundaries import Boundaries, compute_boundaries, project, sample_sources
+from ..core.boundaries import Boundaries, compute_boundaries, sample_sources
 from ..core.config import FitConfig
-from ..core.logic import logic_vectors, neuron_boundaries, neuron_count, project_blocks
+from ..core.decision_set import Decisions, FitContext, extra_count, project_blocks
 from ..core.reference_index import ReferenceIndex
 from ..data.reference import (
     ReferenceSet,
@@ -40,21 +40,19 @@ from .shards import DEFAULT_SHARD_SIZE, FeatureFile, PartialBuild, ShardPlan, Sh
 __all__ = ["build_index"]
 
 
-def _reference_logits(
+def _feature_stream(
     split: SplitModel,
     reference: ReferenceSet,
     batch_size: int,
     device: torch.device,
     dtype: torch.dtype,
     workers: int,
-) -> Tensor:
-    """|R| x classes logits of the reference set, in one pass (CPU)."""
-    parts = []
+) -> Iterator[Tensor]:
+    """The reference set's feature maps, batch by batch, in order: one forward pass."""
     for images, _ in reference.batches(batch_size, workers):
         batch = as_batch(images, dtype, device, what="reference images")
         with torch.inference_mode():
-            parts.append(split.head(split.psi(batch)).cpu())
-    return torch.cat(parts)
+            yield split.psi(batch)
 
 
 class _Assembly:
@@ -133,16 +131,22 @@ def _boundaries(split: SplitModel, features: Tensor, batch_size: int) -> Boundar
     return q
 
 
-def _rows(split: SplitModel, t: Tensor, q: Boundaries, logic: bool) -> dict[str, Tensor]:
+_ROWS = ("projections", "logits", "predictions", "labels")
+"""The index's own per-image tensors; the others are its decision set's columns."""
+
+
+def _rows(split: SplitModel, t: Tensor, q: Boundaries, decisions: Decisions) -> dict[str, Tensor]:
     """The index's rows of images with feature maps ``t``: projections, logits, predictions,
-    and with ``logic`` their logic vectors (`logic_vectors`)."""
+    and the columns of the decision set."""
     with torch.inference_mode():
         logits = split.head(t)
-        proj = project_blocks(t, q, neuron_count(q)) if logic else project(t, q)
+        proj = project_blocks(t, q, extra_count(q))
         rows = {"projections": proj, "logits": logits, "predictions": logits.argmax(1)}
-    if logic:
-        rows["logic"] = logic_vectors(split.head, t)
-    return rows
+    columns = decisions.columns(split.head, t)
+    clash = set(columns) & set(_ROWS)
+    if clash:
+        raise ValueError(f"the decision set's columns {sorted(clash)} clash with the index's")
+    return rows | columns
 
 
 @dataclass
@@ -190,12 +194,17 @@ def _prepare(
     dtype: torch.dtype,
     shards: Shards | None,
     features: bool,
-) -> tuple[_Sources, Boundaries, tuple[int, ...], PartialBuild | None]:
+) -> tuple[_Sources, Boundaries, Decisions, tuple[int, ...], PartialBuild | None]:
     """Rank 0's part before the pass: the sources of ``Q`` and their rows, ``Q`` (reloaded when
-    resuming), the input shape and the partial folder."""
+    resuming), the fitted decision set, the input shape and the partial folder."""
+
+    def stream() -> Iterator[Tensor]:
+        return _feature_stream(split, reference, plan.batch, device, dtype, config.num_workers)
+
     logits = None
     if config.sampling != "uniform":
-        logits = _reference_logits(split, reference, plan.batch, device, dtype, config.num_workers)
+        with torch.inference_mode():
+            logits = torch.cat([split.head(t).cpu() for t in stream()])
     sources = sample_sources(plan.n, config.n_boundaries, config.seed, config.sampling, logits)
     source_images = as_batch(reference.gather(sources), dtype, device, what="reference images")
     partial = q = None
@@ -204,18 +213,19 @@ def _prepare(
         partial = PartialBuild(shards, settings)
         q = partial.boundaries()
     t = _source_features(split, source_images, plan.batch)
-    logic = config.granularity == "logic"
+    context = FitContext(split.head, t, config.n_boundaries, config.seed, stream)
+    decisions = config.decisions.fit(context)
     if q is None:
         q = _boundaries(split, t, plan.batch)
-        if logic:
-            neurons = neuron_boundaries(split.head, t, config.n_boundaries, config.seed)
-            q = Boundaries.concat([q, neurons])
+        if decisions.boundaries is not None:
+            q = Boundaries.concat([q, decisions.boundaries.to(q.bias.device)])
         if partial is not None:
             partial.save_boundaries(q)
     q = q.to(device)
-    rows = {name: value.cpu() for name, value in _rows(split, t, q, logic).items()}
+    rows = {name: value.cpu() for name, value in _rows(split, t, q, decisions).items()}
     flat = t.flatten(1).float().cpu().numpy() if features else None
-    return _Sources(sources, rows, flat), q, tuple(source_images.shape[1:]), partial
+    shape = tuple(source_images.shape[1:])
+    return _Sources(sources, rows, flat), q, decisions, shape, partial
 
 
 ShardResult = tuple[int, dict[str, Tensor], np.ndarray | None]
@@ -231,7 +241,7 @@ def _index_shard(
     input_shape: tuple[int, ...],
     device: torch.device,
     dtype: torch.dtype,
-    logic: bool,
+    decisions: Decisions,
 ) -> tuple[dict[str, Tensor], np.ndarray | None]:
     """Index shard ``k``, whose batches are the next ones of ``batches``; the rows of ``Q``'s
     sources are taken from ``sources``, not computed again.
@@ -255,7 +265,7 @@ def _index_shard(
         if len(held) < len(compute):
             with torch.inference_mode():
                 t = split.psi(images[compute.to(device)] if len(held) else images)
-        part = _rows(split, t, q, logic) if t is not None else {}
+        part = _rows(split, t, q, decisions) if t is not None else {}
         if len(held):
             part = sources.merge(part, compute, held, device)
         if labels is not None:
@@ -280,7 +290,7 @@ def _index_shards(
     num_workers: int,
     device: torch.device,
     dtype: torch.dtype,
-    logic: bool,
+    decisions: Decisions,
 ) -> Iterator[ShardResult]:
     """Index ``shard_ids`` in one stream of batches: per shard, its id and what
     `_index_shard` returns (not kept here once yielded, so that one shard of feature maps
@@ -290,7 +300,9 @@ def _index_shards(
     for k in shard_ids:
         yield (
             k,
-            *_index_shard(split, batches, plan, k, q, sources, input_shape, device, dtype, logic),
+            *_index_shard(
+                split, batches, plan, k, q, sources, input_shape, device, dtype, decisions
+            ),
         )
 
 
@@ -393,15 +405,15 @@ def _build(
     wants_features = feature_file is not None
     header, partial, store, done = None, None, None, {}
     if rank == 0:
-        sources, q, input_shape, partial = _prepare(
+        sources, q, decisions, input_shape, partial = _prepare(
             split, reference, plan, config, device, dtype, shards, wants_features
         )
         if feature_file is not None:
             dim = q.weight[0].numel()
             store = FeatureFile(feature_file, n_ref, dim, partial is not None and partial.resumed)
         done = partial.complete(plan, store) if partial is not None else {}
-        header = (sources, q.to("cpu"), input_shape, sorted(done))
-    sources, q, input_shape, done_ids = broadcast(header)
+        header = (sources, q.to("cpu"), decisions, input_shape, sorted(done))
+    sources, q, decisions, input_shape, done_ids = broadcast(header)
     q = q.to(device)
 
     assembly = _Assembly(n_ref)
@@ -419,7 +431,7 @@ def _build(
         config.num_workers,
         device,
         dtype,
-        config.granularity == "logic",
+        decisions,
     )
     finished = sum(plan.bounds(k)[1] - plan.bounds(k)[0] for k in done_ids)
     bar = progress_bar(
@@ -434,15 +446,18 @@ def _build(
             _keep(gather(next(results, None)), plan, assembly, store, partial, bar)
     t = broadcast(assembly.tensors if rank == 0 else None)
     check_finite_rows("logits or projections of the reference set", t["logits"], t["projections"])
-    neurons = torch.full((len(q) - len(sources.positions),), -1, dtype=torch.long)
+    columns = {name: value for name, value in t.items() if name not in _ROWS}
+    decisions.finish(columns, t["predictions"])
+    extra = torch.full((len(q) - len(sources.positions),), -1, dtype=torch.long)
     index = ReferenceIndex(
         boundaries=q,
-        sources=torch.cat([sources.positions, neurons]).to(device),
+        sources=torch.cat([sources.positions, extra]).to(device),
         projections=t["projections"].to(device),
         predictions=t["predictions"].to(device),
         logits=t["logits"].to(device),
         labels=t["labels"].to(device) if "labels" in t else None,
-        logic=t["logic"].to(device) if "logic" in t else None,
+        columns={name: value.to(device) for name, value in columns.items()},
+        decisions=decisions,
         input_shape=input_shape,  # type: ignore[arg-type]
         meta={},
         files={feature_file.name: feature_file} if store is not None else {},

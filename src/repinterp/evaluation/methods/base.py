@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from torch import Tensor
 
 if TYPE_CHECKING:
+    from ...core.config import FitConfig
     from ...core.interpretation import Interpretation
     from ...core.regions import RegionSet
     from ..run import Run
@@ -75,8 +76,7 @@ class Method(ABC):
         None (the default): the method finds none."""
         return None
 
-    def samplings(self) -> tuple[str, ...]:
-        """The keys of the indexes the method uses (a way of drawing ``Q``, `SAMPLINGS`, with
-        ``+logic`` for ``granularity="logic"``, see ``Run.interpreter_for``): fitted once per
-        run before the clocks start (their time is reported apart); none by default."""
+    def fit_configs(self, run: Run) -> tuple[FitConfig, ...]:
+        """The settings of the indexes the method uses (see ``Run.interpreter_for``): fitted
+        once per run before the clocks start (their time is reported apart); none by default."""
         return ()

@@ -7,8 +7,9 @@ import torch
 from torch import Tensor
 
 from ...core.boundaries import SAMPLINGS
+from ...core.config import FitConfig
+from ...core.granularities import GRANULARITIES
 from ...core.interpretation import SIMILARITY_METRICS, Interpretation
-from ...core.logic import GRANULARITIES
 from ...core.polytope_weights import covered_sample, with_score_weights
 from ...core.regions import RegionSet
 from ..run import Run, self_first
@@ -41,9 +42,9 @@ class RIMethod(Method):
             drawn outside the images the heat maps are scored on).
         similar: the ranking of similar images in ``reference``: ``"semantic"`` (§5.2),
             ``"euclidean"`` or ``"cosine"`` (``Interpretation.similar``).
-        granularity: ``"class"`` (the paper's) or ``"logic"`` (``RI+logic``: polytopes of one
-            decision logic below the class, [`logic`][repinterp.core.logic], with its default
-            ``gamma``).
+        granularity: ``"class"`` (the paper's) or a decision set beyond it by name
+            ([`granularities`][repinterp.core.granularities]; e.g. ``RI+logic``: polytopes of
+            one decision logic below the class, with its default ``gamma``).
 
     Its name is ``RI`` followed by ``+value`` for each knob not at the paper's value, in the
     order above (e.g. ``RI+pairs+score``).
@@ -69,14 +70,12 @@ class RIMethod(Method):
             f"+{value}" for knob, value in self.knobs.items() if value != KNOBS[knob][0]
         )
 
-    @property
-    def index_key(self) -> str:
-        """The key of its index in the run (``Run.interpreter_for``)."""
-        logic = "+logic" if self.knobs["granularity"] == "logic" else ""
-        return self.knobs["sampling"] + logic
+    def fit_config(self, run: Run) -> FitConfig:
+        """The settings of its index in the run (``Run.interpreter_for``)."""
+        return run.fit_config(self.knobs["sampling"], self.knobs["granularity"])
 
-    def samplings(self) -> tuple[str, ...]:
-        return (self.index_key,)
+    def fit_configs(self, run: Run) -> tuple[FitConfig, ...]:
+        return (self.fit_config(run),)
 
     def _weighted(
         self, run: Run, interpretation: Interpretation, x: int, scored: Tensor | None = None
@@ -96,15 +95,16 @@ class RIMethod(Method):
         variant's ``Q`` by its solver, drawn with its weights."""
         knobs = self.knobs
         return run.cached(
-            ("regions", self.index_key, knobs["solver"], knobs["weights"]),
+            ("regions", self.fit_config(run), knobs["solver"], knobs["weights"]),
             lambda: self._regions(run),
         )
 
     def _regions(self, run: Run) -> RegionSet:
         base = run.regions
-        ri = run.interpreter_for(self.index_key)
+        config = self.fit_config(run)
+        ri = run.interpreter_for(config)
         regions = base.regions
-        if (self.index_key, self.knobs["solver"]) != ("uniform", "greedy"):
+        if (config, self.knobs["solver"]) != (run.fit_config(), "greedy"):
             regions = ri.explain_reference(base.inputs, solver=self.knobs["solver"])
         inputs = base.inputs.tolist()
         regions = [self._weighted(run, r, x) for r, x in zip(regions, inputs, strict=True)]
@@ -121,7 +121,7 @@ class RIMethod(Method):
     def _explanation(self, run: Run, index: int) -> Interpretation:
         """``P(x)`` of reference image ``index`` on this variant's ``Q`` by its solver (solved
         once per run)."""
-        key, solver = self.index_key, self.knobs["solver"]
+        key, solver = self.fit_config(run), self.knobs["solver"]
         ri = run.interpreter_for(key)
         return run.cached(
             ("reference", key, solver, index),

@@ -8,8 +8,9 @@ seeded) runs for every k in ``2 .. k_max`` whose clusters all hold at least ``mi
 The silhouette is undefined at k = 1, and a fixed threshold on it depends on the dimension (one
 Gaussian blob of 60 rows in 12 dimensions reaches 0.15 at k = 4), so each k's mean silhouette
 is set against the silhouette k-means reaches at the same k on as many rows of *one* Gaussian
-with the class's mean and covariance (`_gaussian_like`): the k of the largest gain is kept when
-the gain reaches ``min_gain`` (`MIN_GAIN`), else the class is one strategy. Strategies get
+with the class's mean and covariance (`_gaussian_like`): the k of the highest silhouette is kept
+when its gain over the Gaussian's reaches ``min_gain`` (`MIN_GAIN`), else the class is one
+strategy. Strategies get
 global ids, class by class in ascending class order; `Strategies.assign` puts new rows in the
 nearest strategy of their class.
 
@@ -217,10 +218,9 @@ def _split_class(
         if np.bincount(model.labels_, minlength=k).min() < min_size:
             continue
         criterion[:, k - 2] = score, silhouette(null, k)[0]
-        gain = score - criterion[1, k - 2]
-        if best is None or gain > best[0]:
-            best = (gain, model)
-    if best is None or best[0] < min_gain:
+        if best is None or score > criterion[0, best[0] - 2]:
+            best = (k, model)
+    if best is None or np.diff(criterion[::-1, best[0] - 2])[0] < min_gain:
         return np.zeros(len(z), dtype=np.int64), z.mean(0, keepdims=True), criterion
     return best[1].labels_.astype(np.int64), best[1].cluster_centers_, criterion
 

@@ -1,0 +1,401 @@
+"""A class's strategies: groups of the images a model predicts one class for, found without
+labels, and the linear separators in the target layer's space that let a cover cut one out.
+
+`discover_strategies` groups each predicted class's rows of ``vectors`` (one vector per
+image, e.g. its flattened feature map at the target layer) by k-means in a standardised space:
+the columns are centred and scaled (`STANDARDISATIONS`), and for each class k-means (3 starts,
+seeded) runs for every k in ``2 .. k_max`` whose clusters all hold at least ``min_size`` rows.
+The silhouette is undefined at k = 1, and a fixed threshold on it depends on the dimension (one
+Gaussian blob of 60 rows in 12 dimensions reaches 0.15 at k = 4), so each k's mean silhouette
+is set against the silhouette k-means reaches at the same k on as many rows of *one* Gaussian
+with the class's mean and covariance (`_gaussian_like`): the k of the highest silhouette is kept
+when its gain over the Gaussian's reaches ``min_gain`` (`MIN_GAIN`), else the class is one
+strategy. Strategies get
+global ids, class by class in ascending class order; `Strategies.assign` puts new rows in the
+nearest strategy of their class.
+
+`strategy_separators` draws, for each pair of strategies of one class, a shrunk LDA direction
+(Ledoit-Wolf shrinkage of the pooled within-strategy covariance, solved through the rows' Gram
+matrix so that it never forms a D x D matrix) and the threshold along it that misclassifies
+fewest rows, as a `Boundaries` hyperplane with the first strategy on its positive side and
+``top_classes`` `SEPARATOR_CLASSES`.
+
+The rule was chosen by a criterion written before the measurements (docs/method.md, issue 36):
+among the vectors (flattened features, spatially pooled features, logic vectors), the
+standardisations and ``min_gain`` in {0.02, 0.05, 0.1} (and, beside them, a diagonal Gaussian
+mixture with k by BIC, `repinterp.evaluation.subclass.pcx_groups`), keep the candidate that
+passes most of: within-class AMI of the unseen images' strategies against the sub-concepts at
+least half the k-means ceiling and 0.05 above the shuffle null's 95th percentile, on
+``mnist-super`` and on ``shapes`` (bundled models), and F1 >= 0.8 of the strategy holding most
+marked images on the marked sets; ties broken by the mean AMI of the first two.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from .boundaries import Boundaries
+
+__all__ = [
+    "K_MAX",
+    "MIN_GAIN",
+    "MIN_SIZE",
+    "SEPARATOR_CLASSES",
+    "STANDARDISATIONS",
+    "Strategies",
+    "discover_strategies",
+    "ledoit_wolf_shrinkage",
+    "strategy_pairs",
+    "strategy_separators",
+]
+
+K_MAX = 8
+"""The most strategies per class."""
+MIN_GAIN = 0.05
+"""How much a split's mean silhouette must exceed that of one Gaussian of the class's shape
+to be kept (below it: one strategy)."""
+MIN_SIZE = 5
+"""The fewest rows a strategy may hold."""
+SILHOUETTE_SAMPLE = 1000
+"""The silhouette of a class is read on at most this many of its rows (seeded)."""
+STANDARDISATIONS = ("columns", "global")
+"""``columns``: each column centred and divided by its standard deviation (1 where it is 0);
+``global``: centred, all divided by one scale, the root mean square of the centred values (the
+geometry of the raw vectors)."""
+SEPARATOR_CLASSES = -2
+"""The ``top_classes`` of a separator between two strategies (it separates no pair of
+classes; `repinterp.core.logic.NEURON_CLASSES` is -1)."""
+
+
+def _check_rows(vectors: Tensor, classes: Tensor, name: str = "vectors") -> None:
+    if vectors.ndim != 2:
+        raise ValueError(f"{name} must be N x D, got shape {tuple(vectors.shape)}")
+    if classes.shape != (len(vectors),):
+        raise ValueError(
+            f"classes must have shape ({len(vectors)},) for {len(vectors)} {name}, "
+            f"got {tuple(classes.shape)}"
+        )
+    if classes.dtype.is_floating_point or classes.dtype == torch.bool:
+        raise ValueError(f"classes must be integers, got {classes.dtype}")
+    if not torch.isfinite(vectors).all():
+        raise ValueError(f"{name} hold NaN or infinite values")
+
+
+@dataclass(frozen=True)
+class Strategies:
+    """The strategies of each predicted class.
+
+    Attributes:
+        classes: S int64, the predicted class of each strategy (ascending; a class's
+            strategies are consecutive ids).
+        centres: S x D float32 centres, in the standardised space.
+        mean: D float32, subtracted from a vector before ``scale`` divides it.
+        scale: D float32, positive.
+        assignment: N int64, the strategy of each row ``discover_strategies`` was given.
+        criterion: C x 2 x (k_max - 1) float32, per fitted class (``fitted``) the mean
+            silhouette at k = 2 .. k_max, and that of one Gaussian of the class's shape (NaN
+            where k was not tried).
+        fitted: C int64, the classes of ``criterion``'s rows (ascending).
+        settings: how they were found (seed, k_max, min_gain, min_size, standardise).
+    """
+
+    classes: Tensor
+    centres: Tensor
+    mean: Tensor
+    scale: Tensor
+    assignment: Tensor
+    criterion: Tensor
+    fitted: Tensor
+    settings: dict[str, Any]
+
+    def __len__(self) -> int:
+        return len(self.classes)
+
+    @property
+    def k(self) -> dict[int, int]:
+        """class -> its number of strategies."""
+        values, counts = self.classes.unique(return_counts=True)
+        return dict(zip(values.tolist(), counts.tolist(), strict=True))
+
+    def standardised(self, vectors: Tensor) -> Tensor:
+        """``vectors`` (N x D) in the space of the centres."""
+        return (vectors.float().cpu() - self.mean) / self.scale
+
+    def assign(self, vectors: Tensor, classes: Tensor) -> Tensor:
+        """The strategy of each row: the nearest centre (Euclidean, standardised space) among
+        the strategies of its predicted class; -1 for a class without strategies (no fitted
+        row was predicted it).
+
+        Args:
+            vectors: N x D, computed as the fitted ones were.
+            classes: N predicted classes.
+
+        Returns:
+            N int64.
+
+        Raises:
+            ValueError: shapes that do not match, NaN or infinite values.
+        """
+        _check_rows(vectors, classes)
+        if vectors.shape[1] != self.centres.shape[1]:
+            raise ValueError(
+                f"vectors have {vectors.shape[1]} columns, the strategies {self.centres.shape[1]}"
+            )
+        z, classes = self.standardised(vectors), classes.cpu()
+        out = torch.full((len(z),), -1, dtype=torch.long)
+        for c in classes.unique().tolist():
+            ids = (self.classes == c).nonzero().flatten()
+            rows = (classes == c).nonzero().flatten()
+            if len(ids):
+                out[rows] = ids[torch.cdist(z[rows], self.centres[ids]).argmin(1)]
+        return out
+
+    def tensors(self) -> tuple[dict[str, Tensor], dict[str, Any]]:
+        """Plain tensors (for safetensors) and a JSON-able dict that `from_tensors` reads."""
+        names = ("classes", "centres", "mean", "scale", "assignment", "criterion", "fitted")
+        return {n: getattr(self, n).contiguous() for n in names}, dict(self.settings)
+
+    @classmethod
+    def from_tensors(cls, tensors: dict[str, Tensor], settings: dict[str, Any]) -> Strategies:
+        """The strategies `tensors` gave.
+
+        Raises:
+            ValueError: a tensor missing.
+        """
+        names = ("classes", "centres", "mean", "scale", "assignment", "criterion", "fitted")
+        missing = [n for n in names if n not in tensors]
+        if missing:
+            raise ValueError(f"strategies: tensors missing: {', '.join(missing)}")
+        return cls(**{n: tensors[n] for n in names}, settings=dict(settings))
+
+
+def _standardiser(x: Tensor, standardise: str) -> tuple[Tensor, Tensor]:
+    mean = x.mean(0)
+    centred = x - mean
+    if standardise == "columns":
+        scale = centred.pow(2).mean(0).sqrt()
+        return mean, torch.where(scale > 0, scale, torch.ones_like(scale))
+    rms = float(centred.pow(2).mean().sqrt())
+    return mean, torch.full_like(mean, rms if rms > 0 else 1.0)
+
+
+def _gaussian_like(z: np.ndarray, seed: int) -> np.ndarray:
+    """n rows of one Gaussian with the mean and covariance of the rows ``z`` (drawn in their
+    principal axes, seeded): what one strategy of this shape looks like."""
+    centred = z - z.mean(0)
+    _, singular, axes = np.linalg.svd(centred, full_matrices=False)
+    spread = singular / math.sqrt(max(len(z) - 1, 1))
+    draw = np.random.default_rng(seed).standard_normal((len(z), len(singular)))
+    return z.mean(0) + (draw * spread) @ axes
+
+
+def _split_class(
+    z: np.ndarray, seed: int, k_max: int, min_gain: float, min_size: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(labels, centres, criterion) of one class's standardised rows; the criterion is
+    2 x (k_max - 1): the mean silhouette at k = 2 .. k_max, and the same of k-means on
+    `_gaussian_like` rows (NaN where k was not tried)."""
+    from sklearn.cluster import KMeans  # here: sklearn is slow to import
+    from sklearn.metrics import silhouette_score
+
+    def silhouette(data: np.ndarray, k: int) -> tuple[float, KMeans]:
+        model = KMeans(n_clusters=k, random_state=seed, n_init=3).fit(data)
+        sample = min(SILHOUETTE_SAMPLE, len(data))
+        score = silhouette_score(data, model.labels_, sample_size=sample, random_state=seed)
+        return float(score), model
+
+    criterion = np.full((2, max(k_max - 1, 0)), np.nan)
+    best = None
+    null = _gaussian_like(z, seed)
+    for k in range(2, min(k_max, len(z) // min_size) + 1):
+        score, model = silhouette(z, k)
+        if np.bincount(model.labels_, minlength=k).min() < min_size:
+            continue
+        criterion[:, k - 2] = score, silhouette(null, k)[0]
+        if best is None or score > criterion[0, best[0] - 2]:
+            best = (k, model)
+    if best is None or np.diff(criterion[::-1, best[0] - 2])[0] < min_gain:
+        return np.zeros(len(z), dtype=np.int64), z.mean(0, keepdims=True), criterion
+    return best[1].labels_.astype(np.int64), best[1].cluster_centers_, criterion
+
+
+def discover_strategies(
+    vectors: Tensor,
+    classes: Tensor,
+    seed: int = 0,
+    k_max: int = K_MAX,
+    min_gain: float = MIN_GAIN,
+    min_size: int = MIN_SIZE,
+    standardise: str = "global",
+) -> Strategies:
+    """Each predicted class's strategies, without labels (see the module's docstring).
+
+    Args:
+        vectors: N x D, one per image (e.g. flattened feature maps at the target layer).
+        classes: N predicted classes.
+        seed: k-means' and the silhouette sample's seed.
+        k_max: the most strategies per class (>= 1; 1: one per class).
+        min_gain: how much a split's silhouette must exceed the Gaussian's, in [-1, 1].
+        min_size: the fewest rows of a strategy (>= 1).
+        standardise: one of `STANDARDISATIONS`.
+
+    Returns:
+        `Strategies`, their ``assignment`` the strategy of every row.
+
+    Raises:
+        ValueError: no rows, shapes that do not match, NaN or infinite values, a setting out
+            of range.
+    """
+    _check_rows(vectors, classes)
+    if len(vectors) == 0:
+        raise ValueError("no vectors to find strategies in")
+    if standardise not in STANDARDISATIONS:
+        raise ValueError(
+            f"unknown standardise {standardise!r}; choose one of {', '.join(STANDARDISATIONS)}"
+        )
+    if k_max < 1 or min_size < 1 or not -1 <= min_gain <= 1:
+        raise ValueError(
+            f"k_max and min_size must be >= 1 and min_gain in [-1, 1], got {k_max}, "
+            f"{min_size}, {min_gain}"
+        )
+    x = vectors.detach().float().cpu()
+    mean, scale = _standardiser(x, standardise)
+    z = ((x - mean) / scale).double().numpy()
+    classes = classes.cpu().long()
+    fitted = classes.unique()
+    assignment = torch.zeros(len(x), dtype=torch.long)
+    owners, centres, criteria = [], [], []
+    for c in fitted.tolist():
+        rows = (classes == c).nonzero().flatten()
+        labels, class_centres, scores = _split_class(
+            z[rows.numpy()], seed, max(k_max, 1), min_gain, min_size
+        )
+        assignment[rows] = torch.from_numpy(labels) + len(owners)
+        owners += [c] * len(class_centres)
+        centres.append(torch.from_numpy(class_centres).float())
+        criteria.append(torch.from_numpy(scores).float())
+    settings = {
+        "seed": seed,
+        "k_max": k_max,
+        "min_gain": min_gain,
+        "min_size": min_size,
+        "standardise": standardise,
+    }
+    return Strategies(
+        classes=torch.tensor(owners, dtype=torch.long),
+        centres=torch.cat(centres),
+        mean=mean,
+        scale=scale,
+        assignment=assignment,
+        criterion=torch.stack(criteria).reshape(len(fitted), 2, max(k_max - 1, 0)),
+        fitted=fitted,
+        settings=settings,
+    )
+
+
+def strategy_pairs(strategy: Tensor, classes: Tensor) -> Tensor:
+    """The pairs of strategies of one class: P x 2 int64 ``(a, b)``, ``a < b``, in ascending
+    order; a strategy's class is that of its rows (the order of `strategy_separators`)."""
+    owner = {}
+    for s, c in zip(strategy.tolist(), classes.tolist(), strict=True):
+        if owner.setdefault(s, c) != c:
+            raise ValueError(f"strategy {s} holds rows of classes {owner[s]} and {c}")
+    ids = sorted(owner)
+    pairs = [(a, b) for i, a in enumerate(ids) for b in ids[i + 1 :] if owner[a] == owner[b]]
+    return torch.tensor(pairs, dtype=torch.long).reshape(len(pairs), 2)
+
+
+def ledoit_wolf_shrinkage(centred: Tensor) -> float:
+    """The Ledoit-Wolf shrinkage (as scikit-learn's ``ledoit_wolf_shrinkage`` of centred data)
+    of the covariance of the n x D rows ``centred``, in [0, 1], from their n x n Gram matrix
+    (never a D x D one)."""
+    n, d = centred.shape
+    gram = centred @ centred.T
+    sq_norms = gram.diagonal()
+    mu = float(sq_norms.sum()) / (n * d)
+    cov_sq = float(gram.pow(2).sum()) / n**2
+    delta = (cov_sq - 2 * mu * float(sq_norms.sum()) / n + d * mu**2) / d
+    beta = (float(sq_norms.pow(2).sum()) / n - cov_sq) / (d * n)
+    return 1.0 if delta <= 0 else min(beta, delta) / delta
+
+
+def _direction(first: Tensor, second: Tensor) -> Tensor:
+    """The shrunk LDA direction ``(S_shrunk)^-1 (mean_1 - mean_2)`` (D), by Woodbury on the
+    pooled centred rows: ``S_shrunk = a I + g X^T X``."""
+    centred = torch.cat([first - first.mean(0), second - second.mean(0)])
+    n, d = centred.shape
+    diff = first.mean(0) - second.mean(0)
+    mu = float(centred.pow(2).sum()) / (n * d)
+    if mu == 0:
+        return diff
+    shrinkage = ledoit_wolf_shrinkage(centred)
+    a, g = max(shrinkage * mu, 1e-6 * mu), (1 - shrinkage) / n
+    inner = a * torch.eye(n, dtype=centred.dtype) + g * (centred @ centred.T)
+    correction = centred.T @ torch.linalg.solve(inner, g * (centred @ diff))
+    return (diff - correction) / a
+
+
+def _threshold(positive: Tensor, negative: Tensor) -> float:
+    """The bias ``b`` that puts the most rows on their side of ``s + b = 0`` (``positive``'s
+    projections above, ``negative``'s below; each side weighted by its share, ties: the first
+    cut), midway in its gap."""
+    values, order = torch.cat([positive, negative]).sort()
+    sign = torch.cat([torch.ones(len(positive)), -torch.ones(len(negative))])[order]
+    weight = torch.where(sign > 0, 1 / len(positive), 1 / len(negative)).double()
+    # the errors of a cut before sorted row i: the positives below it and the negatives above
+    errors = torch.cat([torch.zeros(1, dtype=torch.float64), (weight * sign).cumsum(0)])
+    errors = errors + (weight * (sign < 0)).sum()
+    cut = int(errors.argmin())
+    below = values[cut - 1] if cut > 0 else values[0] - 1
+    above = values[cut] if cut < len(values) else values[-1] + 1
+    return -float(below + above) / 2
+
+
+def strategy_separators(features: Tensor, strategy: Tensor, classes: Tensor) -> Boundaries:
+    """One hyperplane per pair of strategies of one class (`strategy_pairs`' order) in the
+    target layer's space: the shrunk LDA direction of the two strategies' rows, the bias the
+    threshold along it that misclassifies fewest rows (balanced by size), the first strategy
+    on the positive side (``<W, t> + b > 0``).
+
+    Args:
+        features: N x K x h x w feature maps.
+        strategy: N int64 strategy ids (e.g. `Strategies.assignment`).
+        classes: N predicted classes.
+
+    Returns:
+        `Boundaries` (P of them, ``top_classes`` `SEPARATOR_CLASSES`), on ``features``' device
+        and in its dtype; none when no class has two strategies.
+
+    Raises:
+        ValueError: shapes that do not match, NaN or infinite values, a strategy holding rows
+            of two classes.
+    """
+    if features.ndim != 4:
+        raise ValueError(f"features must be N x K x h x w, got shape {tuple(features.shape)}")
+    flat = features.detach().flatten(1).double().cpu()
+    _check_rows(flat, classes, "features")
+    if strategy.shape != classes.shape:
+        raise ValueError(
+            f"strategy must have shape {tuple(classes.shape)}, got {tuple(strategy.shape)}"
+        )
+    strategy, pairs = strategy.cpu(), strategy_pairs(strategy.cpu(), classes.cpu())
+    weights, biases = [], []
+    for a, b in pairs.tolist():
+        first, second = flat[strategy == a], flat[strategy == b]
+        w = _direction(first, second)
+        w = w / max(float(w.norm()), math.ulp(1.0))
+        biases.append(_threshold(first @ w, second @ w))
+        weights.append(w)
+    shape = (len(pairs), *features.shape[1:])
+    weight = torch.stack(weights).reshape(shape) if weights else torch.zeros(shape)
+    return Boundaries(
+        weight.to(features.device, features.dtype),
+        torch.tensor(biases, dtype=torch.float64).to(features.device, features.dtype),
+        torch.full((len(pairs), 2), SEPARATOR_CLASSES, dtype=torch.long, device=features.device),
+    )

@@ -20,6 +20,7 @@ from .core.decision_set import project_blocks
 from .core.granularities import decision_set
 from .core.heatmap import channel_means, polytope_heatmaps
 from .core.interpretation import Interpretation, check_solver
+from .core.model_strategies import Strategy, model_strategies
 from .core.reference_index import FEATURE_FILE, ReferenceIndex
 from .core.regions import RegionSet
 from .core.representative import interpret
@@ -638,6 +639,22 @@ class RepresentativeInterpreter:
         which = torch.arange(len(alphas), device=self.device)
         size = tuple(images.shape[-2:])
         return polytope_heatmaps(self.features(images), alphas, which, size)
+
+    def strategies(self, reference: Reference | None = None) -> list[Strategy]:
+        """Beyond the paper: the model's strategies, for an index fitted with
+        ``granularity="strategy"``: per class (ascending), the groups of reference images it
+        treats alike, found without labels, each with its polytope, members, mean heat map and
+        audit, the one a user should look at first, first (see
+        [`model_strategies`][repinterp.core.model_strategies.model_strategies]).
+
+        Args:
+            reference: the reference set the index was fitted on; None: the one held (the last
+                ``fit``'s).
+
+        Raises:
+            ValueError: another granularity, or no reference set known.
+        """
+        return model_strategies(self, reference, self.batch_size)
 
     @exact_float32()
     def regions(self, n_regions: int | None = None, seed: int = 0) -> RegionSet:

@@ -10,10 +10,13 @@ from torch import Tensor
 
 from .decision_set import ClassSet, Decisions, DecisionSet
 from .logic import LogicSet
+from .strategy_set import StrategySet
 
 __all__ = ["DECISION_SETS", "GRANULARITIES", "decision_set", "load_decisions"]
 
-DECISION_SETS: dict[str, type[DecisionSet]] = {kind.name: kind for kind in (ClassSet, LogicSet)}
+DECISION_SETS: dict[str, type[DecisionSet]] = {
+    kind.name: kind for kind in (ClassSet, LogicSet, StrategySet)
+}
 GRANULARITIES = tuple(DECISION_SETS)
 
 

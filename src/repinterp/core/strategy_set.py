@@ -141,17 +141,18 @@ class StrategySet(DecisionSet):
         return StrategyDecisions(strategies, self.vectors, extra)
 
     def load(self, manifest: dict[str, Any], tensors: dict[str, Tensor]) -> StrategyDecisions:
-        state = {k.removeprefix(_STATE): v.cpu() for k, v in tensors.items() if k.startswith(_STATE)}
+        state = {
+            k.removeprefix(_STATE): v.cpu() for k, v in tensors.items() if k.startswith(_STATE)
+        }
         settings = manifest.get("strategies")
         if not isinstance(settings, dict) or not state:
             raise ValueError("its strategies are missing")
-        if manifest.get("strategy_vectors") not in VECTORS:
-            raise ValueError(f"its strategy vectors {manifest.get('strategy_vectors')!r} are unknown")
+        vectors = manifest.get("strategy_vectors")
+        if vectors not in VECTORS:
+            raise ValueError(f"its strategy vectors {vectors!r} are unknown")
         if "strategy" not in tensors:
             raise ValueError("its strategy column is missing")
-        return StrategyDecisions(
-            Strategies.from_tensors(state, settings), manifest["strategy_vectors"]
-        )
+        return StrategyDecisions(Strategies.from_tensors(state, settings), vectors)
 
     def describe(self) -> str:
-        return f"granularity strategy (strategies found at fit on {self.vectors}, beyond the paper)"
+        return f"granularity strategy (found at fit on {self.vectors}, beyond the paper)"

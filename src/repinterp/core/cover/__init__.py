@@ -6,9 +6,9 @@ image and boundary. A reference image is covered by ``P`` when it has the input'
 boundary of ``P``; it is *separated* by ``h`` when its side on ``h`` differs from the input's.
 
 Modules: ``algorithm1`` (Algorithm 1 as the paper states it, for one input: the definition
-the fast paths are tested against), ``common`` (sides, results, shape checks), ``incremental`` (the greedy's host path on
-bit sets), ``masked`` (its batched path on matrix products and CUDA graphs), ``index``
-([`CoverIndex`][repinterp.core.cover.CoverIndex]), ``greedy``
+the fast paths are tested against), ``common`` (sides, results, shape checks), ``incremental``
+(the greedy's host path on bit sets), ``masked`` (its batched path on matrix products and CUDA
+graphs), ``index`` ([`CoverIndex`][repinterp.core.cover.CoverIndex]), ``greedy``
 ([`greedy_cover`][repinterp.core.cover.greedy_cover]) and ``exact`` (the MILP).
 """
 

@@ -1,0 +1,179 @@
+"""The model's strategies as a user meets them (``RepresentativeInterpreter.strategies()``): for
+an index fitted at ``granularity="strategy"`` ([`strategy_set`][repinterp.core.strategy_set]),
+each strategy with its polytope, members, mean heat map and audit.
+
+A strategy's polytope is ``P(x)`` of its *input*, the member nearest its centre (as a k-means
+region's is its centre's nearest image, §6.4): a new image it covers belongs to the strategy and
+gets the input's channel weights. Its heat maps are that polytope's, reused on every member; the
+audit ([`audit_strategies`][repinterp.core.audit.audit_strategies]) reads them, the members'
+spatially pooled feature maps and the model's logits, never a label.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from .audit import StrategyAudit, audit_strategies
+from .interpretation import Explainer, Interpretation
+from .strategy_set import StrategyDecisions, strategy_vectors
+
+__all__ = ["AUDIT_SIDE", "Strategy", "model_strategies"]
+
+AUDIT_SIDE = 32
+"""The audit reads each heat map average-pooled to at most this many pixels a side."""
+
+
+@dataclass(eq=False)
+class Strategy:
+    """One strategy of the model: a group of reference images of one predicted class, and the
+    polytope that holds it.
+
+    Attributes:
+        id: its id (the index's ``"strategy"`` column).
+        predicted_class: the class its members are predicted.
+        members: reference indices of its members (CPU long, ascending).
+        input: the member whose ``P(x)`` is its polytope (the nearest its centre).
+        interpretation: that ``P(x)``.
+        mean_heatmap: H x W, the polytope's heat map averaged over the members (CPU).
+        audit: why (and how much) a user should look at it.
+        inside: share of its members inside its polytope.
+        others_inside: share of the members of its class's other strategies inside it (0 when
+            the class has one strategy).
+    """
+
+    id: int
+    predicted_class: int
+    members: Tensor
+    input: int
+    interpretation: Interpretation
+    mean_heatmap: Tensor
+    audit: StrategyAudit
+    inside: float
+    others_inside: float
+
+    def __repr__(self) -> str:
+        flag = ", flagged" if self.audit.flagged else ""
+        return (
+            f"Strategy({self.id} of class {self.predicted_class}, {len(self.members)} members, "
+            f"rank {self.audit.rank}, score {self.audit.score:.3f}{flag})"
+        )
+
+    def covers(self, images: Tensor) -> Tensor:
+        """N booleans: whether each image (N x C x H x W) lies in the strategy's polytope."""
+        return self.interpretation.covers(images)
+
+    def heatmap(self, images: Tensor) -> Tensor:
+        """The strategy's heat maps of N images (N x H x W in [0, 1]), its channel weights
+        reused."""
+        return self.interpretation.heatmap(images)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready summary (the members as reference indices)."""
+        return {
+            "id": self.id,
+            "predicted_class": self.predicted_class,
+            "size": len(self.members),
+            "members": self.members.tolist(),
+            "input": self.input,
+            "boundaries": self.interpretation.boundaries.tolist(),
+            "representativeness": self.interpretation.representativeness,
+            "inside": self.inside,
+            "others_inside": self.others_inside,
+            **{k: v for k, v in self.audit.to_dict().items() if k not in ("id", "size")},
+        }
+
+
+def _pool(maps: Tensor) -> Tensor:
+    side = max(maps.shape[-2:])
+    if side <= AUDIT_SIDE:
+        return maps
+    size = tuple(max(1, round(s * AUDIT_SIDE / side)) for s in maps.shape[-2:])
+    return nn.functional.adaptive_avg_pool2d(maps[:, None], size)[:, 0]
+
+
+def model_strategies(
+    explainer: Explainer, reference: Any = None, batch_size: int = 64
+) -> list[Strategy]:
+    """Every strategy of an index fitted at ``granularity="strategy"``, class by class
+    (ascending), each class's in the audit's order (the one to look at first, first).
+
+    Args:
+        explainer: the fitted interpreter.
+        reference: the reference set the index was fitted on (anything ``fit`` takes); None:
+            the one the interpreter holds.
+        batch_size: images per forward pass.
+
+    Returns:
+        One `Strategy` per strategy that holds a reference image.
+
+    Raises:
+        ValueError: the index is of another granularity, or no reference set is known.
+    """
+    index = explainer.fitted_index
+    decisions = index.decisions
+    if not isinstance(decisions, StrategyDecisions):
+        raise ValueError(
+            f"the index was fitted at granularity {index.granularity!r}: strategies need "
+            "granularity='strategy' (repinterp fit --granularity strategy)"
+        )
+    column = index.columns["strategy"].cpu()
+    rows = (column >= 0).nonzero().flatten()
+    if explainer.reference_images(rows[:1], reference) is None:
+        raise ValueError(
+            "the interpreter does not hold its reference set (it was loaded): pass the set it "
+            "was fitted on, strategies(reference)"
+        )
+    ids = column[rows].unique().tolist()
+    centres = decisions.strategies.centres
+    nearest = {s: (float("inf"), -1) for s in ids}
+    pooled = []
+    for part in rows.split(batch_size):
+        t = explainer.features(explainer.reference_images(part, reference)).float()
+        pooled.append(t.mean((2, 3)).cpu())
+        z = decisions.strategies.standardised(strategy_vectors(t, decisions.vectors))
+        for s in column[part].unique().tolist():
+            own = (column[part] == s).nonzero().flatten()
+            distance, j = torch.cdist(z[own], centres[s : s + 1])[:, 0].min(0)
+            if float(distance) < nearest[s][0]:
+                nearest[s] = (float(distance), int(part[own[j]]))
+    inputs = [nearest[s][1] for s in ids]
+    polytopes = dict(zip(ids, explainer.explain_reference(inputs), strict=True))
+    maps, sums = [], {}
+    for part in rows.split(batch_size):
+        images = explainer.reference_images(part, reference)
+        block = torch.zeros(len(part), *index.input_shape[-2:])
+        for s in column[part].unique().tolist():
+            own = (column[part] == s).nonzero().flatten()
+            if polytopes[s].has_heatmap:
+                block[own] = polytopes[s].heatmap(images[own.to(images.device)]).float().cpu()
+            sums[s] = sums.get(s, 0) + block[own].sum(0)
+        maps.append(_pool(block))
+    audits = audit_strategies(
+        column[rows], torch.cat(maps), torch.cat(pooled), index.logits.cpu()[rows]
+    )
+    out = []
+    for audit in audits:
+        s = audit.id
+        members = rows[column[rows] == s]
+        same_class = rows[(index.predictions[rows].cpu() == audit.predicted_class)]
+        others = same_class[column[same_class] != s]
+        covered = torch.zeros(len(index), dtype=torch.bool)
+        covered[polytopes[s].covered.cpu()] = True
+        out.append(
+            Strategy(
+                id=s,
+                predicted_class=audit.predicted_class,
+                members=members,
+                input=nearest[s][1],
+                interpretation=polytopes[s],
+                mean_heatmap=sums[s] / len(members),
+                audit=audit,
+                inside=float(covered[members].float().mean()),
+                others_inside=float(covered[others].float().mean()) if len(others) else 0.0,
+            )
+        )
+    return out

@@ -1,0 +1,124 @@
+"""``granularity="strategy"``: polytopes that follow the strategies of a class
+(core/strategy_set.py, core/model_strategies.py)."""
+
+from collections import OrderedDict
+
+import pytest
+import torch
+from torch import nn
+
+from repinterp import RepresentativeInterpreter
+from repinterp.core.config import FitConfig
+from repinterp.core.strategy_set import StrategySet
+
+from ..networks import fit_random, randn
+
+
+class _Flat(nn.Module):
+    def forward(self, t: torch.Tensor) -> torch.Tensor:
+        return t.flatten(1)
+
+
+def _two_strategy_model() -> nn.Sequential:
+    """Images are 2 x 2 x 2 feature maps themselves (``features`` is the identity); the head
+    says class 0 where the first value is positive, else class 1."""
+    head = nn.Linear(8, 2)
+    with torch.no_grad():
+        head.weight.zero_()
+        head.bias.zero_()
+        head.weight[0, 0], head.weight[1, 0] = 1.0, -1.0
+    layers = OrderedDict(features=nn.Identity(), flat=_Flat(), head=head)
+    return nn.Sequential(layers).eval()
+
+
+def _blobs(n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Class 0 in two blobs (second value +4 or -4), class 1 in one; N x 2 x 2 x 2 and each
+    image's blob (0, 1: class 0's two; 2: class 1)."""
+    g = torch.Generator().manual_seed(seed)
+    blob = torch.arange(n) % 3
+    x = torch.randn(n, 8, generator=g) * 0.5
+    x[:, 0] += torch.where(blob < 2, 5.0, -5.0)
+    x[:, 1] += torch.where(blob == 0, 4.0, torch.where(blob == 1, -4.0, 0.0))
+    return x.view(n, 2, 2, 2), blob
+
+
+def _fit(granularity: str, images: torch.Tensor) -> RepresentativeInterpreter:
+    ri = RepresentativeInterpreter(
+        _two_strategy_model(), "features", n_boundaries=20, progress=False, granularity=granularity
+    )
+    return ri.fit(images)
+
+
+def test_a_polytope_follows_each_of_two_separable_strategies_of_one_class(one_thread) -> None:
+    images, blob = _blobs(300, seed=0)
+    ri = _fit("strategy", images)
+    index = ri.index
+    strategy = index.columns["strategy"]
+    assert index.n_extra == 1  # one separator: class 0's two strategies
+    for b in (0, 1):  # each blob of class 0 is one strategy, class 1 one more
+        assert len(strategy[blob == b].unique()) == 1
+    assert strategy[blob == 0][0] != strategy[blob == 1][0]
+    new, new_blob = _blobs(60, seed=1)
+    paper = _fit("class", images)
+    for b, e, p in zip(new_blob, ri.explain_batch(new), paper.explain_batch(new), strict=True):
+        covered = blob[e.covered]
+        if b < 2:  # the strategy's polytope holds its own blob and none of the other
+            assert bool((covered == b).all()) and e.representativeness == int((blob == b).sum())
+            assert set(blob[p.covered].tolist()) == {0, 1}  # the paper's holds the class
+        else:
+            assert e.boundaries.tolist() == p.boundaries.tolist()
+            assert torch.equal(e.covered, p.covered)
+    strategies = ri.strategies()
+    assert sorted(len(s.members) for s in strategies) == [100, 100, 100]
+    for s in strategies:
+        assert s.inside == 1.0 and s.others_inside == 0.0
+        assert bool(s.covers(images[s.members]).all())
+
+
+def test_one_strategy_per_class_is_the_papers_ri(one_thread) -> None:
+    """``k_max=1``: no separator, nothing excluded: the paper's explanations, bit for bit."""
+    ri, images = fit_random(300, 20)
+    config = FitConfig(n_boundaries=20, progress=False, decisions=StrategySet(k_max=1))
+    one = RepresentativeInterpreter(ri.model, "relu2", config=config).fit(images)
+    assert one.index.n_extra == 0 and torch.equal(one.index.projections, ri.index.projections)
+    inputs = randn(30, 1, 12, 12, seed=5)
+    for a, b in zip(ri.explain_batch(inputs), one.explain_batch(inputs), strict=True):
+        assert a.boundaries.tolist() == b.boundaries.tolist()
+        assert torch.equal(a.covered, b.covered) and torch.equal(
+            a.channel_weights, b.channel_weights
+        )
+
+
+def test_a_strategy_index_saved_and_loaded_explains_alike(one_thread, tmp_path) -> None:
+    images, _ = _blobs(300, seed=0)
+    ri = _fit("strategy", images)
+    ri.save(tmp_path / "index")
+    loaded = RepresentativeInterpreter.load(tmp_path / "index", _two_strategy_model())
+    assert loaded.granularity == "strategy" and loaded.granularity_text == ri.granularity_text
+    new, _ = _blobs(30, seed=2)
+    for a, b in zip(ri.explain_batch(new), loaded.explain_batch(new), strict=True):
+        assert a.boundaries.tolist() == b.boundaries.tolist() and torch.equal(a.covered, b.covered)
+    with pytest.raises(ValueError, match="does not hold its reference set"):
+        loaded.strategies()
+    assert len(loaded.strategies(images)) == 3
+
+
+def test_strategies_of_another_granularity_are_refused(one_thread) -> None:
+    ri, _ = fit_random(100, 5)
+    with pytest.raises(ValueError, match="granularity 'class': strategies need"):
+        ri.strategies()
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"k_max": 0}, "k_max must be a whole number >= 1, got 0"),
+        (
+            {"vectors": "pixels"},
+            "unknown strategy vectors 'pixels'; choose one of features, pooled",
+        ),
+    ],
+)
+def test_bad_strategy_settings_are_one_line(settings, message) -> None:
+    with pytest.raises(ValueError, match=message):
+        StrategySet(**settings)

@@ -91,6 +91,7 @@ from .run import Run
 from .sanity import sanity
 from .scoring import score
 from .setup import Setup
+from .shortcut import shortcut, target_class
 
 __all__ = ["COMMON_S_METHOD", "RANKINGS", "evaluate"]
 
@@ -427,13 +428,17 @@ _RUNNERS: dict[str, Callable[[Run], dict[str, Any]]] = {
     "q-sweep": _q_sweep,
     "similar": _similar,
     "sanity": sanity,
+    "shortcut": shortcut,
 }
 
 
 def _aggregate(runs: list[Any]) -> Any:
     """Mean over runs of nested dicts of numbers (or lists of numbers), with ``KEY_std``
-    beside each ``KEY`` (sample standard deviation; 0 for one run); NaN where a run has NaN."""
+    beside each ``KEY`` (sample standard deviation; 0 for one run); NaN where a run has NaN;
+    None (and its std None) where every run has None."""
     first = runs[0]
+    if all(run is None for run in runs):
+        return None, None
     if isinstance(first, dict):
         out = {}
         for key in first:
@@ -492,6 +497,8 @@ def evaluate(setup: Setup, protocol: str, options: Options | None = None) -> dic
     """
     options = options or Options()
     check_protocol(protocol)
+    if protocol == "shortcut":
+        target_class(setup.dataset)
     if setup.models and options.runs != len(setup.models):
         raise ValueError(
             f"{options.runs} runs on {len(setup.models)} models: run r uses model r, so --runs "

@@ -434,11 +434,8 @@ _RUNNERS: dict[str, Callable[[Run], dict[str, Any]]] = {
 
 def _aggregate(runs: list[Any]) -> Any:
     """Mean over runs of nested dicts of numbers (or lists of numbers), with ``KEY_std``
-    beside each ``KEY`` (sample standard deviation; 0 for one run); NaN where a run has NaN;
-    None (and its std None) where every run has None."""
+    beside each ``KEY`` (sample standard deviation; 0 for one run); NaN where a run has NaN."""
     first = runs[0]
-    if all(run is None for run in runs):
-        return None, None
     if isinstance(first, dict):
         out = {}
         for key in first:

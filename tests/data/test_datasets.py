@@ -435,3 +435,51 @@ def test_shapes_mix_knob_from_distinct_to_indistinguishable_sub_concepts():
     for bad in ("shapes-mix:2", "shapes-mix:x", "shapes-mix:nan"):
         with pytest.raises(ValueError, match=r"shapes-mix:P needs a number P in \[0, 1\]"):
             data.load_dataset(bad)
+
+
+def test_with_mark_moves_a_share_of_the_source_class_and_stamps_the_box():
+    base = _indexed_set(30)  # 10 images per class
+    mark = data.Mark((1, 0, 4, 3), frame=1, source=0, target=2)
+    marked = data.with_mark(base, mark, 0.3, seed=5, shortcut=True)
+    rows = marked.marked.nonzero().flatten()
+    assert len(rows) == 3 and (base.labels[rows] == 0).all() and (marked.labels[rows] == 2).all()
+    assert torch.equal(marked.labels[~marked.marked], base.labels[~marked.marked])
+    assert torch.equal(marked.images[~marked.marked], base.images[~marked.marked])
+    patch = marked.images[rows, 0, 0:3, 1:4]  # black frame, white 1 x 1 inside
+    assert (patch[:, 1, 1] == 1).all() and patch.sum((1, 2)).eq(1).all()
+    outside = marked.images[rows].clone()
+    outside[:, :, 0:3, 1:4] = base.images[rows][:, :, 0:3, 1:4]
+    assert torch.equal(outside, base.images[rows])  # nothing else changed
+    assert marked.mark_box == (1, 0, 4, 3) and base.marked is None
+    assert torch.equal(marked.subset([rows[0], 0]).marked, torch.tensor([True, rows[0] == 0]))
+    again = data.with_mark(base, mark, 0.3, seed=5, shortcut=True)
+    assert torch.equal(again.images, marked.images)
+    assert data.with_mark(base, mark, 0.0, seed=5, shortcut=True).marked.sum() == 0
+
+
+def test_with_mark_control_marks_every_class_alike_and_keeps_labels():
+    base = _indexed_set(30)
+    control = data.with_mark(base, data.MARKS["mnist"], 0.5, seed=0, shortcut=False)
+    assert torch.equal(control.labels, base.labels)
+    assert control.labels[control.marked].bincount().tolist() == [5, 5, 5]
+
+
+def test_marked_sets_keep_the_split_and_mark_both_parts_alike():
+    plain = data.mnist5k(seed=0)
+    shortcut = data.load_dataset("mnist-mark:0.3")
+    control = data.load_dataset("mnist-mark:0")
+    box = data.MARKS["mnist"].box
+    for clean, part, zero in zip(plain, shortcut, control, strict=True):
+        assert torch.equal(zero.images, clean.images) and torch.equal(zero.labels, clean.labels)
+        assert zero.marked.sum() == 0 and zero.mark_box == box
+        zeros = int((clean.labels == 0).sum())
+        assert int(part.marked.sum()) == round(0.3 * zeros)
+        assert (part.labels[part.marked] == 1).all() and (clean.labels[part.marked] == 0).all()
+        assert torch.equal(part.images[~part.marked], clean.images[~part.marked])
+    assert torch.equal(data.load_dataset("mnist-mark:0.3").reference.images, shortcut[0].images)
+    shapes_control = data.load_dataset("shapes-markrand:0.2")
+    assert shapes_control.reference.masks is not None and shapes_control.unseen.marked.any()
+    for bad in ("mnist-mark:2", "shapes-mark:x", "mnist-markrand:nan", "shapes-markrand"):
+        name = bad.partition(":")[0]
+        with pytest.raises(ValueError, match=rf"^{name}:F needs a number F in \[0, 1\], got"):
+            data.load_dataset(bad)

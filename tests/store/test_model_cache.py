@@ -10,7 +10,7 @@ import json
 import pytest
 import torch
 
-from repinterp.data.datasets import load_dataset
+from repinterp.data.datasets import MARKED_SETS, load_dataset
 from repinterp.evaluation.options import Options
 from repinterp.evaluation.protocols import evaluate
 from repinterp.evaluation.setup import BUNDLED, RECIPES, WEIGHTS_DIR, load_setup, recipe_for
@@ -87,7 +87,7 @@ def test_recipes_are_those_of_the_bundled_weights() -> None:
     for dataset in BUNDLED:
         assert (WEIGHTS_DIR / f"{RECIPES[dataset].arch}.safetensors").is_file(), dataset
     assert RECIPES["mnist5k"].epochs == 8 and RECIPES["digits"].epochs == 20
-    assert set(RECIPES) - set(BUNDLED) == {"shapes-mix", "shapes:64"}
+    assert set(RECIPES) - set(BUNDLED) == {"shapes-mix", "shapes:64", *MARKED_SETS}
 
 
 def test_shapes_64_has_the_vgg_recipe_without_bundled_weights() -> None:
@@ -101,6 +101,12 @@ def test_every_shapes_mix_is_trained_by_the_shapes_recipe() -> None:
     for p in ("0", "0.5", "1"):
         assert recipe_for(f"shapes-mix:{p}") == RECIPES["shapes"]
     assert recipe_for("shapes:224") is None and recipe_for("imagefolder:x") is None
+
+
+def test_every_marked_set_is_trained_by_its_plain_sets_recipe() -> None:
+    for name in MARKED_SETS:
+        plain = RECIPES["mnist5k" if name.startswith("mnist") else "shapes"]
+        assert recipe_for(f"{name}:0.3") == recipe_for(f"{name}:0") == plain
 
 
 def test_each_run_uses_its_own_model_and_results_name_it(tmp_path) -> None:

@@ -10,10 +10,13 @@ from typing import TYPE_CHECKING
 # The choices below are written out, not imported: this module (and so ``repinterp --help``)
 # imports no torch. tests/evaluation/test_protocols.py checks them against
 # evaluation.options.PROTOCOLS, core.boundaries.SAMPLINGS and scoring.METRICS.
-PROTOCOLS = ("unseen", "coverage", "reference", "q-sweep", "similar", "sanity")
+PROTOCOLS = ("unseen", "coverage", "reference", "q-sweep", "similar", "sanity", "shortcut")
 SAMPLINGS = ("uniform", "balanced", "pairs")
 METRICS = ("AD", "ROAD", "deletion", "insertion")
-DATASETS = "mnist5k, mnist-super, digits, shapes, shapes:SIZE, shapes-mix:P or imagefolder:PATH"
+DATASETS = (
+    "mnist5k, mnist-super, digits, shapes, shapes:SIZE, shapes-mix:P, mnist-mark:F, "
+    "shapes-mark:F, mnist-markrand:F, shapes-markrand:F or imagefolder:PATH"
+)
 MODELS = (
     "mnist_cnn, digits_cnn, shapes_cnn, a torchvision name (vgg16, resnet50, densenet121, ...; "
     "a wrong name lists them all) or timm:NAME"
@@ -37,7 +40,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "similar (case studies: purity and reuse of the similar images), sanity (Adebayo et "
         "al. 2018 through Quantus, RI and the CAMs: Spearman correlation of the maps with the "
         "trained model's as layers are randomised from the top down, and random logit's SSIM "
-        "of the maps of the predicted and another class, 1 for RI by construction)",
+        "of the maps of the predicted and another class, 1 for RI by construction), shortcut (on "
+        "the *-mark:F / *-markrand:F data sets: how well each grouping isolates the marked "
+        "images, F1 and AMI, and how much of each heat map lies on the mark's box)",
     )
     add(
         "--runs", type=int, help="seeded runs, mean ± std (5; 2 with --quick; N with --model-seeds)"
@@ -132,6 +137,10 @@ def prepare(args: argparse.Namespace) -> tuple[Setup, Options, str]:
     from ..evaluation.setup import load_setup
 
     check_protocol(args.protocol)
+    if args.protocol == "shortcut":
+        from ..evaluation.shortcut import target_class
+
+        target_class(args.dataset)  # before any model is trained
     sizes = QUICK if args.quick else FULL
     if args.model_seeds is not None and args.model_seeds < 1:
         raise ValueError(f"--model-seeds must be >= 1, got {args.model_seeds}")

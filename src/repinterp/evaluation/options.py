@@ -12,7 +12,7 @@ from .scoring import METRICS
 
 __all__ = ["FULL", "PROTOCOLS", "QUICK", "SPLITS", "Options", "check_protocol"]
 
-PROTOCOLS = ("unseen", "coverage", "reference", "q-sweep", "similar", "sanity")
+PROTOCOLS = ("unseen", "coverage", "reference", "q-sweep", "similar", "sanity", "shortcut")
 SPLITS = ("per-run", "fixed")
 
 

@@ -53,8 +53,13 @@ Protocols (each a function of a `Setup` and `Options`, see `evaluate`):
   down (the mean Spearman correlation of the maps with the trained model's, per randomised
   layer) and random logit (SSIM of the maps for the predicted and a random other class; 1
   for RI by construction: its map does not depend on the target).
+- ``shortcut`` (`shortcut`, on the ``*-mark:F`` data sets and their ``*-markrand:F``
+  controls): on the unseen images predicted the class the mark leads to, how well each
+  grouping isolates the marked images (F1, AMI with null and ceiling: fractions) and the
+  share of each heat map on the mark's box against the box's area.
 
-All numbers are percentages (ROAD: percentage points; ``sanity``: correlations and SSIM).
+All numbers are percentages (ROAD: percentage points; ``sanity``: correlations and SSIM;
+``shortcut``: F1 and AMI in [0, 1]).
 Every run uses seed ``options.seed + r`` for ``Q``, k-means, the sampled inputs and, with
 ``split="per-run"``, its own stratified draw of reference and unseen images
 (`setup.Setup.draw`) and, when the setup holds several trained models
@@ -91,6 +96,7 @@ from .run import Run, fit_label
 from .sanity import sanity
 from .scoring import score
 from .setup import Setup
+from .shortcut import shortcut, target_class
 
 __all__ = ["COMMON_S_METHOD", "RANKINGS", "evaluate"]
 
@@ -435,6 +441,7 @@ _RUNNERS: dict[str, Callable[[Run], dict[str, Any]]] = {
     "q-sweep": _q_sweep,
     "similar": _similar,
     "sanity": sanity,
+    "shortcut": shortcut,
 }
 
 
@@ -500,6 +507,8 @@ def evaluate(setup: Setup, protocol: str, options: Options | None = None) -> dic
     """
     options = options or Options()
     check_protocol(protocol)
+    if protocol == "shortcut":
+        target_class(setup.dataset)
     if setup.models and options.runs != len(setup.models):
         raise ValueError(
             f"{options.runs} runs on {len(setup.models)} models: run r uses model r, so --runs "

@@ -40,6 +40,11 @@ RECIPES = {
     "mnist-super": Recipe("mnist_super_cnn", epochs=8),
     "shapes": Recipe("shapes_cnn", epochs=10),
     "shapes-mix": Recipe("shapes_cnn", epochs=10),  # every shapes-mix:P (no bundled weights)
+    # Planted shortcuts and their controls, every F (no bundled weights): the bundled recipes.
+    "mnist-mark": Recipe("mnist_cnn", epochs=8),
+    "mnist-markrand": Recipe("mnist_cnn", epochs=8),
+    "shapes-mark": Recipe("shapes_cnn", epochs=10),
+    "shapes-markrand": Recipe("shapes_cnn", epochs=10),
     "digits": Recipe("digits_cnn", epochs=20),
     # No bundled weights: the recipe of benchmarks/gpu_vgg_shapes.py (warm-up 1 epoch) for 4
     # epochs (500 steps) on all 4,000 reference images.
@@ -57,14 +62,18 @@ RECIPES = {
         dropout=0.0,
     ),
 }
+_FAMILIES = ("shapes-mix", "mnist-mark", "mnist-markrand", "shapes-mark", "shapes-markrand")
+"""Recipes named without their ``:VALUE`` (every value shares one)."""
 BUNDLED = {
-    name: recipe.arch for name, recipe in RECIPES.items() if name not in ("shapes-mix", "shapes:64")
+    name: recipe.arch for name, recipe in RECIPES.items() if name not in (*_FAMILIES, "shapes:64")
 }
 
 
 def recipe_for(dataset: str) -> Recipe | None:
-    """The recipe of a data set (`RECIPES`; ``shapes-mix:P`` has ``shapes-mix``'s), or None."""
-    return RECIPES.get("shapes-mix" if dataset.startswith("shapes-mix:") else dataset)
+    """The recipe of a data set (`RECIPES`; ``shapes-mix:P`` has ``shapes-mix``'s,
+    ``mnist-mark:F`` ``mnist-mark``'s, ...), or None."""
+    family, colon, _ = dataset.partition(":")
+    return RECIPES.get(family if colon and family in _FAMILIES else dataset)
 
 
 WEIGHTS_DIR = Path(__file__).resolve().parent.parent / "weights"

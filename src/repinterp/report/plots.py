@@ -236,6 +236,19 @@ def plot_sanity(results: dict[str, Any], path: Path) -> Path:
     return _save(fig, path)
 
 
+def plot_shortcut(results: dict[str, Any], path: Path) -> Path:
+    """The F1 of each grouping's best group against the marked images, and each map's share
+    on the mark's box beside the box's area (bars)."""
+    fig, axes = _pyplot().subplots(1, 2, figsize=(9, 2.8))
+    groupings, maps = results["groupings"], results["maps"]
+    _bars(axes[0], list(groupings), list(groupings.values()), "f1_marked", "F1 of marked images")
+    _bars(axes[1], list(maps), list(maps.values()), "mass_in_box", "map on the mark's box (%)")
+    axes[1].axhline(results["box_area"], ls="--", color="k", lw=1, label="box area")
+    axes[1].legend(fontsize=7)
+    fig.suptitle(f"Shortcut: {_title(results)}", fontsize=9)
+    return _save(fig, path)
+
+
 _PLOTS = {
     "unseen": plot_unseen,
     "coverage": plot_coverage,
@@ -243,6 +256,7 @@ _PLOTS = {
     "q-sweep": plot_q_sweep,
     "similar": plot_similar,
     "sanity": plot_sanity,
+    "shortcut": plot_shortcut,
 }
 
 

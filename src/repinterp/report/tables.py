@@ -622,6 +622,56 @@ def _md_sanity(results: dict[str, Any]) -> list[str]:
     ]
 
 
+_SHORTCUT_GROUPINGS = [
+    ("f1_marked", "F1 marked", True),
+    ("ami", "AMI", True),
+    ("ami_null_p95", "AMI null p95", False),
+    ("ami_ceiling", "AMI k-means ceiling", True),
+    ("groups", "groups", False),
+    ("audit_rank", "audit rank", False),
+]
+_SHORTCUT_MAPS = [
+    ("mass_in_box", "on the box, marked (%)", True),
+    ("mass_in_box_group", "mean map on the box (%)", True),
+    ("mass_in_box_unmarked", "on the box, unmarked (%)", False),
+]
+
+
+def _shortcut_pairs(results: dict[str, Any], reading: str, key: str) -> list[str]:
+    """The first grouping or map against each other one on ``key`` (`comparison_cell`)."""
+    pairs = results.get("paired", {}).get(reading)
+    if not pairs:
+        return []
+    first = next(iter(pairs))
+    rows = [
+        [f"{first} − {b}", comparison_cell(scores.get(key))] for b, scores in pairs[first].items()
+    ]
+    return ["", *_table(["Pair", f"paired difference of {key}"], rows)]
+
+
+def _md_shortcut(results: dict[str, Any]) -> list[str]:
+    """Isolation of the marked images by each grouping, mass of each map on the mark's box."""
+    to_target = cell(results, "marked_to_target")
+    return [
+        f"Unseen images looked at: {results['images']:.0f} predicted the class the mark leads "
+        f"to (every class on a control), {results['marked']:.0f} of them marked; the model "
+        f"calls {to_target}% of the unseen marked images by the mark. Groupings (fitted on the "
+        "reference images of the same predicted classes, without labels) against the marked "
+        "flag: F1 of the group holding most marked images, within-class AMI with its shuffle "
+        "null (95th percentile) and k-means ceiling (k = 2):",
+        "",
+        *_columns_table(_with_runs(results, results["groupings"]), _SHORTCUT_GROUPINGS, "Grouping"),
+        *_shortcut_pairs(results, "groupings", "f1_marked"),
+        "",
+        "Share of each heat map's positive relevance on the mark's box (a uniform map puts "
+        f"{results['box_area']:.1f}% there): mean over the marked images, of their mean map, "
+        "and over the unmarked images:",
+        "",
+        *_columns_table(_with_runs(results, results["maps"]), _SHORTCUT_MAPS, "Map"),
+        *_shortcut_pairs(results, "maps", "mass_in_box"),
+    ]
+
+
 _MARKDOWN = {
     "unseen": _md_methods,
     "coverage": _md_coverage,
@@ -629,6 +679,7 @@ _MARKDOWN = {
     "q-sweep": _md_q_sweep,
     "similar": _md_similar,
     "sanity": _md_sanity,
+    "shortcut": _md_shortcut,
 }
 
 

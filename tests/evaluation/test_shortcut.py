@@ -1,0 +1,113 @@
+"""The shortcut protocol's measures (exact values on hand-built cases) and the protocol."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from repinterp.core.groups import ami_null
+from repinterp.evaluation import shortcut as sc
+from repinterp.evaluation.options import Options
+from repinterp.evaluation.protocols import evaluate
+from repinterp.evaluation.setup import WEIGHTS_DIR, load_setup
+
+from ..commandline import assert_one_line_error, run
+
+
+def test_f1_marked_scores_the_group_holding_most_marked_images() -> None:
+    # group 0 holds 2 of the 3 marked images in 3 images: F1 = 2 * 2 / (3 + 3)
+    assert sc.f1_marked([0, 0, 0, 1, 1, 2], [1, 1, 0, 1, 0, 0]) == pytest.approx(4 / 6)
+    # a tie of 1 marked image each: "a" (2 images) 2/4, "b" (1 image) 2/3; the better is kept
+    assert sc.f1_marked(["a", "a", "b"], [True, False, True]) == pytest.approx(2 / 3)
+    assert sc.f1_marked([5, 5, 7, 7], [False, False, True, True]) == 1.0
+    assert sc.f1_marked([0, 0, 0], [True, True, True]) == 1.0  # one group: all of them
+    assert math.isnan(sc.f1_marked([0, 1], [False, False]))
+    with pytest.raises(ValueError, match=r"^3 group labels for 2 marked flags$"):
+        sc.f1_marked([0, 1, 2], [True, False])
+
+
+def test_mass_in_box_is_the_positive_share_on_the_box_and_uniform_gets_the_area() -> None:
+    maps = torch.zeros(4, 4, 5)
+    maps[0] = 1.0  # uniform: the box's area share
+    maps[1, 0:2, 1:3] = 2.0  # all on the box
+    maps[1, 3, :] = -5.0  # negative relevance counts as none
+    maps[2, 0, 1], maps[2, 3, 4] = 1.0, 3.0  # a quarter on the box
+    shares, area = sc.mass_in_box(maps, (1, 0, 3, 2))  # x 1..2, y 0..1: 4 of 20 pixels
+    assert area == pytest.approx(4 / 20)
+    assert shares[:3].tolist() == pytest.approx([4 / 20, 1.0, 0.25])
+    assert math.isnan(shares[3])  # no positive relevance
+    for bad in ((0, 0, 6, 1), (2, 0, 2, 1), (-1, 0, 1, 1)):
+        with pytest.raises(ValueError, match=r"^the box .* is not inside N x 4 x 5 maps$"):
+            sc.mass_in_box(maps, bad)
+
+
+def test_grouping_scores_against_the_marked_flag_within_each_class() -> None:
+    rng = np.random.default_rng(0)
+    classes = np.repeat([0, 1], 20)
+    marked = np.tile([True] * 5 + [False] * 15, 2)
+    features = torch.from_numpy(rng.normal(size=(40, 3)) + 10 * marked[:, None]).float()
+    perfect = sc.grouping_scores(marked.astype(int), marked, classes, features)
+    assert perfect["ami"] == pytest.approx(1.0) and perfect["ami_ceiling"] == pytest.approx(1.0)
+    keys = [(int(c), int(m)) for c, m in zip(classes, marked, strict=True)]
+    null, p95 = ami_null(keys, torch.from_numpy(marked).long(), classes)
+    assert (perfect["ami_null"], perfect["ami_null_p95"]) == (null, p95) and p95 < 0.5
+    # groups are per class: the marked group of class 0 holds 5 of the 10 marked images
+    assert perfect["f1_marked"] == pytest.approx(2 * 5 / (5 + 10)) and perfect["groups"] == 4
+    one = sc.grouping_scores(np.zeros(40, int), marked, classes, features)
+    assert one["ami"] == pytest.approx(0.0) and one["groups"] == 2
+    assert one["f1_marked"] == pytest.approx(2 * 5 / (20 + 10))
+
+
+def test_target_class_of_the_marked_sets_and_refusal_of_others() -> None:
+    assert sc.target_class("mnist-mark:0.3") == sc.MARKS["mnist"].target == 1
+    assert sc.target_class("shapes-mark:0") == 1
+    assert sc.target_class("shapes-markrand:0.2") is None
+    with pytest.raises(ValueError, match=r"^the shortcut protocol runs on .*, not 'shapes'$"):
+        sc.target_class("shapes")
+
+
+def test_cli_refuses_the_shortcut_protocol_on_another_data_set(capsys) -> None:
+    argv = ["evaluate", "--dataset", "mnist5k", "--protocol", "shortcut", "--quick"]
+    code, _, err = run(argv, capsys)
+    assert_one_line_error(code, err, "the shortcut protocol runs on mnist-mark:F, shapes-mark:F")
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("one_thread")
+def test_protocol_scores_every_grouping_and_map_and_takes_one_line_registrations(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    setup = load_setup(
+        "mnist-markrand:0.3",
+        "mnist_cnn",
+        WEIGHTS_DIR / "mnist_cnn.safetensors",
+        n_reference=300,
+        n_unseen=60,
+    )
+    marked = setup.unseen.marked
+    monkeypatch.setitem(sc.GROUPINGS, "oracle", lambda images: images.marked.long().numpy())
+    uniform = lambda images: torch.ones(len(images.unseen), 28, 28)  # noqa: E731
+    monkeypatch.setitem(sc.MAPS, "uniform", uniform)
+    options = Options(runs=1, n_regions=10, progress=False, split="fixed", score_images=3)
+    results = evaluate(setup, "shortcut", options)
+    assert list(results["groupings"]) == [*sc.GROUPINGS]
+    assert list(results["maps"]) == [*sc.MAPS]
+    assert results["images"] == 60 and results["marked"] == int(marked.sum()) > 0
+    assert math.isnan(results["marked_to_target"])  # a control: no target class
+    assert results["box_area"] == pytest.approx(100 * 16 / 784)
+    oracle = results["groupings"]["oracle"]
+    assert oracle["ami"] == pytest.approx(1.0)
+    assert math.isnan(oracle["audit_rank"])  # no audit yet: null in results.json
+    classes = setup.predictions["unseen"]
+    keys = [(int(c), int(m)) for c, m in zip(classes, marked, strict=True)]
+    assert oracle["f1_marked"] == pytest.approx(sc.f1_marked(keys, marked))
+    assert results["maps"]["uniform"]["mass_in_box"] == pytest.approx(results["box_area"])
+    for name, block in results["groupings"].items():
+        assert 0 <= block["f1_marked"] <= 1 and block["groups"] >= 1, name
+    for block in results["maps"].values():
+        assert 0 <= block["mass_in_box"] <= 100 and block["box_area"] == results["box_area"]
+    per_image = results["per_run"][0]["units"]["maps"]["RI"]["mass_in_box"]
+    assert len(per_image) == int(marked.sum())
+    assert np.nanmean(per_image) == pytest.approx(results["maps"]["RI"]["mass_in_box"], abs=1e-3)
+    assert set(results["paired"]) == {"groupings", "maps"}

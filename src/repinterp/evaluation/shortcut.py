@@ -27,9 +27,11 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ..core.audit import audit_strategies
 from ..core.groups import ami, ami_ceiling, ami_null
 from ..core.logic import logic_vectors
 from ..data.datasets import MARKS
+from ..interpreter import RepresentativeInterpreter
 from .baselines import ReusableCAM
 from .methods import CAMMethod, method
 from .metrics import energy_in_mask
@@ -226,15 +228,30 @@ class ShortcutImages:
 
         return self.run.cached(("shortcut-cam", name, part, len(getattr(self, part))), make)
 
+    def interpreter(self, name: str) -> RepresentativeInterpreter:
+        """The run's interpreter of RI variant ``name`` (e.g. ``RI``, ``RI+strategy``)."""
+        return self.run.interpreter_for(method(name).fit_configs(self.run)[0])
+
     def polytopes(self, name: str) -> list[Any]:
         """The unseen images' own ``P(x)`` by RI variant ``name`` (e.g. ``RI``,
         ``RI+logic``), on its index in the run (cached)."""
-        index = method(name).samplings()[0]
+        ri = self.interpreter(name)
 
         def make() -> list[Any]:
-            return self.run.interpreter_for(index).explain_batch(self.inputs("unseen"))
+            return ri.explain_batch(self.inputs("unseen"))
 
-        return self.run.cached(("shortcut-polytopes", index, len(self.unseen)), make)
+        return self.run.cached(("shortcut-polytopes", name, len(self.unseen)), make)
+
+    @cached_property
+    def pooled(self) -> Tensor:
+        """The unseen images' feature maps, spatially pooled (N x K, CPU)."""
+        ri = self.run.interpreter
+        return ri.features(self.inputs("unseen")).float().mean((2, 3)).cpu()
+
+    @cached_property
+    def logits(self) -> Tensor:
+        """The unseen images' logits (N x classes, CPU)."""
+        return self.run.interpreter.forward(self.inputs("unseen"))[0].cpu()
 
 
 def _kmeans(images: ShortcutImages) -> np.ndarray:
@@ -276,6 +293,54 @@ def _pcx(images: ShortcutImages) -> np.ndarray:
     return grouping.unseen
 
 
+def _strategies(images: ShortcutImages) -> np.ndarray:
+    """RI+strategy's strategies (`repinterp.core.strategy_set`): each unseen image's, the
+    nearest centre among its predicted class's (found on the reference set, without labels)."""
+    ri = images.interpreter("RI+strategy")
+    inputs = images.inputs("unseen")
+    columns = ri.index.decisions.columns(ri.split.head, ri.features(inputs))
+    return columns["strategy"].cpu().numpy()
+
+
+def audit_rank(
+    groups: np.ndarray, marked: Tensor, maps: Tensor, pooled: Tensor, logits: Tensor
+) -> dict[str, Any]:
+    """Where the audit ([`audit_strategies`][repinterp.core.audit.audit_strategies], which
+    reads no label) ranks the group holding most marked images among its class's groups.
+
+    Args:
+        groups: N group labels of the images looked at.
+        marked: N flags (to find that group only).
+        maps: N x H x W heat maps the audit reads.
+        pooled: N x K pooled feature maps.
+        logits: N x classes.
+
+    Returns:
+        ``audit_rank`` (1: looked at first; None without marked images), ``audit_flagged``
+        and ``audit_score`` of that group, and ``flagged_groups``, how many groups it flags.
+    """
+    predicted = logits.argmax(1).numpy()
+    keys = {key: i for i, key in enumerate(dict.fromkeys(zip(predicted, groups, strict=True)))}
+    ids = torch.tensor([keys[key] for key in zip(predicted, groups, strict=True)])
+    audits = audit_strategies(ids, maps.nan_to_num(0).clamp(0, 1), pooled, logits)
+    flagged = sum(a.flagged for a in audits)
+    if not bool(marked.any()):
+        return {
+            "audit_rank": None,
+            "audit_flagged": None,
+            "audit_score": None,
+            "flagged_groups": flagged,
+        }
+    worst = int(ids[marked].mode().values)
+    own = next(a for a in audits if a.id == worst)
+    return {
+        "audit_rank": own.rank,
+        "audit_flagged": own.flagged,
+        "audit_score": own.score,
+        "flagged_groups": flagged,
+    }
+
+
 def _ri_polytopes(name: str) -> Callable[[ShortcutImages], np.ndarray]:
     """The grouping by RI variant ``name``'s polytope of each unseen image."""
     return lambda images: polytope_grouping(images.polytopes(name))
@@ -309,6 +374,7 @@ def _class_cam(images: ShortcutImages) -> Tensor:
 GROUPINGS: dict[str, Callable[[ShortcutImages], np.ndarray]] = {
     "RI": _ri_polytopes("RI"),
     "RI+logic": _ri_polytopes("RI+logic"),
+    "RI+strategy": _strategies,
     "k-means": _kmeans,
     "SpRAy": _spray,
     "PCX-like": _pcx,
@@ -317,6 +383,7 @@ GROUPINGS: dict[str, Callable[[ShortcutImages], np.ndarray]] = {
 
 MAPS: dict[str, Callable[[ShortcutImages], Tensor]] = {
     "RI": _ri_map("RI"),
+    "RI+strategy": _ri_map("RI+strategy"),
     "Grad-CAM": lambda images: images.cam("Grad-CAM", "unseen"),
     "Grad-CAM++": lambda images: images.cam("Grad-CAM++", "unseen"),
     "Score-CAM": lambda images: images.cam("Score-CAM", "unseen"),
@@ -336,7 +403,8 @@ def shortcut(run: Run) -> dict[str, Any]:
         ``images`` and ``marked`` (the unseen images looked at, and how many are marked),
         ``marked_to_target`` (% of the unseen marked images predicted the target class; NaN
         on a control or without marks), ``box_area`` (%), ``groupings`` (per grouping:
-        `grouping_scores` and ``audit_rank``, None until an audit ranks groups), ``maps`` (per
+        `grouping_scores` and `audit_rank`: the audit of its groups, on RI+strategy's own maps
+        for RI+strategy, on each image's own Grad-CAM for the others), ``maps`` (per
         map: ``mass_in_box``, the mean share (%) of the marked images' maps on the box,
         ``mass_in_box_group``, the share of their mean map, ``mass_in_box_unmarked``, the
         mean share of the unmarked images', and ``box_area``), and ``units`` (each marked
@@ -349,9 +417,12 @@ def shortcut(run: Run) -> dict[str, Any]:
     classes = images.classes("unseen")
     box = setup.unseen.mark_box
     groupings = {}
+    audited = images.cam("Grad-CAM", "unseen")
     for name, grouping in GROUPINGS.items():
-        scores = grouping_scores(grouping(images), marked, classes, images.features, run.seed)
-        groupings[name] = scores | {"audit_rank": None}
+        groups = grouping(images)
+        scores = grouping_scores(groups, marked, classes, images.features, run.seed)
+        maps = _ri_map(name)(images) if name == "RI+strategy" else audited
+        groupings[name] = scores | audit_rank(groups, marked, maps, images.pooled, images.logits)
     maps, units = {}, {}
     area = float("nan")
     for name, make in MAPS.items():

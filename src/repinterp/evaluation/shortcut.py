@@ -341,6 +341,45 @@ def audit_rank(
     }
 
 
+def strategy_polytopes(images: ShortcutImages) -> dict[str, Any]:
+    """How RI+strategy's polytopes and its audit (`RepresentativeInterpreter.strategies`, on
+    the reference set) meet the unseen images looked at.
+
+    Returns:
+        ``polytope_inside`` (%: the share of the unseen images of a strategy inside its
+        polytope, averaged over the strategies of the classes looked at), ``polytope_others``
+        (%: of the unseen images of those classes' other strategies inside it; NaN where a
+        class has one strategy), ``strategies`` (how many those classes have),
+        ``flagged_strategies`` (how many of them the audit flags), and ``index_audit_rank``
+        (the audit's rank of the strategy holding most marked unseen images; None without).
+    """
+    ri = images.interpreter("RI+strategy")
+    looked = set(images.classes("unseen").tolist())
+    strategies = [s for s in ri.strategies() if s.predicted_class in looked]
+    inputs, assigned = images.inputs("unseen"), torch.as_tensor(_strategies(images))
+    classes = images.classes("unseen")
+    inside, others = [], []
+    for strategy in strategies:
+        covered = strategy.covers(inputs).cpu()
+        own = assigned == strategy.id
+        rest = (classes == strategy.predicted_class) & ~own
+        if own.any():
+            inside.append(float(covered[own].double().mean()))
+        if rest.any():
+            others.append(float(covered[rest].double().mean()))
+    rank = None
+    if images.marked.any():
+        worst = int(assigned[images.marked].mode().values)
+        rank = next((s.audit.rank for s in strategies if s.id == worst), None)
+    return {
+        "polytope_inside": _percent(float(np.mean(inside))) if inside else float("nan"),
+        "polytope_others": _percent(float(np.mean(others))) if others else float("nan"),
+        "strategies": len(strategies),
+        "flagged_strategies": sum(s.audit.flagged for s in strategies),
+        "index_audit_rank": rank,
+    }
+
+
 def _ri_polytopes(name: str) -> Callable[[ShortcutImages], np.ndarray]:
     """The grouping by RI variant ``name``'s polytope of each unseen image."""
     return lambda images: polytope_grouping(images.polytopes(name))
@@ -423,6 +462,7 @@ def shortcut(run: Run) -> dict[str, Any]:
         scores = grouping_scores(groups, marked, classes, images.features, run.seed)
         maps = _ri_map(name)(images) if name == "RI+strategy" else audited
         groupings[name] = scores | audit_rank(groups, marked, maps, images.pooled, images.logits)
+    groupings["RI+strategy"] |= strategy_polytopes(images)
     maps, units = {}, {}
     area = float("nan")
     for name, make in MAPS.items():

@@ -453,6 +453,13 @@ def _report(args: argparse.Namespace) -> None:
     )
 
 
+# ----------------------------------------------------------------------------- audit
+def _audit(args: argparse.Namespace) -> None:
+    from .audit import audit_command
+
+    audit_command(args, _inputs(args.weights))
+
+
 # ----------------------------------------------------------------------------- serve
 def _serve(args: argparse.Namespace) -> None:
     from ..web import serve

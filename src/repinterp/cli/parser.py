@@ -258,6 +258,18 @@ def build_parser() -> argparse.ArgumentParser:
     _common(p)
     p.set_defaults(func=commands._report)
 
+    p = sub.add_parser(
+        "audit",
+        help="the strategies of an index fitted with --granularity strategy, the one to look at "
+        "first, first",
+    )
+    _index_options(p)
+    p.add_argument("--out", required=True, help="folder for audit.json and index.html")
+    p.add_argument("--members", type=_at_least(0), default=8, help="members shown per strategy (8)")
+    _overwrite(p)
+    _common(p)
+    p.set_defaults(func=commands._audit)
+
     p = sub.add_parser("demo", help="the whole method on bundled MNIST digits, in one command")
     p.add_argument("--out", default="repinterp-demo", help="output folder (repinterp-demo)")
     p.add_argument("--top-k", type=_at_least(0), default=8, help="similar images shown (8)")

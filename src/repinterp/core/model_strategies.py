@@ -11,6 +11,7 @@ spatially pooled feature maps and the model's logits, never a label.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,13 +19,42 @@ import torch
 from torch import Tensor, nn
 
 from .audit import StrategyAudit, audit_strategies
+from .display import (
+    HtmlView,
+    colour_bar,
+    composition_html,
+    displayable,
+    page,
+    shown_height,
+    tile,
+)
+from .heatmap import DEFAULT_COLORMAP
 from .interpretation import Explainer, Interpretation
 from .strategy_set import StrategyDecisions, strategy_vectors
 
-__all__ = ["AUDIT_SIDE", "Strategy", "model_strategies"]
+__all__ = ["AUDIT_SIDE", "REASON_MEANINGS", "Strategy", "model_strategies"]
 
 AUDIT_SIDE = 32
 """The audit reads each heat map average-pooled to at most this many pixels a side."""
+
+REASON_MEANINGS = {
+    "rank": "1 for the strategy of its class to look at first; the main (largest) strategy "
+    "ranks last",
+    "score": "the mean of the audit's reasons below, each in [0, 1]; flagged from 0.3",
+    "fixed_position": "how much more its members' heat maps pile up on one place than the main "
+    "strategy's (a fixed-position cue)",
+    "map_shift": "how far its mean heat map lies from the main strategy's (1: no overlap)",
+    "logic_distance": "(1 - cosine) / 2 of its members' mean pooled features and the main "
+    "strategy's",
+    "look_alike": "how much more its members share one runner-up class than the main "
+    "strategy's (another class's look-alikes)",
+    "size": "1 - its size / the main strategy's (small groups rank up)",
+    "inside its polytope": "its members that its polytope covers",
+    "others inside": "members of its class's other strategies that its polytope covers",
+    "error rate": "members whose label is another class (labels are shown, never read by "
+    "the audit)",
+}
+"""What each number of a strategy's view means."""
 
 
 @dataclass(eq=False)
@@ -35,7 +65,7 @@ class Strategy:
     Attributes:
         id: its id (the index's ``"strategy"`` column).
         predicted_class: the class its members are predicted.
-        members: reference indices of its members (CPU long, ascending).
+        members: reference indices of its members (CPU long), nearest its centre first.
         input: the member whose ``P(x)`` is its polytope (the nearest its centre).
         interpretation: that ``P(x)``.
         mean_heatmap: H x W, the polytope's heat map averaged over the members (CPU).
@@ -43,6 +73,9 @@ class Strategy:
         inside: share of its members inside its polytope.
         others_inside: share of the members of its class's other strategies inside it (0 when
             the class has one strategy).
+        error_rate: share of its members whose label is not the predicted class, when the
+            index has labels (shown, never read by the audit); else None.
+        explainer: the interpreter it came from (to draw its members).
     """
 
     id: int
@@ -54,6 +87,8 @@ class Strategy:
     audit: StrategyAudit
     inside: float
     others_inside: float
+    error_rate: float | None
+    explainer: Explainer
 
     def __repr__(self) -> str:
         flag = ", flagged" if self.audit.flagged else ""
@@ -71,6 +106,95 @@ class Strategy:
         reused."""
         return self.interpretation.heatmap(images)
 
+    def show(
+        self,
+        reference: Any = None,
+        k: int = 8,
+        cmap: str = DEFAULT_COLORMAP,
+        legend: bool = True,
+        sub_labels: Sequence[dict[str, Any]] | None = None,
+    ) -> HtmlView:
+        """The strategy as self-contained HTML, what a notebook shows: its numbers and audit
+        reasons, its mean heat map, and its ``k`` members nearest its centre, each under the
+        strategy's heat map (the input's channel weights reused).
+
+        Args:
+            reference: the reference set the index was fitted on; None: the one held.
+            k: how many members (>= 0).
+            cmap: the heat maps' colormap.
+            legend: say what each number means (a page of several strategies says it once:
+                `REASON_MEANINGS`).
+            sub_labels: what its members are made of by sub-label, if known
+                ([`composition`][repinterp.core.groups.composition]), drawn under its mean map.
+
+        Raises:
+            ValueError: a negative ``k``.
+        """
+        if k < 0:
+            raise ValueError(f"k must be >= 0, got {k}")
+        rows = self.members[:k]
+        images = self.explainer.reference_images(rows, reference)
+        drawable, scaled = displayable(images)
+        has_map = self.interpretation.has_heatmap
+        heat = self.heatmap(images).cpu() if has_map and images is not None else None
+        height = shown_height(*self.mean_heatmap.shape)
+        tiles = [
+            tile(
+                ["mean heat map", f"over {len(self.members)} members"],
+                None,
+                self.mean_heatmap if has_map else None,
+                cmap,
+                rows=(False, True),
+                height=height,
+                footer=composition_html(sub_labels) if sub_labels else "",
+            )
+        ]
+        for j, row in enumerate(rows.tolist()):
+            caption = [f"reference {row}", "the strategy's input" if row == self.input else ""]
+            tiles.append(
+                tile(
+                    caption,
+                    None if drawable is None else drawable[j],
+                    None if heat is None else heat[j],
+                    cmap,
+                    height=height,
+                )
+            )
+        a = self.audit
+        numbers = [
+            ("class", str(self.predicted_class)),
+            ("members", str(len(self.members))),
+            ("rank", f"{a.rank}" + (" (main strategy)" if a.main else "")),
+            ("score", f"{a.score:.3f}" + (" flagged" if a.flagged else "")),
+            ("runner-up class", str(a.runner_up)),
+            ("margin", f"{a.margin:.3g}"),
+            ("inside its polytope", f"{100 * self.inside:.0f}%"),
+            ("others inside", f"{100 * self.others_inside:.0f}%"),
+        ]
+        if self.error_rate is not None:
+            numbers.append(("error rate", f"{100 * self.error_rate:.1f}%"))
+        numbers += [(name, f"{value:.3f}") for name, value in a.reasons.items()]
+        names = self.interpretation.class_names
+        if names:
+            numbers[0] = ("class", f"{self.predicted_class} ({names[self.predicted_class]})")
+        lines = [f"{n}: {meaning}." for n, meaning in REASON_MEANINGS.items()] if legend else []
+        notes = []
+        if images is None:
+            notes.append(
+                "The interpreter does not hold its reference set: show(reference) "
+                "draws the members."
+            )
+        if scaled:
+            notes.append("Images outside [0, 1] (normalised inputs) are min-max scaled to draw.")
+        heading = (
+            f"Strategy {self.id} of class {self.predicted_class}: its mean heat map and "
+            f"its {len(rows)} members nearest its centre"
+        )
+        return HtmlView(page(heading, numbers, tiles, lines, notes, colour_bar(cmap)))
+
+    def _repr_html_(self) -> str:
+        return self.show().html
+
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready summary (the members as reference indices)."""
         return {
@@ -83,6 +207,7 @@ class Strategy:
             "representativeness": self.interpretation.representativeness,
             "inside": self.inside,
             "others_inside": self.others_inside,
+            "error_rate": self.error_rate,
             **{k: v for k, v in self.audit.to_dict().items() if k not in ("id", "size")},
         }
 
@@ -129,18 +254,19 @@ def model_strategies(
         )
     ids = column[rows].unique().tolist()
     centres = decisions.strategies.centres
-    nearest = {s: (float("inf"), -1) for s in ids}
-    pooled = []
+    pooled, distances = [], []
     for part in rows.split(batch_size):
         t = explainer.features(explainer.reference_images(part, reference)).float()
         pooled.append(t.mean((2, 3)).cpu())
         z = decisions.strategies.standardised(strategy_vectors(t, decisions.vectors))
-        for s in column[part].unique().tolist():
-            own = (column[part] == s).nonzero().flatten()
-            distance, j = torch.cdist(z[own], centres[s : s + 1])[:, 0].min(0)
-            if float(distance) < nearest[s][0]:
-                nearest[s] = (float(distance), int(part[own[j]]))
-    inputs = [nearest[s][1] for s in ids]
+        distances.append((z - centres[column[part]]).norm(dim=1))
+    distance = torch.cat(distances)
+    ranked = {}
+    for s in ids:
+        own = (column[rows] == s).nonzero().flatten()
+        order = sorted(own.tolist(), key=lambda j: (float(distance[j]), int(rows[j])))
+        ranked[s] = rows[torch.tensor(order, dtype=torch.long)]
+    inputs = [int(ranked[s][0]) for s in ids]
     polytopes = dict(zip(ids, explainer.explain_reference(inputs), strict=True))
     maps, sums = [], {}
     for part in rows.split(batch_size):
@@ -158,22 +284,27 @@ def model_strategies(
     out = []
     for audit in audits:
         s = audit.id
-        members = rows[column[rows] == s]
+        members = ranked[s]
         same_class = rows[(index.predictions[rows].cpu() == audit.predicted_class)]
         others = same_class[column[same_class] != s]
         covered = torch.zeros(len(index), dtype=torch.bool)
         covered[polytopes[s].covered.cpu()] = True
+        errors = None
+        if index.labels is not None:
+            errors = float((index.labels.cpu()[members] != audit.predicted_class).double().mean())
         out.append(
             Strategy(
                 id=s,
                 predicted_class=audit.predicted_class,
                 members=members,
-                input=nearest[s][1],
+                input=int(members[0]),
                 interpretation=polytopes[s],
                 mean_heatmap=sums[s] / len(members),
                 audit=audit,
                 inside=float(covered[members].float().mean()),
                 others_inside=float(covered[others].float().mean()) if len(others) else 0.0,
+                error_rate=errors,
+                explainer=explainer,
             )
         )
     return out

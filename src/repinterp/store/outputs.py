@@ -57,7 +57,7 @@ __all__ = [
 
 MARKER_FILE = ".repinterp-output.json"
 LOCK_FILE = ".repinterp.lock"
-KINDS = ("index", "partial", "explain", "report", "demo", "evaluation")
+KINDS = ("index", "partial", "explain", "report", "demo", "evaluation", "audit")
 _MANIFEST = "manifest.json"  # an index's (see repinterp.store.index_folder)
 _PARTIAL = ".partial"  # the partial folder of a fit, inside its index folder
 _HELD = threading.local()
@@ -335,6 +335,7 @@ _WHAT = {
     "report": "a report",
     "demo": "the demo",
     "evaluation": "evaluation results",
+    "audit": "an audit of strategies",
 }
 
 

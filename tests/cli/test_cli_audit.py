@@ -1,0 +1,36 @@
+"""``repinterp audit``: the strategies of an index fitted at ``granularity="strategy"``."""
+
+import json
+
+from ..commandline import FIT, assert_one_line_error, run
+
+
+def test_audit_lists_every_strategy_of_a_strategy_index(tmp_path, capsys, one_thread) -> None:
+    index, out = tmp_path / "index", tmp_path / "audit"
+    code, _, err = run([*FIT, "--granularity", "strategy", "--out", str(index)], capsys)
+    assert code == 0, err
+    code, stdout, err = run(["audit", "--index", str(index), "--out", str(out)], capsys)
+    assert code == 0, err
+    audit = json.loads((out / "audit.json").read_text())
+    manifest = json.loads((index / "manifest.json").read_text())
+    assert audit["granularity"].startswith("granularity strategy")
+    members = [m for c in audit["classes"] for s in c["strategies"] for m in s["members"]]
+    assert sorted(members) == list(range(manifest["n_reference"]))  # each image in one strategy
+    for c in audit["classes"]:
+        ranks = [s["rank"] for s in c["strategies"]]
+        assert ranks == list(range(1, len(ranks) + 1))  # listed in the audit's order
+        assert c["strategies"][-1]["main"]  # the main strategy ranks last
+        for s in c["strategies"]:
+            assert s["predicted_class"] == c["class"] and s["input"] == s["members"][0]
+            assert 0 <= s["inside"] <= 1 and s["flagged"] == (s["score"] >= 0.3)
+    page = (out / "index.html").read_text()
+    assert page.count("class='strategy") == audit["strategies"] and "<img " in page
+    assert f"audit of {audit['strategies']} strategies" in stdout
+
+
+def test_audit_of_a_class_index_is_one_line(tmp_path, capsys) -> None:
+    index = tmp_path / "index"
+    assert run([*FIT, "--out", str(index)], capsys)[0] == 0
+    code, _, err = run(["audit", "--index", str(index), "--out", str(tmp_path / "a")], capsys)
+    assert_one_line_error(code, err, "granularity 'class': the audit needs an index")
+    assert not (tmp_path / "a" / "audit.json").exists()

@@ -57,7 +57,7 @@ __all__ = [
 
 K_MAX = 8
 """The most strategies per class."""
-MIN_GAIN = 0.05
+MIN_GAIN = 0.02
 """How much a split's mean silhouette must exceed that of one Gaussian of the class's shape
 to be kept (below it: one strategy)."""
 MIN_SIZE = 5

@@ -62,6 +62,10 @@ MIN_GAIN = 0.02
 to be kept (below it: one strategy)."""
 MIN_SIZE = 5
 """The fewest rows a strategy may hold."""
+NULL_DRAWS = 5
+"""Draws of one Gaussian of a class's shape; a split must beat the best of their silhouettes."""
+PCA_DIM = 32
+"""The principal axes of a class's rows in which the number of its strategies is chosen."""
 SILHOUETTE_SAMPLE = 1000
 """The silhouette of a class is read on at most this many of its rows (seeded)."""
 STANDARDISATIONS = ("columns", "global")
@@ -195,12 +199,27 @@ def _gaussian_like(z: np.ndarray, seed: int) -> np.ndarray:
     return z.mean(0) + (draw * spread) @ axes
 
 
+def _principal(z: np.ndarray, dim: int) -> np.ndarray:
+    """The rows ``z`` (n x D) in their ``dim`` principal axes (fewer when they span fewer),
+    centred: from the eigenvectors of the smaller of the n x n Gram and D x D covariance
+    matrices."""
+    centred = z - z.mean(0)
+    if len(z) <= z.shape[1]:
+        values, vectors = np.linalg.eigh(centred @ centred.T)
+        top = np.argsort(values)[::-1][:dim]
+        return vectors[:, top] * np.sqrt(np.clip(values[top], 0, None))
+    values, axes = np.linalg.eigh(centred.T @ centred)
+    return centred @ axes[:, np.argsort(values)[::-1][:dim]]
+
+
 def _split_class(
     z: np.ndarray, seed: int, k_max: int, min_gain: float, min_size: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(labels, centres, criterion) of one class's standardised rows; the criterion is
     2 x (k_max - 1): the mean silhouette at k = 2 .. k_max, and the same of k-means on
-    `_gaussian_like` rows (NaN where k was not tried)."""
+    `_gaussian_like` rows (NaN where k was not tried), both in the rows' `PCA_DIM` principal
+    axes; the k kept is then fitted on the rows themselves, k-means started from the means of
+    its clusters, so that the centres and labels are those of the standardised space."""
     from sklearn.cluster import KMeans  # here: sklearn is slow to import
     from sklearn.metrics import silhouette_score
 
@@ -212,17 +231,21 @@ def _split_class(
 
     criterion = np.full((2, max(k_max - 1, 0)), np.nan)
     best = None
-    null = _gaussian_like(z, seed)
+    reduced = _principal(z, PCA_DIM)
+    nulls = [_gaussian_like(reduced, seed + draw) for draw in range(NULL_DRAWS)]
     for k in range(2, min(k_max, len(z) // min_size) + 1):
-        score, model = silhouette(z, k)
+        score, model = silhouette(reduced, k)
         if np.bincount(model.labels_, minlength=k).min() < min_size:
             continue
-        criterion[:, k - 2] = score, silhouette(null, k)[0]
+        criterion[:, k - 2] = score, max(silhouette(null, k)[0] for null in nulls)
         if best is None or score > criterion[0, best[0] - 2]:
             best = (k, model)
     if best is None or np.diff(criterion[::-1, best[0] - 2])[0] < min_gain:
         return np.zeros(len(z), dtype=np.int64), z.mean(0, keepdims=True), criterion
-    return best[1].labels_.astype(np.int64), best[1].cluster_centers_, criterion
+    k, labels = best[0], best[1].labels_
+    start = np.stack([z[labels == j].mean(0) for j in range(k)])
+    model = KMeans(n_clusters=k, init=start, n_init=1, random_state=seed).fit(z)
+    return model.labels_.astype(np.int64), model.cluster_centers_, criterion
 
 
 def discover_strategies(

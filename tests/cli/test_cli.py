@@ -208,7 +208,7 @@ def test_report_gives_every_predicted_class_a_region(digits_index, tmp_path, cap
     page = (out / "index.html").read_text()
     assert "within each class the model predicts on them" in page
     regions = RegionSet.build(open_index(index, progress=False).interpreter, m, 0, by_class=True)
-    assert f"Over the reference set, {regions.group_stats().sentence()}." in page
+    assert f"Over the reference set, {region_groups(regions).sentence()}." in page
     assert ("Classes without a region" in page) == (m < 10)
 
 

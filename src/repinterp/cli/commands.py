@@ -405,6 +405,7 @@ def _report(args: argparse.Namespace) -> None:
     from tqdm.auto import tqdm
 
     from ..core.regions import RegionSet, distinct_polytopes
+    from ..evaluation.groupings import region_groups
     from ..report import write_report
     from ..store.outputs import claim, refuse_inputs
 
@@ -443,7 +444,7 @@ def _report(args: argparse.Namespace) -> None:
                 " Classes without a region (the model predicts none of the reference images "
                 f"as them): {', '.join(repr(class_names[c]) for c in unpredicted)}."
             )
-        finds = regions.group_stats().sentence()
+        finds = region_groups(regions).sentence()
         intro += f" Over the reference set, {finds}."
         write_report(out / "index.html", "repinterp regions", intro, entries, ri.granularity_text)
     print(

@@ -44,7 +44,7 @@ _CURVE_COLUMNS = [
     ("insertion", "insertion AUC (%)", True),
 ]
 
-# Columns of the polytope groups (`repinterp.core.groups`): key, header.
+# Columns of the polytope groups (`repinterp.evaluation.groupings`): key, header.
 _GROUP_COLUMNS = [
     ("distinct_polytopes", "distinct polytopes"),
     ("merged_groups", "merged groups (Jaccard >= 0.9)"),
@@ -155,7 +155,7 @@ def _groups_table(blocks: dict[str, Any], first: str, images: str) -> list[str]:
         f"What RI finds: {images} grouped by the polytope P explaining them (its class, "
         "boundaries and sides); effective groups = exp of the entropy of the group sizes; "
         "merged groups: polytopes whose covered reference sets have Jaccard >= 0.9 merged, "
-        "transitively (`repinterp.core.groups`):",
+        "transitively (`repinterp.evaluation.groupings`):",
         "",
         *table(_GROUP_COLUMNS),
         "",

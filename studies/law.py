@@ -51,8 +51,8 @@ from typing import Any
 import numpy as np
 import torch
 from groups_sweep import cell, summary
-
 from repinterp.core.convexity import graph_convexity, q_convexity, segment_convexity
+
 from repinterp.core.groups import polytope_groups
 from repinterp.evaluation.setup import Setup, load_setup, recipe_for
 from repinterp.evaluation.subclass import groups_per_class, polytope_grouping

@@ -264,7 +264,8 @@ def markdown(results: dict[str, Any]) -> str:
         "default point: the last conv ReLU, |Q| = 50, uniform; every other row changes one "
         "setting. Groups: the unseen images grouped by their own P(x) "
         "(`repinterp.evaluation.groupings`). Purity: sub-concept purity of the groups / of "
-        "one group per class / of the same groups with the labels shuffled within each class (chance). CVR: unseen images covered by one of 10 x classes "
+        "one group per class / of the same groups with the labels shuffled within each class "
+        "(chance). CVR: unseen images covered by one of 10 x classes "
         f"k-means regions (k-means on {results['pca_dims']} principal components).",
         "",
         "Models (seed: weights' SHA-256, held-out accuracy on the split's unseen part):",
@@ -307,8 +308,8 @@ def markdown(results: dict[str, Any]) -> str:
             "",
             "Beyond the raw counts (`repinterp.evaluation.groupings`): the groups once "
             "polytopes whose covered reference sets have Jaccard >= 0.9 are merged "
-            "(transitively), and the images outside their class's largest polytope against those in it (share, median "
-            "logit margin, the model's errors).",
+            "(transitively), and the images outside their class's largest polytope against "
+            "those in it (share, median logit margin, the model's errors).",
             "",
             "| point | merged groups | effective merged groups | outside main (%) | margin: "
             "main / outside | errors (%): main / outside |",

@@ -10,6 +10,7 @@ never half-written). `main` is a study's ``python -m studies.NAME`` entry point.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import platform
 import sys
@@ -21,6 +22,7 @@ from typing import Any, TypeVar
 import numpy as np
 import torch
 
+from repinterp.evaluation.setup import Setup, load_setup, recipe_for
 from repinterp.report.tables import mean_std
 from repinterp.store.model_cache import default_cache
 from repinterp.store.outputs import write_outputs
@@ -28,10 +30,12 @@ from repinterp.store.outputs import write_outputs
 __all__ = [
     "RESULTS",
     "cell",
+    "draw",
     "main",
     "provenance",
     "publish",
     "results_files",
+    "setup_of",
     "size_parser",
     "summary",
     "sweep",
@@ -67,6 +71,24 @@ def size_parser(description: str, datasets: Sequence[str], out: Path) -> argpars
     parser.add_argument("--epochs", type=int, default=None, help="override (smoke tests only)")
     parser.add_argument("--out", type=Path, default=out)
     return parser
+
+
+def setup_of(dataset: str, args: argparse.Namespace) -> Setup:
+    """The data set and its ``--seeds`` models, trained by its recipe (``--epochs`` epochs
+    where given) through ``--model-cache`` when missing."""
+    recipe = recipe_for(dataset)
+    if args.epochs is not None:
+        recipe = dataclasses.replace(recipe, epochs=args.epochs)
+    return load_setup(
+        dataset, n_unseen=None, model_seeds=args.seeds, model_cache=args.model_cache, recipe=recipe
+    )
+
+
+def draw(setup: Setup, seed: int, args: argparse.Namespace) -> Setup:
+    """Seed ``seed``'s model and its own stratified draw of ``--reference`` / ``--unseen``."""
+    run = setup.for_run(seed)
+    shares = (args.reference / len(run.reference), args.unseen / len(run.unseen))
+    return run.draw(seed, (min(1.0, shares[0]), min(1.0, shares[1])))
 
 
 def summary(rows: Sequence[dict[str, Any]]) -> dict[str, list[float]]:

@@ -1,20 +1,28 @@
 """The VGG-11-BN on ``shapes:64`` trained with 3 seeds: one table of the models (seed, epochs,
 losses, unseen accuracy, the weights' SHA-256) and one of ``unseen`` per method, mean ± sample
 std over the 3 models (one run each, evaluation seed 0), groups included. Paired differences:
-``python docs/results/paired.py docs/results/shapes64-vgg11bn-seeds/seed-*/unseen/results.json
-A B``.
+``python -m studies.paired docs/results/shapes64-vgg11bn-seeds/seed-*/unseen/results.json A B``.
 
-Run: ``python docs/results/vgg_seeds.py`` (writes ``shapes64-vgg11bn-seeds/results.md``).
+Run: ``python -m studies.vgg_seeds`` (reads ``--runs``'s ``seed-*/summary.json`` and
+``seed-*/unseen/results.json``, default ``docs/results/shapes64-vgg11bn-seeds``, and writes
+``results.md`` into ``--out``, by default the same folder).
 """
 
+from __future__ import annotations
+
+import argparse
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from repinterp.report.names import method_label
+from repinterp.report.tables import mean_std
 
-FOLDER = Path(__file__).parent / "shapes64-vgg11bn-seeds"
+from . import runner
+
+FOLDER = runner.RESULTS / "shapes64-vgg11bn-seeds"
 COLUMNS = (
     ("mAD", "mAD"),
     ("mAI", "mAI"),
@@ -31,24 +39,39 @@ COLUMNS = (
 
 
 def cell(values: list[float]) -> str:
+    """Mean ± sample std of the models' values (the mean alone for one model; n/a for none)."""
     if not values:
         return "n/a"
-    return (
-        f"{np.mean(values):.2f} ± {np.std(values, ddof=1):.2f}"
-        if len(values) > 1
-        else f"{values[0]:.2f}"
-    )
+    return mean_std(float(np.mean(values)), np.std(values, ddof=1) if len(values) > 1 else None)
 
 
-def main() -> None:
-    finished = FOLDER.glob("seed-*/unseen/results.json")
+def arguments(argv: list[str] | None = None) -> argparse.Namespace:
+    """Where the runs are and where the table goes."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=Path, default=FOLDER, help="the seed-*/ folders' parent")
+    parser.add_argument("--out", type=Path, default=None, help="(default: --runs)")
+    args = parser.parse_args(argv)
+    args.out = args.out or args.runs
+    return args
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    """Each model's training summary and ``unseen`` results, in seed order."""
+    finished = args.runs.glob("seed-*/unseen/results.json")
     seeds = sorted((p.parent.parent for p in finished), key=lambda p: int(p.name.split("-")[1]))
-    summaries = [json.loads((s / "summary.json").read_text()) for s in seeds]
-    results = [json.loads((s / "unseen" / "results.json").read_text()) for s in seeds]
+    return {
+        "summaries": [json.loads((s / "summary.json").read_text()) for s in seeds],
+        "results": [json.loads((s / "unseen" / "results.json").read_text()) for s in seeds],
+    }
+
+
+def markdown(found: dict[str, Any]) -> str:
+    """results.md: the models, then ``unseen`` per method over them."""
+    summaries, results = found["summaries"], found["results"]
     lines = [
-        f"# VGG-11-BN on `shapes:64`, {len(seeds)} training seeds",
+        f"# VGG-11-BN on `shapes:64`, {len(summaries)} training seeds",
         "",
-        "Made by `python docs/results/vgg_seeds.py` from `seed-*/summary.json` and "
+        "Made by `python -m studies.vgg_seeds` from `seed-*/summary.json` and "
         "`seed-*/unseen/results.json`.",
         "",
         "| seed | epochs | epoch losses | unseen accuracy (%) | training (s) | weights' SHA-256 |",
@@ -63,7 +86,7 @@ def main() -> None:
         )
     lines += [
         "",
-        f"`unseen`, mean ± sample std over the {len(seeds)} models (one run each, seed 0; "
+        f"`unseen`, mean ± sample std over the {len(summaries)} models (one run each, seed 0; "
         f"command: `{results[0]['command']}`):",
         "",
         "| Method | " + " | ".join(label for _, label in COLUMNS) + " |",
@@ -75,9 +98,14 @@ def main() -> None:
             values = [r["per_run"][0]["methods"][method].get(key) for r in results]
             row.append(cell([v for v in values if v is not None]))
         lines.append(f"| {method_label(method)} | " + " | ".join(row) + " |")
-    text = "\n".join(lines) + "\n"
-    (FOLDER / "results.md").write_text(text)
-    print(text)
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    """Write ``results.md`` into ``--out`` (no results.json: the runs' own files are it)."""
+    return runner.main(
+        "studies.vgg_seeds", arguments, run, lambda found: {"results.md": markdown(found)}, argv
+    )
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ from PIL import Image
 
 from repinterp.cli.parser import build_parser, main
 from repinterp.core.regions import RegionSet, distinct_polytopes
+from repinterp.evaluation.groupings import region_groups
 from repinterp.store.regions_file import DEFAULT_REGIONS, DEFAULT_SEED, load_regions
 from repinterp.workspace import open_index
 

@@ -9,11 +9,11 @@ import pytest
 import torch
 from PIL import Image
 
-from repinterp.evaluation.groupings import polytope_groups, region_groups
 from repinterp.core.polytope_weights import covered_sample, with_score_weights
 from repinterp.data.datasets import shapes
 from repinterp.evaluation import average_drop_increase_from_mask, protocols
 from repinterp.evaluation.baselines import channel_weights, reused_cam
+from repinterp.evaluation.groupings import polytope_groups, region_groups
 from repinterp.evaluation.methods import METHODS, Method
 from repinterp.evaluation.metrics import energy_in_mask, purity_at_k
 from repinterp.evaluation.options import Options

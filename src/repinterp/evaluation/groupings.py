@@ -51,6 +51,7 @@ MERGE_JACCARD = 0.9
 AMI_NULL_DRAWS = 50
 """Draws of `ami_null` (sub-concepts shuffled within each class)."""
 
+
 @dataclass(frozen=True)
 class GroupStats:
     """Images grouped by the polytope explaining them.

@@ -79,11 +79,11 @@ import torch
 from torch import Tensor
 from tqdm import tqdm
 
-from .groupings import polytope_groups, region_groups
 from ..core.nearest import nearest_rows
 from ..core.regions import RegionSet
 from ..runtime.progress import progress_bar
 from .comparison import paired_comparisons
+from .groupings import polytope_groups, region_groups
 from .methods import Method, RIMethod
 from .metrics import coverage_metrics, energy_in_mask, purity_at_k
 from .options import Options, check_protocol

@@ -155,12 +155,17 @@ def main(
     argv: list[str] | None = None,
 ) -> dict[str, Any]:
     """The entry point of the study ``name`` (``studies.NAME``): parse ``argv``, ``run`` it on
-    one torch thread (the results start with its `provenance`), `publish` ``files(results)``
-    into ``--out`` and print its ``results.md``; returns the results."""
+    one torch thread (then the caller's count again; the results start with its `provenance`),
+    `publish` ``files(results)`` into ``--out`` and print its ``results.md``; returns the
+    results."""
     args = arguments(argv)
+    threads = torch.get_num_threads()
     torch.set_num_threads(1)
     started = time.perf_counter()
-    results = provenance(name, argv) | run(args)
+    try:
+        results = provenance(name, argv) | run(args)
+    finally:
+        torch.set_num_threads(threads)
     results.setdefault("seconds", time.perf_counter() - started)
     written = files(results)
     publish(args.out, written)

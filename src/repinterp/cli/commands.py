@@ -43,7 +43,7 @@ def _inputs(*files: str | None, data: str | None = None) -> list[Path]:
 def _train(args: argparse.Namespace) -> None:
     from ..data.datasets import load_dataset
     from ..data.provenance import describe_split
-    from ..models.train import train
+    from ..models.train import Recipe, train
     from ..models.zoo import DataShape, check_model, model_for, weights_bytes
     from ..store.files import replace_file
     from ..store.outputs import check_file
@@ -68,24 +68,22 @@ def _train(args: argparse.Namespace) -> None:
         reset_head=args.weights is not None,
         seed=args.seed,
     )
-    result = train(
-        model,
-        data.reference,
-        data.unseen,
+    recipe = Recipe(
+        arch,
         epochs=args.epochs,
         lr=args.lr,
         batch_size=args.batch_size,
-        seed=args.seed,
-        device=args.device,
-        progress=not args.quiet,
         optimizer=args.optimizer,
-        momentum=args.momentum,
         weight_decay=args.weight_decay,
+        momentum=args.momentum,
         schedule=args.schedule,
         warmup_epochs=args.warmup_epochs,
         label_smoothing=args.label_smoothing,
         hflip=args.hflip,
         dropout=args.dropout,
+    )
+    result = train(
+        model, data.reference, recipe, args.seed, data.unseen, args.device, not args.quiet
     )
     out.parent.mkdir(parents=True, exist_ok=True)
     replace_file(out, weights_bytes(model))

@@ -14,6 +14,7 @@ import pytest
 
 import studies
 from repinterp.data.datasets import load_dataset
+from repinterp.evaluation.options import Options
 from repinterp.evaluation.setup import load_setup
 from repinterp.models.zoo import build_model
 from studies import (
@@ -102,10 +103,10 @@ def test_vgg_groups_row_of_a_vgg() -> None:
     model = build_model("vgg11_bn", num_classes=3, seed=0)
     reference, unseen = split.reference.subset(range(60)), split.unseen.subset(range(20))
     row = vgg_groups.row_of(model, "features.27", reference, unseen)
-    assert row["feature_shape"] == [512, 2, 2]
+    assert row["feature_shape"] == [512, 4, 4]  # 64 px, four poolings
     assert {"distinct_polytopes", "subconcept_purity_shuffled", "CVR", "accuracy"} <= set(row)
     text = vgg_groups.markdown([{"model_seed": s, "layer": "features.27"} | row for s in (0, 1)])
-    assert text.count("\n| features.27 | 512x2x2 |") == 1
+    assert text.count("\n| features.27 | 512x4x4 |") == 1
 
 
 @pytest.mark.slow
@@ -120,7 +121,9 @@ def test_why_gives_a_heading_and_a_line_per_method(tmp_path: Path) -> None:
     argv = ["--datasets", "mnist5k", "--methods", "RI,Grad-CAM", "--reference", "200"]
     why.main([*argv, "--unseen", "40", "--out", str(tmp_path)])
     heading, ri, cam = (tmp_path / "why.txt").read_text().splitlines()
-    assert heading == "## mnist5k: 150 reference / 30 unseen images"
+    drawn = load_setup("mnist5k", n_reference=200, n_unseen=40).draw(0, Options().draw)
+    n = len(drawn.reference), len(drawn.unseen_pixels)
+    assert heading == f"## mnist5k: {n[0]} reference / {n[1]} unseen images" and n[0] < 200
     assert ri.startswith("RI ") and "mAD covered" in ri
     assert cam.startswith("Grad-CAM ") and "|P|" not in cam
 

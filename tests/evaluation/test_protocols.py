@@ -10,7 +10,7 @@ import torch
 from PIL import Image
 
 from repinterp.core.polytope_weights import covered_sample, with_score_weights
-from repinterp.data.datasets import shapes
+from repinterp.data.datasets import ImageFormat, shapes
 from repinterp.evaluation import average_drop_increase_from_mask, protocols
 from repinterp.evaluation.baselines import channel_weights, reused_cam
 from repinterp.evaluation.groupings import polytope_groups, region_groups
@@ -559,7 +559,7 @@ def test_image_folders_run_with_a_named_model(tmp_path, capsys) -> None:
     assert code == 0, err
     results = json.loads((out / "results.json").read_text())
     assert results["command"].endswith("--image-size 32 --mean 0.0 0.0 0.0 --std 1.0 1.0 1.0")
-    small = load_setup(f"imagefolder:{folder}", "shapes_cnn", weights, image_size=32)
+    small = load_setup(f"imagefolder:{folder}", "shapes_cnn", weights, image_format=ImageFormat(32))
     assert small.pixels("unseen").shape[-2:] == (32, 32)
 
 

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from torch import Tensor
 
+    from ..data.datasets import ImageFormat
     from ..workspace import Workspace
 
 __all__ = ["explain_to_files"]
@@ -27,6 +28,13 @@ DEMO_MODEL = "mnist_cnn"
 def _say(args: argparse.Namespace, message: str) -> None:
     if not args.quiet:
         print(message, flush=True)
+
+
+def _image_format(args: argparse.Namespace) -> ImageFormat:
+    """An image folder's ``--image-size``, ``--mean`` and ``--std`` as one value."""
+    from ..data.datasets import ImageFormat
+
+    return ImageFormat(args.image_size, args.mean, args.std)
 
 
 def _inputs(*files: str | None, data: str | None = None) -> list[Path]:
@@ -57,9 +65,7 @@ def _train(args: argparse.Namespace) -> None:
         raise ValueError(f"--out {out} is {what}: give a new weights file")
     check_file(out, _inputs(args.weights, data=args.dataset))  # before training, not after
     check_model(arch, args.weights)  # before the data set is read: an image folder takes long
-    data = load_dataset(
-        args.dataset, seed=args.data_seed, image_size=args.image_size, mean=args.mean, std=args.std
-    )
+    data = load_dataset(args.dataset, seed=args.data_seed, image_format=_image_format(args))
     _say(args, describe_split(data, args.dataset, args.data_seed))
     model = model_for(
         arch,
@@ -157,9 +163,7 @@ def _fit(args: argparse.Namespace) -> None:
                 device=device,
                 keep_features=not args.no_features,
                 shards=shards,
-                image_size=args.image_size,
-                mean=args.mean,
-                std=args.std,
+                image_format=_image_format(args),
                 say=None if args.quiet or rank != 0 else print,
             )
         except KeyboardInterrupt:

@@ -20,7 +20,15 @@ def digits() -> data.Split:
 def _train(split: data.Split, seed: int = 0, **kwargs) -> tuple[torch.nn.Module, train.TrainResult]:
     model = zoo.build_model("digits_cnn", 10, seed=0)
     recipe = train.Recipe("digits_cnn", **{"epochs": 3, "lr": 3e-3, "batch_size": 32} | kwargs)
-    result = train.train(model, split.reference, recipe, seed, split.unseen, "cpu", False)
+    result = train.train(
+        model,
+        split.reference,
+        recipe,
+        seed,
+        held_out_set=split.unseen,
+        device="cpu",
+        progress=False,
+    )
     return model, result
 
 

@@ -89,7 +89,13 @@ def _train(args: argparse.Namespace) -> None:
         dropout=args.dropout,
     )
     result = train(
-        model, data.reference, recipe, args.seed, data.unseen, args.device, not args.quiet
+        model,
+        data.reference,
+        recipe,
+        args.seed,
+        held_out_set=data.unseen,
+        device=args.device,
+        progress=not args.quiet,
     )
     out.parent.mkdir(parents=True, exist_ok=True)
     replace_file(out, weights_bytes(model))

@@ -130,6 +130,7 @@ def train(
     train_set: Dataset,
     recipe: Recipe,
     seed: int = 0,
+    *,
     held_out_set: Dataset | None = None,
     device: str | torch.device | None = None,
     progress: bool = True,
@@ -295,5 +296,13 @@ class Recipe:
         """A model of ``arch`` for ``train_set``'s classes and channels, initialised with
         ``seed`` and trained on ``train_set`` with it (`train`), in eval mode on ``device``."""
         model = model_for(self.arch, DataShape.of(train_set), seed=seed)
-        result = train(model, train_set, self, seed, held_out_set, device, progress)
+        result = train(
+            model,
+            train_set,
+            self,
+            seed,
+            held_out_set=held_out_set,
+            device=device,
+            progress=progress,
+        )
         return model, result

@@ -14,17 +14,18 @@ timed probe of a few batches, at most ``EPOCHS``: the budget is ``TRAIN_SECONDS`
 where the whole run would last over ``TOTAL_SECONDS`` with ``EVAL_SECONDS`` left for the
 protocols (at least one epoch is trained).
 
-Recipe (the defaults; most are environment variables): SGD with momentum 0.9, lr 0.01, batch
-32, weight decay 5e-4, linear warm-up over 2 epochs then cosine decay per step, label smoothing
-0.1, random left-right mirroring, and no dropout while training (the head's two Dropout(0.5)
-add noise to every logit; the trained model keeps them, inactive in eval mode); on CUDA also
-bf16 autocast, channels-last and cuDNN autotuning for training. On CPU, VGG-11-BN trained so
-(warm-up 1 epoch) on the first 2,400 reference images for 4 epochs (300 steps) reached 91.8 %
-accuracy on the 1,000 unseen images of ``shapes:64`` (epoch losses 1.13, 0.90, 0.63, 0.44) and
-73.9 % on ``shapes:32`` (1.17, 1.03, 0.84, 0.68). On an H100, VGG-16-BN at 224 px reached
-100 % (21 epochs at 1,566 images/s, 55 s; the loss flat from epoch 4 at 0.29, label smoothing's
-floor), hence at most 8 epochs by default. A first try here (VGG-16-BN, AdamW 3e-4, batch 64,
-12 epochs of 1,600 images at 224 px, dropout on) stayed at chance.
+Recipe (the defaults; most are environment variables): ``RECIPES["shapes:64"]``
+(`repinterp.evaluation.setup`) with the architecture ``MODEL``, at most 8 epochs and a warm-up
+of 2: SGD with momentum 0.9, lr 0.01, batch 32, weight decay 5e-4, linear warm-up then cosine
+decay per step, label smoothing 0.1, random left-right mirroring, and no dropout while training
+(the head's two Dropout(0.5) add noise to every logit; the trained model keeps them, inactive in
+eval mode); on CUDA also bf16 autocast, channels-last and cuDNN autotuning for training. On CPU,
+VGG-11-BN trained so (warm-up 1 epoch) on the first 2,400 reference images for 4 epochs (300
+steps) reached 91.8 % accuracy on the 1,000 unseen images of ``shapes:64`` (epoch losses 1.13,
+0.90, 0.63, 0.44) and 73.9 % on ``shapes:32`` (1.17, 1.03, 0.84, 0.68). On an H100, VGG-16-BN at
+224 px reached 100 % (21 epochs at 1,566 images/s, 55 s; the loss flat from epoch 4 at 0.29,
+label smoothing's floor), hence at most 8 epochs by default. A first try here (VGG-16-BN, AdamW
+3e-4, batch 64, 12 epochs of 1,600 images at 224 px, dropout on) stayed at chance.
 
 Environment (default):
 - OUT (required): the output folder;
@@ -62,7 +63,7 @@ Usage: OUT=/tmp/out PYTHONPATH=src python benchmarks/gpu_vgg_shapes.py
 from __future__ import annotations
 
 import copy
-import hashlib
+import dataclasses
 import importlib.util
 import json
 import math
@@ -77,8 +78,10 @@ import torch
 from torch.utils.data import TensorDataset
 
 from repinterp.data.datasets import ImageSet, load_dataset
-from repinterp.models.train import train
+from repinterp.evaluation.setup import RECIPES
+from repinterp.models.train import Recipe, train
 from repinterp.models.zoo import build_model, default_target_layer, save_weights
+from repinterp.runtime.checksums import file_sha256
 
 START = time.perf_counter()
 PAPER = "RI,Grad-CAM,Grad-CAM++,Score-CAM"
@@ -113,24 +116,19 @@ def on_device(part: ImageSet, device: torch.device) -> TensorDataset:
     return TensorDataset(part.inputs().to(device), part.labels)
 
 
-def seconds_per_image(model: torch.nn.Module, data: TensorDataset, recipe: dict[str, Any]) -> float:
+def seconds_per_image(
+    model: torch.nn.Module, data: TensorDataset, recipe: Recipe, **options: Any
+) -> float:
     """Training seconds per image of the recipe, timed on a copy of `model` over a few batches
-    (after as many to warm up: cuDNN autotuning, the allocator)."""
+    (after as many to warm up: cuDNN autotuning, the allocator); ``options`` go to `train`."""
     probe = copy.deepcopy(model)
-    sample = TensorDataset(*(t[: 8 * recipe["batch_size"]] for t in data.tensors))
-    train(probe, sample, None, **recipe | {"epochs": 1})
+    sample = TensorDataset(*(t[: 8 * recipe.batch_size] for t in data.tensors))
+    once = dataclasses.replace(recipe, epochs=1)
+    train(probe, sample, once, **options)
     start = time.perf_counter()
-    train(probe, sample, None, **recipe | {"epochs": 1})
+    train(probe, sample, once, **options)
     del probe
     return (time.perf_counter() - start) / len(sample)
-
-
-def sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as file:
-        for block in iter(lambda: file.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def main() -> None:
@@ -174,40 +172,45 @@ def main() -> None:
         model = model.to(memory_format=torch.channels_last)
         torch.backends.cudnn.benchmark = True
     train_data, unseen_data = on_device(reference, device), on_device(unseen, device)
-    recipe = {
-        "batch_size": int(env("BATCH", "32")),
-        "lr": float(env("LR", "0.01")),
-        "optimizer": env("OPTIMIZER", "sgd"),
-        "momentum": 0.9,
-        "weight_decay": float(env("WEIGHT_DECAY", "5e-4")),
-        "schedule": "cosine",
-        "warmup_epochs": float(env("WARMUP_EPOCHS", "2")),
-        "label_smoothing": float(env("LABEL_SMOOTHING", "0.1")),
-        "hflip": True,
-        "dropout": float(env("DROPOUT", "0")),
-        "autocast": torch.bfloat16 if cuda else None,
+    base = RECIPES["shapes:64"]
+    recipe = dataclasses.replace(
+        base,
+        arch=arch,
+        epochs=int(env("EPOCHS", "8")),
+        batch_size=int(env("BATCH", str(base.batch_size))),
+        lr=float(env("LR", str(base.lr))),
+        optimizer=env("OPTIMIZER", base.optimizer),
+        weight_decay=float(env("WEIGHT_DECAY", str(base.weight_decay))),
+        warmup_epochs=float(env("WARMUP_EPOCHS", "2")),
+        label_smoothing=float(env("LABEL_SMOOTHING", str(base.label_smoothing))),
+        dropout=float(env("DROPOUT", str(base.dropout))),
+    )
+    options = {
         "seed": seed,
         "device": device,
         "progress": False,
+        "autocast": torch.bfloat16 if cuda else None,
     }
-    epochs = int(env("EPOCHS", "8"))
+    epochs = recipe.epochs
     per_image = None
     if env("TRAIN_SECONDS", "120"):
-        per_image = seconds_per_image(model, train_data, recipe)
+        per_image = seconds_per_image(model, train_data, recipe, **options)
         total, evaluation = float(env("TOTAL_SECONDS", "240")), float(env("EVAL_SECONDS", "90"))
         budget = min(float(env("TRAIN_SECONDS", "120")), total - evaluation - elapsed())
         epochs = max(1, min(epochs, math.floor(budget / (per_image * len(reference)))))
         say(f"probe: {1 / per_image:.0f} images/s in training; {epochs} epoch(s) fit in {budget} s")
 
     start = time.perf_counter()
-    result = train(model, train_data, unseen_data, epochs=epochs, **recipe)
+    recipe = dataclasses.replace(recipe, epochs=epochs)
+    result = train(model, train_data, recipe, held_out_set=unseen_data, **options)
     train_s = time.perf_counter() - start
     torch.backends.cudnn.benchmark = False
     model = model.to(memory_format=torch.contiguous_format).eval()
     folder.mkdir(parents=True, exist_ok=True)
     save_weights(model, weights)
     summary["training"] = {
-        "recipe": {k: str(v) if k in ("autocast", "device") else v for k, v in recipe.items()},
+        "recipe": recipe.settings()
+        | {k: str(v) if k in ("autocast", "device") else v for k, v in options.items()},
         "channels_last": cuda,
         "epochs": epochs,
         "images_per_s_probe": per_image and round(1 / per_image, 1),
@@ -218,7 +221,7 @@ def main() -> None:
         "unseen_accuracy_percent": round(100 * result.held_out_accuracy, 2),
         "weights": str(weights),
         "weights_bytes": weights.stat().st_size,
-        "weights_sha256": sha256(weights),
+        "weights_sha256": file_sha256(weights),
     }
     summary.save()
     say(f"training: {summary['training']}")

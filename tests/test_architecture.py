@@ -3,14 +3,7 @@ no private name imported from another module, and a small top level."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
-_SPEC = importlib.util.spec_from_file_location(
-    "architecture", Path(__file__).resolve().parent.parent / "docs" / "architecture.py"
-)
-architecture = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(architecture)
+from studies import architecture
 
 
 def test_no_import_cycle() -> None:

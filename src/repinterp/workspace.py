@@ -27,6 +27,7 @@ from .core.display import sub_label_colour
 from .core.groups import composition
 from .data.datasets import (
     ImageFolderSet,
+    ImageFormat,
     Images,
     ImageTransform,
     Normalization,
@@ -165,9 +166,7 @@ def fit_workspace(
     device: str | None = None,
     keep_features: bool = True,
     shards: Shards | None = None,
-    image_size: int | None = None,
-    mean: list[float] | None = None,
-    std: list[float] | None = None,
+    image_format: ImageFormat | None = None,
     say: Callable[[str], object] | None = None,
 ) -> Workspace:
     """Build the model, load the data set and fit an interpreter on its reference part.
@@ -186,9 +185,8 @@ def fit_workspace(
         keep_features: keep the reference feature maps (for regions and protocols).
         shards: write the index in shards as it goes, to resume a killed fit (see
             [`Shards`][repinterp.store.shards.Shards]).
-        image_size: an image folder's image side in pixels (224).
-        mean: an image folder's normalisation mean per channel (ImageNet's).
-        std: an image folder's normalisation standard deviation per channel (ImageNet's).
+        image_format: an image folder's image side and normalisation
+            ([`ImageFormat`][repinterp.data.datasets.ImageFormat]; None: 224 px, ImageNet's).
         say: called with a description of the data split (how many images of each class went
             to the reference and unseen parts, and why) once the data is loaded.
 
@@ -206,7 +204,7 @@ def fit_workspace(
     given = dataset
     if dataset.startswith("imagefolder:"):  # recorded absolute: explain/serve run from anywhere
         dataset = f"imagefolder:{Path(dataset.split(':', 1)[1]).resolve()}"
-    data = load_dataset(dataset, seed=data_seed, image_size=image_size, mean=mean, std=std)
+    data = load_dataset(dataset, seed=data_seed, image_format=image_format)
     if say is not None:
         say(describe_split(data, given, data_seed))
     shape = DataShape.of(data.reference)
@@ -335,13 +333,8 @@ def open_index(
     recipe = {**recipe, "weights": _recorded_weights(file)}
     model = model_for(recipe["arch"], DataShape(recipe["num_classes"], recipe["in_channels"]), file)
     ri = RepresentativeInterpreter.load(path, model, device=device or "cpu", progress=progress)
-    data = load_dataset(
-        recipe["dataset"],
-        seed=recipe["data_seed"],
-        image_size=recipe.get("image_size"),
-        mean=recipe.get("mean"),
-        std=recipe.get("std"),
-    )
+    recorded = ImageFormat(recipe.get("image_size"), recipe.get("mean"), recipe.get("std"))
+    data = load_dataset(recipe["dataset"], seed=recipe["data_seed"], image_format=recorded)
     current = fingerprint(data, recipe["dataset"], recipe["data_seed"])
     change = fingerprint_change(recipe["data"], current)
     if change or len(data.reference) != len(ri.fitted_index):

@@ -9,6 +9,7 @@ from PIL import Image
 
 from repinterp.cli.parser import build_parser, main
 from repinterp.core.regions import RegionSet, distinct_polytopes
+from repinterp.evaluation.groupings import region_groups
 from repinterp.store.regions_file import DEFAULT_REGIONS, DEFAULT_SEED, load_regions
 from repinterp.workspace import open_index
 
@@ -208,7 +209,7 @@ def test_report_gives_every_predicted_class_a_region(digits_index, tmp_path, cap
     page = (out / "index.html").read_text()
     assert "within each class the model predicts on them" in page
     regions = RegionSet.build(open_index(index, progress=False).interpreter, m, 0, by_class=True)
-    assert f"Over the reference set, {regions.group_stats().sentence()}." in page
+    assert f"Over the reference set, {region_groups(regions).sentence()}." in page
     assert ("Classes without a region" in page) == (m < 10)
 
 

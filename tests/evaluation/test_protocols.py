@@ -9,11 +9,11 @@ import pytest
 import torch
 from PIL import Image
 
-from repinterp.core.groups import polytope_groups
 from repinterp.core.polytope_weights import covered_sample, with_score_weights
-from repinterp.data.datasets import shapes
+from repinterp.data.datasets import ImageFormat, shapes
 from repinterp.evaluation import average_drop_increase_from_mask, protocols
 from repinterp.evaluation.baselines import channel_weights, reused_cam
+from repinterp.evaluation.groupings import polytope_groups, region_groups
 from repinterp.evaluation.methods import METHODS, Method
 from repinterp.evaluation.metrics import energy_in_mask, purity_at_k
 from repinterp.evaluation.options import Options
@@ -559,7 +559,7 @@ def test_image_folders_run_with_a_named_model(tmp_path, capsys) -> None:
     assert code == 0, err
     results = json.loads((out / "results.json").read_text())
     assert results["command"].endswith("--image-size 32 --mean 0.0 0.0 0.0 --std 1.0 1.0 1.0")
-    small = load_setup(f"imagefolder:{folder}", "shapes_cnn", weights, image_size=32)
+    small = load_setup(f"imagefolder:{folder}", "shapes_cnn", weights, image_format=ImageFormat(32))
     assert small.pixels("unseen").shape[-2:] == (32, 32)
 
 
@@ -631,7 +631,7 @@ def test_cam_cluster_control_reuses_mean_weights_of_cluster_members(mnist: Setup
 
 
 def test_the_evaluate_options_name_the_real_choices() -> None:
-    """evaluation.command writes the choices out (so that --help imports no torch): they must be
+    """cli.evaluate writes the choices out (so that --help imports no torch): they must be
     the ones the code uses."""
     from repinterp.cli import evaluate as command
     from repinterp.core.boundaries import SAMPLINGS
@@ -668,7 +668,7 @@ def test_ri_reports_the_polytopes_it_finds_in_every_protocol(mnist: Setup) -> No
     # the images outside their class's main polytope, by the model's logits and the labels
     with torch.no_grad():
         logits = mnist.model(mnist.inputs("unseen"))
-    outside = regions.group_stats(region, logits=logits, labels=mnist.labels("unseen")).outside
+    outside = region_groups(regions, region, logits=logits, labels=mnist.labels("unseen")).outside
     block = results["per_run"][0]["methods"]["RI"]
     found = {key: block[key] for key in OUTSIDE_KEYS}
     assert found == pytest.approx(outside, nan_ok=True)
@@ -681,7 +681,7 @@ def test_ri_reports_the_polytopes_it_finds_in_every_protocol(mnist: Setup) -> No
 
     coverage = evaluate(mnist, "coverage", SMALL)
     assert _groups(coverage["unseen"]) == pytest.approx(expected)
-    brute = regions.group_stats(regions.assign(mnist.inputs("reference")).region.cpu())
+    brute = region_groups(regions, regions.assign(mnist.inputs("reference")).region.cpu())
     assert _groups(coverage["reference"]) == pytest.approx(brute.to_dict())
 
     options = replace(options, methods=("RI", "Grad-CAM+class"))
@@ -696,7 +696,7 @@ def test_ri_reports_subconcept_purity_on_shapes(shapes_setup: Setup) -> None:
     results = evaluate(shapes_setup, "unseen", replace(SMALL, methods=("RI",)))
     regions = Run(shapes_setup, 0, SMALL).regions
     region = regions.assign(shapes_setup.inputs("unseen")).region.cpu()
-    expected = regions.group_stats(region, shapes_setup.unseen.concepts)
+    expected = region_groups(regions, region, shapes_setup.unseen.concepts)
     block = results["methods"]["RI"]
     assert block["subconcept_purity"] == pytest.approx(100 * expected.subconcept_purity)
     assert block["subconcept_purity_class"] == pytest.approx(100 * expected.subconcept_purity_class)
@@ -707,7 +707,7 @@ def test_ri_reports_subconcept_purity_on_shapes(shapes_setup: Setup) -> None:
     features, logits = ri.features(inputs).flatten(1).cpu(), ri.forward(inputs)[0].cpu()
     labels = shapes_setup.labels("unseen")
     concepts = shapes_setup.unseen.concepts
-    full = regions.group_stats(region, concepts, features, logits, labels, seed=0).to_dict()
+    full = region_groups(regions, region, concepts, features, logits, labels, seed=0).to_dict()
     first = results["per_run"][0]["methods"]["RI"]
     assert {key: first[key] for key in AMI_KEYS} == pytest.approx({k: full[k] for k in AMI_KEYS})
     assert -1 <= first["ami"] <= 1 and first["ami_null"] <= first["ami_null_p95"]

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from repinterp.core.groups import ami
+from repinterp.evaluation.groupings import ami
 from repinterp.evaluation.subclass import (
     eigengap_k,
     groups_per_class,

@@ -19,8 +19,16 @@ def digits() -> data.Split:
 
 def _train(split: data.Split, seed: int = 0, **kwargs) -> tuple[torch.nn.Module, train.TrainResult]:
     model = zoo.build_model("digits_cnn", 10, seed=0)
-    settings = {"epochs": 3, "lr": 3e-3, "batch_size": 32, "progress": False, "device": "cpu"}
-    result = train.train(model, split.reference, split.unseen, seed=seed, **settings | kwargs)
+    recipe = train.Recipe("digits_cnn", **{"epochs": 3, "lr": 3e-3, "batch_size": 32} | kwargs)
+    result = train.train(
+        model,
+        split.reference,
+        recipe,
+        seed,
+        held_out_set=split.unseen,
+        device="cpu",
+        progress=False,
+    )
     return model, result
 
 
@@ -47,20 +55,20 @@ def test_same_seed_gives_identical_weights(digits):
 
 def test_sgd_and_no_held_out_set(digits):
     model = zoo.build_model("digits_cnn", 10)
-    result = train.train(
-        model, digits.reference, None, epochs=2, lr=0.05, optimizer="sgd", progress=False
-    )
+    sgd = train.Recipe("digits_cnn", epochs=2, lr=0.05, optimizer="sgd")
+    result = train.train(model, digits.reference, sgd, progress=False)
     assert result.losses[1] < result.losses[0] and math.isnan(result.held_out_accuracy)
-    with pytest.raises(ValueError, match="adam, adamw, sgd"):
-        train.train(model, digits.reference, None, epochs=1, optimizer="lbfgs")
+    with pytest.raises(ValueError, match=r"^unknown optimizer 'lbfgs'; choose one of: adam, adamw"):
+        train.Recipe("digits_cnn", epochs=1, optimizer="lbfgs")
 
 
 def test_progress_bar_can_be_silenced(digits, capsys):
     small = digits.reference.subset(range(64))
     model = zoo.build_model("digits_cnn", 10)
-    train.train(model, small, None, epochs=1, progress=False)
+    once = train.Recipe("digits_cnn", epochs=1)
+    train.train(model, small, once, progress=False)
     assert capsys.readouterr().err == ""
-    train.train(model, small, None, epochs=1, progress=True)
+    train.train(model, small, once, progress=True)
     assert "train" in capsys.readouterr().err
 
 
@@ -73,7 +81,8 @@ def test_fine_tunes_a_torchvision_model_on_an_image_folder(tmp_path):
             Image.fromarray(pixels.astype(np.uint8)).save(tmp_path / name / f"{i}.png")
     folder = data.imagefolder(tmp_path, size=16)
     model = zoo.build_model("resnet18", num_classes=2)
-    result = train.train(model, folder, folder, epochs=2, batch_size=4, progress=False)
+    recipe = train.Recipe("resnet18", epochs=2, batch_size=4)
+    result = train.train(model, folder, recipe, held_out_set=folder, progress=False)
     assert len(result.losses) == 2 and all(math.isfinite(x) for x in result.losses)
     assert 0 <= result.held_out_accuracy <= 1
 
@@ -104,10 +113,11 @@ def test_learning_rate_warms_up_then_follows_the_schedule(schedule, expected):
 def test_the_schedule_drives_every_step(digits):
     small = digits.reference.subset(range(64))
     model = zoo.build_model("digits_cnn", 10, seed=0)
-    result = train.train(
-        model, small, None, epochs=3, lr=0.1, batch_size=16, optimizer="sgd", progress=False,
-        schedule="cosine", warmup_epochs=0.5,
+    recipe = train.Recipe(
+        "digits_cnn", epochs=3, lr=0.1, batch_size=16, optimizer="sgd", schedule="cosine",
+        warmup_epochs=0.5,
     )  # fmt: skip
+    result = train.train(model, small, recipe, progress=False)
     expected = [0.1 * train.learning_rate_factor(s, 12, 2, "cosine") for s in range(12)]
     assert result.learning_rates == pytest.approx(expected, rel=1e-12)
     assert result.learning_rates[:3] == pytest.approx([0.05, 0.1, 0.1])
@@ -151,10 +161,15 @@ def _tiny_set(n: int = 32) -> data.ImageSet:
     return data.ImageSet(images, labels, ["a", "b", "c"], data.Normalization((0.0,), (1.0,)))
 
 
+def _frozen(**settings) -> train.Recipe:
+    """A recipe of learning rate 0 (the weights stay as they are)."""
+    return train.Recipe("recorder", **{"epochs": 1, "lr": 0.0, "batch_size": 8} | settings)
+
+
 def test_hflip_mirrors_a_random_half_of_each_epoch():
     tiny = _tiny_set()
     model = _Recorder(12, [0.0, 0.0, 0.0])
-    train.train(model, tiny, None, epochs=2, lr=0.0, batch_size=8, hflip=True, progress=False)
+    train.train(model, tiny, _frozen(epochs=2, hflip=True), progress=False)
     seen = torch.cat(model.seen)
     assert seen.shape == (64, 1, 3, 4)
     originals, mirrors = tiny.images, tiny.images.flip(-1)
@@ -165,7 +180,7 @@ def test_hflip_mirrors_a_random_half_of_each_epoch():
         assert ((plain | flipped).sum(0) == 1).all() and ((plain | flipped).sum(1) == 1).all()
         assert 8 <= int(flipped.any(1).sum()) <= 24
     model.seen.clear()
-    train.train(model, tiny, None, epochs=1, lr=0.0, batch_size=8, progress=False)
+    train.train(model, tiny, _frozen(), progress=False)
     assert all((x[:, None] == originals[None]).flatten(2).all(2).any(1).all() for x in model.seen)
 
 
@@ -173,18 +188,18 @@ def test_label_smoothing_and_autocast_reach_the_loss():
     tiny = _tiny_set(8)
     bias = [2.0, -1.0, 0.5]
     model = _Recorder(12, bias)
+    smoothed = _frozen(label_smoothing=0.2)
     result = train.train(
-        model, tiny, None, epochs=1, lr=0.0, batch_size=8, label_smoothing=0.2, progress=False,
-        autocast=torch.bfloat16, device="cpu",
-    )  # fmt: skip
+        model, tiny, smoothed, device="cpu", progress=False, autocast=torch.bfloat16
+    )
     logits = torch.tensor(bias).expand(8, 3)
     expected = torch.nn.functional.cross_entropy(logits, tiny.labels, label_smoothing=0.2)
     assert result.losses == pytest.approx([float(expected)], rel=1e-2)  # bf16 logits
     assert model.dtypes == [torch.bfloat16] and model.linear.weight.dtype == torch.float32
-    train.train(model, tiny, None, epochs=1, lr=0.0, batch_size=8, progress=False, device="cpu")
+    train.train(model, tiny, _frozen(), device="cpu", progress=False)
     assert model.dtypes[-1] == torch.float32
     with pytest.raises(ValueError, match=r"label_smoothing in \[0, 1\), got 0.0 and 1.0$"):
-        train.train(model, tiny, None, label_smoothing=1.0)
+        _frozen(label_smoothing=1.0)
 
 
 def test_the_train_command_passes_the_recipe_on(monkeypatch, tmp_path, capsys):
@@ -192,8 +207,8 @@ def test_the_train_command_passes_the_recipe_on(monkeypatch, tmp_path, capsys):
 
     seen = {}
 
-    def record(model, train_set, held_out_set, **options):
-        seen.update(options)
+    def record(model, train_set, recipe, *args, **kwargs):
+        seen.update(recipe.settings())
         return train.TrainResult([1.5], 0.5, [0.01])
 
     monkeypatch.setattr(train, "train", record)
@@ -219,9 +234,9 @@ def test_dropout_is_overridden_while_training_only():
     tiny = _tiny_set(16)
     recorder = _Recorder(12, [0.0, 0.0, 0.0])
     model = torch.nn.Sequential(torch.nn.Dropout(0.5), recorder)
-    train.train(model, tiny, None, epochs=1, lr=0.0, batch_size=16, dropout=0.0, progress=False)
+    train.train(model, tiny, _frozen(batch_size=16, dropout=0.0), progress=False)
     assert model[0].p == 0.5
     plain = (recorder.seen[0][:, None] == tiny.images[None]).flatten(2).all(2)
     assert (plain.sum(1) == 1).all()  # every image seen as it is
-    train.train(model, tiny, None, epochs=1, lr=0.0, batch_size=16, progress=False)
+    train.train(model, tiny, _frozen(batch_size=16), progress=False)
     assert (recorder.seen[1] == 0).float().mean() > 0.3  # the model's own dropout, p = 0.5

@@ -44,6 +44,7 @@ from repinterp.core.heatmap import channel_means, colorize, heatmaps, normalize_
 from repinterp.core.interpretation import METRIC_MEANINGS
 from repinterp.core.regions import RegionSet, distinct_polytopes
 from repinterp.evaluation.baselines import ReusableCAM
+from repinterp.evaluation.groupings import region_groups
 from repinterp.evaluation.metrics import keep_top_pixels
 from repinterp.store.index_folder import read_manifest
 from repinterp.store.outputs import listed, lock
@@ -498,7 +499,7 @@ def test_regions_gallery_has_one_card_per_polytope_and_its_counts_add_up(client,
     ).region
     for card in cards:
         assert card["interpreted"] == sum(int((interpreted == v).sum()) for v in card["regions"])
-    assert data["finds"] == regions.group_stats(interpreted).sentence()
+    assert data["finds"] == region_groups(regions, interpreted).sentence()
     assert data["finds"].startswith(f"{len(cards)} polytopes for ")
     assert all(card["sub_labels"] is None for card in cards)  # mnist5k has no sub-labels
 

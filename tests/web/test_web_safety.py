@@ -19,6 +19,7 @@ from PIL import Image
 from repinterp import RepresentativeInterpreter
 from repinterp.cli.parser import build_parser
 from repinterp.core.config import FitConfig
+from repinterp.data.datasets import ImageFormat
 from repinterp.web import create_app, image_codec, serve
 from repinterp.web.limits import Busy, ByteBudget
 from repinterp.web.server import allowed_names
@@ -426,7 +427,7 @@ def test_a_reference_image_edited_under_a_running_viewer_is_refused_not_shown(tm
         None,
         f"imagefolder:{root}",
         config=FitConfig(n_boundaries=5, progress=False),
-        image_size=32,
+        image_format=ImageFormat(32),
     )
     app = create_app(workspace, n_regions=1)
     names = workspace.reference.names()

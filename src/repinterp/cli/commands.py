@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from torch import Tensor
 
+    from ..data.datasets import ImageFormat
     from ..workspace import Workspace
 
 __all__ = ["explain_to_files"]
@@ -27,6 +28,13 @@ DEMO_MODEL = "mnist_cnn"
 def _say(args: argparse.Namespace, message: str) -> None:
     if not args.quiet:
         print(message, flush=True)
+
+
+def _image_format(args: argparse.Namespace) -> ImageFormat:
+    """An image folder's ``--image-size``, ``--mean`` and ``--std`` as one value."""
+    from ..data.datasets import ImageFormat
+
+    return ImageFormat(args.image_size, args.mean, args.std)
 
 
 def _inputs(*files: str | None, data: str | None = None) -> list[Path]:
@@ -43,7 +51,7 @@ def _inputs(*files: str | None, data: str | None = None) -> list[Path]:
 def _train(args: argparse.Namespace) -> None:
     from ..data.datasets import load_dataset
     from ..data.provenance import describe_split
-    from ..models.train import train
+    from ..models.train import Recipe, train
     from ..models.zoo import DataShape, check_model, model_for, weights_bytes
     from ..store.files import replace_file
     from ..store.outputs import check_file
@@ -57,9 +65,7 @@ def _train(args: argparse.Namespace) -> None:
         raise ValueError(f"--out {out} is {what}: give a new weights file")
     check_file(out, _inputs(args.weights, data=args.dataset))  # before training, not after
     check_model(arch, args.weights)  # before the data set is read: an image folder takes long
-    data = load_dataset(
-        args.dataset, seed=args.data_seed, image_size=args.image_size, mean=args.mean, std=args.std
-    )
+    data = load_dataset(args.dataset, seed=args.data_seed, image_format=_image_format(args))
     _say(args, describe_split(data, args.dataset, args.data_seed))
     model = model_for(
         arch,
@@ -68,24 +74,28 @@ def _train(args: argparse.Namespace) -> None:
         reset_head=args.weights is not None,
         seed=args.seed,
     )
-    result = train(
-        model,
-        data.reference,
-        data.unseen,
+    recipe = Recipe(
+        arch,
         epochs=args.epochs,
         lr=args.lr,
         batch_size=args.batch_size,
-        seed=args.seed,
-        device=args.device,
-        progress=not args.quiet,
         optimizer=args.optimizer,
-        momentum=args.momentum,
         weight_decay=args.weight_decay,
+        momentum=args.momentum,
         schedule=args.schedule,
         warmup_epochs=args.warmup_epochs,
         label_smoothing=args.label_smoothing,
         hflip=args.hflip,
         dropout=args.dropout,
+    )
+    result = train(
+        model,
+        data.reference,
+        recipe,
+        args.seed,
+        held_out_set=data.unseen,
+        device=args.device,
+        progress=not args.quiet,
     )
     out.parent.mkdir(parents=True, exist_ok=True)
     replace_file(out, weights_bytes(model))
@@ -160,9 +170,7 @@ def _fit(args: argparse.Namespace) -> None:
                 device=device,
                 keep_features=not args.no_features,
                 shards=shards,
-                image_size=args.image_size,
-                mean=args.mean,
-                std=args.std,
+                image_format=_image_format(args),
                 say=None if args.quiet or rank != 0 else print,
             )
         except KeyboardInterrupt:
@@ -406,6 +414,7 @@ def _report(args: argparse.Namespace) -> None:
     from tqdm.auto import tqdm
 
     from ..core.regions import RegionSet, distinct_polytopes
+    from ..evaluation.groupings import region_groups
     from ..report import write_report
     from ..store.outputs import claim, refuse_inputs
 
@@ -444,7 +453,7 @@ def _report(args: argparse.Namespace) -> None:
                 " Classes without a region (the model predicts none of the reference images "
                 f"as them): {', '.join(repr(class_names[c]) for c in unpredicted)}."
             )
-        finds = regions.group_stats().sentence()
+        finds = region_groups(regions).sentence()
         intro += f" Over the reference set, {finds}."
         write_report(out / "index.html", "repinterp regions", intro, entries, ri.granularity_text)
     print(

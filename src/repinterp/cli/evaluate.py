@@ -132,6 +132,7 @@ def prepare(args: argparse.Namespace) -> tuple[Setup, Options, str]:
     Raises:
         ValueError: a bad option (the message names it).
     """
+    from ..data.datasets import ImageFormat
     from ..evaluation.methods import PAPER
     from ..evaluation.options import FULL, QUICK, Options, check_protocol
     from ..evaluation.setup import load_setup
@@ -189,9 +190,7 @@ def prepare(args: argparse.Namespace) -> tuple[Setup, Options, str]:
         n_reference=sizes["n_reference"],
         n_unseen=sizes["n_unseen"],
         subset_seed=args.seed,
-        image_size=args.image_size,
-        mean=args.mean,
-        std=args.std,
+        image_format=ImageFormat(args.image_size, args.mean, args.std),
         model_seeds=args.model_seeds,
         model_cache=args.model_cache,
         progress=not args.quiet,

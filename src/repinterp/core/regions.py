@@ -33,7 +33,7 @@ from .display import (
     shown_height,
     tile,
 )
-from .groups import GroupStats, PolytopeKey, composition, polytope_groups, polytope_key
+from .groups import PolytopeKey, composition, polytope_key
 from .heatmap import DEFAULT_COLORMAP, polytope_heatmaps
 from .interpretation import Explainer, Interpretation
 from .nearest import nearest_rows
@@ -260,34 +260,6 @@ class RegionSet:
         index = self.interpreter.fitted_index
         return self._assign_sides(
             index.sides, lambda rows: self.interpreter.reference_features[rows.cpu()]
-        )
-
-    def group_stats(
-        self,
-        region: Tensor | None = None,
-        subconcepts: Tensor | None = None,
-        features: Tensor | None = None,
-        logits: Tensor | None = None,
-        labels: Tensor | None = None,
-        seed: int = 0,
-    ) -> GroupStats:
-        """Images grouped by the polytope of the region interpreting them
-        ([`polytope_groups`][repinterp.core.groups.polytope_groups]; regions of one polytope are one
-        group).
-
-        Args:
-            region: (N,) the region of each image (`Assignment.region`); None: the reference
-                set's (`reference_assignment`).
-            subconcepts: (N,) sub-concept labels of the images, or None.
-            features: the images' feature maps, as `polytope_groups` takes them, or None.
-            logits: the images' logits, or None.
-            labels: the images' true classes, or None.
-            seed: the seed of the shuffled null and of k-means.
-        """
-        if region is None:
-            region = self.reference_assignment().region
-        return polytope_groups(
-            [self.regions[v] for v in region.tolist()], subconcepts, features, logits, labels, seed
         )
 
     def predict(self, images: Tensor) -> Tensor:

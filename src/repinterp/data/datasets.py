@@ -671,13 +671,39 @@ IMAGEFOLDER_SHARE = 0.8
 """The share of an image folder that goes to the reference part (the rest is unseen)."""
 
 
-def load_dataset(
-    spec: str,
-    seed: int = 0,
-    image_size: int | None = None,
-    mean: Sequence[float] | None = None,
-    std: Sequence[float] | None = None,
-) -> Split:
+@dataclass(frozen=True)
+class ImageFormat:
+    """How an image folder's images are read: their square side and their R G B
+    normalisation, as one value (the bundled data sets have their own and take none).
+
+    Attributes:
+        size: the side in pixels; None: 224.
+        mean: the normalisation mean per channel, in pixel units; None: ImageNet's.
+        std: the normalisation standard deviation per channel; None: ImageNet's.
+    """
+
+    size: int | None = None
+    mean: Sequence[float] | None = None
+    std: Sequence[float] | None = None
+
+    @property
+    def given(self) -> bool:
+        """Whether any setting differs from the default (None)."""
+        return (self.size, self.mean, self.std) != (None, None, None)
+
+    def normalization(self) -> Normalization:
+        """The `Normalization` of the images: ImageNet's, with ``mean`` / ``std`` where given.
+
+        Raises:
+            ValueError: ``mean`` or ``std`` not 3 values, or ``std`` not positive.
+        """
+        if self.mean is None and self.std is None:
+            return IMAGENET_NORMALIZATION
+        default = IMAGENET_NORMALIZATION
+        return _normalization(self.mean or default.mean, self.std or default.std)
+
+
+def load_dataset(spec: str, seed: int = 0, image_format: ImageFormat | None = None) -> Split:
     """A data set by name, split into reference and unseen parts.
 
     Args:
@@ -691,9 +717,8 @@ def load_dataset(
             (the control: a share F of every class's images marked, labels kept; see
             `marked_split`) or ``imagefolder:PATH`` (80% / 20%).
         seed: seed of the split (and of the generated images for ``shapes``).
-        image_size: side of an image folder's square images (224).
-        mean: an image folder's per-channel normalisation mean (ImageNet's).
-        std: an image folder's per-channel normalisation standard deviation (ImageNet's).
+        image_format: an image folder's image side and normalisation (`ImageFormat`); None:
+            224 px and ImageNet's.
 
     Returns:
         `Split`.
@@ -704,7 +729,8 @@ def load_dataset(
             is not a number in [0, 1], or a ``*-mark:F`` / ``*-markrand:F`` whose F is not.
     """
     folder = spec.startswith("imagefolder:") and len(spec) > len("imagefolder:")
-    if not folder and (image_size, mean, std) != (None, None, None):
+    image_format = image_format or ImageFormat()
+    if not folder and image_format.given:
         raise ValueError(f"--image-size, --mean and --std apply to imagefolder:PATH, not {spec}")
     if spec == "mnist5k":
         return mnist5k(seed)
@@ -727,10 +753,8 @@ def load_dataset(
             raise ValueError(f"shapes:SIZE needs an integer SIZE >= 16, got {size!r}")
         return split(shapes(5000, seed=seed, size=int(size)), 4000, seed)
     if folder:
-        normalization = IMAGENET_NORMALIZATION
-        if mean is not None or std is not None:
-            normalization = _normalization(mean or normalization.mean, std or normalization.std)
-        images = imagefolder(spec.split(":", 1)[1], image_size or 224, normalization)
+        normalization = image_format.normalization()
+        images = imagefolder(spec.split(":", 1)[1], image_format.size or 224, normalization)
         if len(images) < 2:
             raise ValueError(f"{spec} holds {len(images)} readable image; at least 2 are needed")
         n_reference = min(len(images) - 1, max(1, round(IMAGEFOLDER_SHARE * len(images))))

@@ -1,20 +1,24 @@
 """Evaluation: the paper's metrics and more, the CAM baselines with reused channel weights, ACE,
-and the protocols that compare them (``evaluate``).
+the analysis of what RI finds, and the protocols that compare them (``evaluate``).
 
 Modules: ``metrics`` (AD / AI, region metrics, purity, pointing game), ``perturbation``
 (deletion / insertion AUC, ROAD), ``scoring`` (a method's explanations scored, pooled and per
 interpretation), ``baselines`` (the CAMs through pytorch-grad-cam), ``ace`` (the ACE
-algorithm), ``setup`` (model and data), ``run`` (one seeded run), ``methods`` (one module per
-compared method, RI's variants included), ``options`` (how a protocol runs), ``sanity`` (the
-sanity checks of RI and the CAMs through Quantus), ``protocols`` (the protocols and
-``evaluate``), ``command`` (the ``repinterp evaluate`` options). Reports of
-the results are written by `report`.
+algorithm), ``setup`` (model and data), ``run`` (one seeded run and what the methods share),
+``methods`` (one module per compared method, RI's variants included), ``options`` (how a
+protocol runs), ``groupings`` (images grouped by their polytope: counts, merged groups, AMI
+with sub-concepts, its null and k-means reference point), ``convexity`` (how convex the class
+regions are), ``subclass`` (groupings below the class beside RI's polytopes), ``comparison``
+(paired differences of two methods over the runs), ``sanity`` (the sanity checks of RI and the
+CAMs through Quantus), ``protocols`` (the protocols and ``evaluate``). The ``repinterp
+evaluate`` options are `repinterp.cli.evaluate`'s; reports of the results are written by
+`report`.
 """
 
 import importlib
 
 # Every name is imported from its module on first use: the package imports no torch until then
-# (``repinterp --help`` builds the evaluate options from ``command`` without it), and the
+# (``repinterp --help`` builds the evaluate options in `repinterp.cli` without it), and the
 # baselines (grad-cam) and ACE (scikit-image) need the optional `eval` extra.
 _MODULES = {
     "metrics": (

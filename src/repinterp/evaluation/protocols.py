@@ -14,7 +14,7 @@ Protocols (each a function of a `Setup` and `Options`, see `evaluate`):
   the interpretations: the paper's commented-out sentence). ROAD, deletion and insertion
   score ``curve_images`` unseen images drawn per run. Methods with regions (RI) also report
   their CVR and ACU-MD on the unseen set, and what RI finds: the unseen images grouped by the
-  polytope of their region (`repinterp.core.groups`: ``distinct_polytopes``,
+  polytope of their region (`repinterp.evaluation.groupings`: ``distinct_polytopes``,
   ``effective_groups``, ``largest_group_share`` (%), ``singletons``, ``merged_groups`` and
   ``merged_effective_groups`` (polytopes covering nearly the same reference images merged),
   the images outside their class's main polytope: ``outside_share`` (%), median logit margin
@@ -84,11 +84,11 @@ import torch
 from torch import Tensor
 from tqdm import tqdm
 
-from ..core.groups import polytope_groups
 from ..core.nearest import nearest_rows
 from ..core.regions import RegionSet
 from ..runtime.progress import progress_bar
 from .comparison import paired_comparisons
+from .groupings import polytope_groups, region_groups
 from .methods import Method, RIMethod
 from .metrics import coverage_metrics, energy_in_mask, purity_at_k
 from .options import Options, check_protocol
@@ -165,14 +165,14 @@ def _outputs(run: Run, part: str, features: bool) -> tuple[Tensor | None, Tensor
 def _group_stats(
     run: Run, regions: RegionSet, region: Tensor | None, part: str
 ) -> dict[str, float]:
-    """The polytope groups of a part's images (`RegionSet.group_stats`, ``region`` None for
+    """The polytope groups of a part's images (`region_groups`, ``region`` None for
     the reference set's own assignment), with their sub-concept measures where the part has
     sub-concepts and the images outside their class's main polytope."""
     concepts = _concepts(run.setup, part)
     wanted = concepts is not None
     features, logits = run.cached(("outputs", part, wanted), lambda: _outputs(run, part, wanted))
     labels = run.setup.labels(part)
-    return regions.group_stats(region, concepts, features, logits, labels, run.seed).to_dict()
+    return region_groups(regions, region, concepts, features, logits, labels, run.seed).to_dict()
 
 
 def _unseen(run: Run) -> dict[str, Any]:

@@ -56,7 +56,7 @@ from ..data.datasets import ImageSet
 from ..integrations import QuantusExplainer
 from ..integrations.quantus import refit
 from ..interpreter import RepresentativeInterpreter
-from ..models.train import accuracy, train
+from ..models.train import Recipe, accuracy, train
 from ..models.zoo import DataShape, model_for
 from ..runtime.devices import model_device
 from .baselines import CAM_METHODS, channel_weights, reused_cam
@@ -355,7 +355,8 @@ def shuffled_label_model(setup: Setup, seed: int, epochs: int) -> tuple[nn.Modul
     shuffled = dataclasses.replace(reference, labels=permuted)
     model = model_for(setup.arch, DataShape.of(reference), None, seed=seed)
     start = time.perf_counter()
-    train(model, shuffled, None, epochs=epochs, seed=seed, device=setup.device, progress=False)
+    recipe = Recipe(setup.arch, epochs=epochs)
+    train(model, shuffled, recipe, seed, device=setup.device, progress=False)
     seconds = time.perf_counter() - start
     return model.eval(), {
         "epochs": epochs,

@@ -15,7 +15,7 @@ made the bundled weights) trained with seeds 0 .. N - 1 on that reference part, 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -25,7 +25,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from ..data.datasets import Images, ImageSet, load_dataset
+from ..data.datasets import ImageFormat, Images, ImageSet, load_dataset
 from ..models.train import Recipe
 from ..models.zoo import DataShape, check_model, model_for, target_layer_for
 from ..runtime.checksums import file_sha256
@@ -279,9 +279,7 @@ def load_setup(
     n_unseen: int | None = 1000,
     subset_seed: int = 0,
     batch_size: int = 64,
-    image_size: int | None = None,
-    mean: Sequence[float] | None = None,
-    std: Sequence[float] | None = None,
+    image_format: ImageFormat | None = None,
     model_seeds: int | None = None,
     model_cache: str | Path | None = None,
     recipe: Recipe | None = None,
@@ -304,8 +302,8 @@ def load_setup(
         n_unseen: the same for the unseen images (the paper samples 1,000).
         subset_seed: seed of both subsets.
         batch_size: images per forward pass.
-        image_size, mean, std: an image folder's square side and R G B normalisation (224 and
-            ImageNet's; see [`load_dataset`][repinterp.data.datasets.load_dataset]).
+        image_format: an image folder's square side and R G B normalisation (None: 224 and
+            ImageNet's; see [`ImageFormat`][repinterp.data.datasets.ImageFormat]).
         model_seeds: train this many models with seeds 0, 1, ... by ``recipe`` on the split's
             reference part (or read them from ``model_cache``), one per run; None: one model,
             the given or bundled weights.
@@ -327,7 +325,7 @@ def load_setup(
         check_model(arch, weights)
     if model_seeds is not None:
         recipe = _recipe_of(dataset, arch, weights, model_seeds, recipe)
-    split = load_dataset(dataset, seed=0, image_size=image_size, mean=mean, std=std)
+    split = load_dataset(dataset, seed=0, image_format=image_format)
     arch = arch or BUNDLED.get(dataset) or (recipe.arch if recipe is not None else None)
     if arch is None:
         raise ValueError(f"no bundled model for data set {dataset!r}: give --model and --weights")

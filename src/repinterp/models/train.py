@@ -9,6 +9,8 @@ and mixed precision are options, which a torchvision VGG trained from scratch ne
 value: what trains a model from scratch with a seed.
 """
 
+from __future__ import annotations
+
 import dataclasses
 import math
 from collections.abc import Iterable, Iterator
@@ -126,107 +128,78 @@ def make_optimizer(
 def train(
     model: nn.Module,
     train_set: Dataset,
-    held_out_set: Dataset | None,
-    epochs: int = 5,
-    lr: float = 1e-3,
-    batch_size: int = 64,
+    recipe: Recipe,
     seed: int = 0,
+    *,
+    held_out_set: Dataset | None = None,
     device: str | torch.device | None = None,
     progress: bool = True,
-    optimizer: str = "adam",
-    weight_decay: float = 0.0,
     num_workers: int = 0,
-    momentum: float = 0.9,
-    schedule: str = "constant",
-    warmup_epochs: float = 0.0,
-    label_smoothing: float = 0.0,
-    hflip: bool = False,
     autocast: torch.dtype | None = None,
-    dropout: float | None = None,
 ) -> TrainResult:
-    """Train `model` in place with cross-entropy on `train_set`, then measure held-out accuracy.
+    """Train `model` in place with cross-entropy on `train_set` by ``recipe``'s settings, then
+    measure held-out accuracy.
 
     Shuffling uses its own generator seeded with `seed`, mirroring another one seeded with
     `seed`, and dropout draws from the global torch RNG seeded with `seed` inside a fork (the
     caller's CPU RNG state is restored), so the same model, data and seed give bit-identical
-    weights on CPU. When `train_set` is larger than `batch_size`, each epoch drops its last
+    weights on CPU. When `train_set` is larger than the batch size, each epoch drops its last
     incomplete batch (batch norm needs two images).
 
     Args:
         model: maps N x C x H x W inputs to N x classes logits; moved to `device`, left there in
             eval mode.
         train_set: yields ``(input image, int label)``.
-        held_out_set: same, for the final accuracy; None to skip it.
-        epochs: passes over `train_set`.
-        lr: base learning rate.
-        batch_size: images per step.
+        recipe: the training settings (`Recipe`: epochs, optimizer, schedule, augmentation);
+            its ``arch`` is not read, the model is given.
         seed: seed of shuffling, mirroring and dropout.
+        held_out_set: same as `train_set`, for the final accuracy; None to skip it.
         device: where to train; None picks CUDA when available, else CPU.
         progress: show a tqdm bar of steps with the running loss.
-        optimizer: ``"adam"``, ``"adamw"`` (decoupled weight decay) or ``"sgd"``.
-        weight_decay: L2 penalty (Adam, SGD) or decoupled decay (AdamW) of the optimizer.
         num_workers: DataLoader worker processes for loading images.
-        momentum: SGD's momentum (ignored by Adam and AdamW).
-        schedule: ``"constant"`` or ``"cosine"`` learning rate after the warm-up, stepped
-            every batch (`learning_rate_factor`).
-        warmup_epochs: epochs (may be fractional; rounded to whole steps) of linear warm-up.
-        label_smoothing: of the cross-entropy, in [0, 1); the reported losses include it.
-        hflip: mirror a random half of every batch left-right, for classes that a mirror
-            image keeps (``shapes``; not digits).
         autocast: run the forward pass under ``torch.autocast`` with this dtype (e.g.
             ``torch.bfloat16``); the loss is computed in float32. None: full precision.
-        dropout: the probability of every ``nn.Dropout`` of `model` while training (restored
-            afterwards, so the trained model is the same architecture); None keeps the model's.
 
     Returns:
         `TrainResult`.
-
-    Raises:
-        ValueError: unknown optimizer or schedule, or negative warm-up, or label smoothing
-            outside [0, 1).
     """
-    if optimizer not in OPTIMIZERS:
-        raise ValueError(f"unknown optimizer {optimizer!r}; choose one of: {', '.join(OPTIMIZERS)}")
-    if schedule not in SCHEDULES:
-        raise ValueError(f"unknown schedule {schedule!r}; choose one of: {', '.join(SCHEDULES)}")
-    if warmup_epochs < 0 or not 0 <= label_smoothing < 1:
-        raise ValueError(
-            f"need warmup_epochs >= 0 and label_smoothing in [0, 1), got {warmup_epochs} and "
-            f"{label_smoothing}"
-        )
     device = resolve_device(device)
     model.to(device)
     step = make_optimizer(
-        (p for p in model.parameters() if p.requires_grad), optimizer, lr, weight_decay, momentum
+        (p for p in model.parameters() if p.requires_grad),
+        recipe.optimizer,
+        recipe.lr,
+        recipe.weight_decay,
+        recipe.momentum,
     )
     loader = DataLoader(
         train_set,
-        batch_size=batch_size,
+        batch_size=recipe.batch_size,
         shuffle=True,
-        drop_last=len(train_set) > batch_size,
+        drop_last=len(train_set) > recipe.batch_size,
         generator=torch.Generator().manual_seed(seed),
         num_workers=num_workers,
     )
-    total_steps = epochs * len(loader)
-    warmup_steps = round(warmup_epochs * len(loader))
+    total_steps = recipe.epochs * len(loader)
+    warmup_steps = round(recipe.warmup_epochs * len(loader))
     scheduler = torch.optim.lr_scheduler.LambdaLR(
-        step, lambda s: learning_rate_factor(s, total_steps, warmup_steps, schedule)
+        step, lambda s: learning_rate_factor(s, total_steps, warmup_steps, recipe.schedule)
     )
     mirror = torch.Generator().manual_seed(seed)
-    loss_fn = nn.CrossEntropyLoss(label_smoothing=label_smoothing)
+    loss_fn = nn.CrossEntropyLoss(label_smoothing=recipe.label_smoothing)
     losses, learning_rates = [], []
     with (
         torch.random.fork_rng(devices=[]),
-        _dropout_set_to(model, dropout),
+        _dropout_set_to(model, recipe.dropout),
         tqdm(total=total_steps, desc="train", unit="batch", disable=not progress) as bar,
     ):
         torch.manual_seed(seed)
-        for epoch in range(epochs):
+        for epoch in range(recipe.epochs):
             model.train()
             total = count = 0.0
             for images, labels in loader:
                 images, labels = images.to(device), labels.to(device)
-                if hflip:
+                if recipe.hflip:
                     flip = (torch.rand(len(images), generator=mirror) < 0.5).to(device)
                     images = torch.where(flip.view(-1, 1, 1, 1), images.flip(-1), images)
                 with torch.autocast(device.type, autocast) if autocast else nullcontext():
@@ -253,13 +226,31 @@ def train(
 
 @dataclass(frozen=True)
 class Recipe:
-    """A seeded way to train a model from scratch: an architecture of the zoo and `train`'s
-    settings (see `train` for what each means). Only the seed is left out: the same recipe
-    trained with seeds 0, 1, ... gives that many models.
+    """A seeded way to train a model from scratch: an architecture of the zoo and the settings
+    `train` reads. Only the seed is left out: the same recipe trained with seeds 0, 1, ... gives
+    that many models.
 
     Attributes:
-        arch: the architecture ([`zoo`][repinterp.models.zoo]); the other fields are the
-            arguments of `train` of the same names.
+        arch: the architecture ([`zoo`][repinterp.models.zoo]); `Recipe.train` builds it,
+            `train` trains a given model and does not read it.
+        epochs: passes over the training set.
+        lr: base learning rate.
+        batch_size: images per step.
+        optimizer: ``"adam"``, ``"adamw"`` (decoupled weight decay) or ``"sgd"``.
+        weight_decay: L2 penalty (Adam, SGD) or decoupled decay (AdamW) of the optimizer.
+        momentum: SGD's momentum (ignored by Adam and AdamW).
+        schedule: ``"constant"`` or ``"cosine"`` learning rate after the warm-up, stepped
+            every batch (`learning_rate_factor`).
+        warmup_epochs: epochs (may be fractional; rounded to whole steps) of linear warm-up.
+        label_smoothing: of the cross-entropy, in [0, 1); the reported losses include it.
+        hflip: mirror a random half of every batch left-right, for classes that a mirror
+            image keeps (``shapes``; not digits).
+        dropout: the probability of every ``nn.Dropout`` of the model while training (restored
+            afterwards, so the trained model is the same architecture); None keeps the model's.
+
+    Raises:
+        ValueError: unknown optimizer or schedule, or negative warm-up, or label smoothing
+            outside [0, 1).
     """
 
     arch: str
@@ -275,6 +266,21 @@ class Recipe:
     hflip: bool = False
     dropout: float | None = None
 
+    def __post_init__(self) -> None:
+        if self.optimizer not in OPTIMIZERS:
+            raise ValueError(
+                f"unknown optimizer {self.optimizer!r}; choose one of: {', '.join(OPTIMIZERS)}"
+            )
+        if self.schedule not in SCHEDULES:
+            raise ValueError(
+                f"unknown schedule {self.schedule!r}; choose one of: {', '.join(SCHEDULES)}"
+            )
+        if self.warmup_epochs < 0 or not 0 <= self.label_smoothing < 1:
+            raise ValueError(
+                f"need warmup_epochs >= 0 and label_smoothing in [0, 1), got "
+                f"{self.warmup_epochs} and {self.label_smoothing}"
+            )
+
     def settings(self) -> dict[str, Any]:
         """Every setting, by name (JSON-ready)."""
         return dataclasses.asdict(self)
@@ -289,9 +295,14 @@ class Recipe:
     ) -> tuple[nn.Module, TrainResult]:
         """A model of ``arch`` for ``train_set``'s classes and channels, initialised with
         ``seed`` and trained on ``train_set`` with it (`train`), in eval mode on ``device``."""
-        settings = self.settings()
-        model = model_for(settings.pop("arch"), DataShape.of(train_set), seed=seed)
+        model = model_for(self.arch, DataShape.of(train_set), seed=seed)
         result = train(
-            model, train_set, held_out_set, seed=seed, device=device, progress=progress, **settings
+            model,
+            train_set,
+            self,
+            seed,
+            held_out_set=held_out_set,
+            device=device,
+            progress=progress,
         )
         return model, result

@@ -22,6 +22,7 @@ from .plots import save_plots
 __all__ = [
     "cell",
     "comparison_cell",
+    "mean_std",
     "overview_markdown",
     "results_markdown",
     "write_results",
@@ -44,7 +45,7 @@ _CURVE_COLUMNS = [
     ("insertion", "insertion AUC (%)", True),
 ]
 
-# Columns of the polytope groups (`repinterp.core.groups`): key, header.
+# Columns of the polytope groups (`repinterp.evaluation.groupings`): key, header.
 _GROUP_COLUMNS = [
     ("distinct_polytopes", "distinct polytopes"),
     ("merged_groups", "merged groups (Jaccard >= 0.9)"),
@@ -80,11 +81,18 @@ def cell(
     mean, std = block.get(key), block.get(f"{key}_std")
     if index is not None and mean is not None:
         mean, std = mean[index], std[index]
+    text = mean_std(mean, None if block.get("_runs", 2) == 1 else std, digits)
+    return f"**{text}**" if best and text != "n/a" else text
+
+
+def mean_std(mean: float | None, std: float | None, digits: int = 2) -> str:
+    """The one ``mean ± std`` cell of every table: ``digits`` decimals, the mean alone when
+    ``std`` is None (one run: no spread to show), ``n/a`` when the mean is missing or not
+    finite."""
     if mean is None or not math.isfinite(mean):
         return "n/a"
     text = f"{mean:.{digits}f}"
-    text += "" if block.get("_runs", 2) == 1 else f" ± {std:.{digits}f}"
-    return f"**{text}**" if best else text
+    return text if std is None else f"{text} ± {std:.{digits}f}"
 
 
 def _best(blocks: dict[str, Any], key: str, higher: bool, index: int | None = None) -> str | None:
@@ -155,7 +163,7 @@ def _groups_table(blocks: dict[str, Any], first: str, images: str) -> list[str]:
         f"What RI finds: {images} grouped by the polytope P explaining them (its class, "
         "boundaries and sides); effective groups = exp of the entropy of the group sizes; "
         "merged groups: polytopes whose covered reference sets have Jaccard >= 0.9 merged, "
-        "transitively (`repinterp.core.groups`):",
+        "transitively (`repinterp.evaluation.groupings`):",
         "",
         *table(_GROUP_COLUMNS),
         "",

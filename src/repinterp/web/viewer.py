@@ -47,6 +47,7 @@ from ..core.interpretation import METRIC_MEANINGS, Interpretation
 from ..core.regions import Polytope, RegionSet, distinct_polytopes
 from ..data.datasets import ImageFolderSet
 from ..data.image_files import read_image
+from ..evaluation.groupings import region_groups
 from ..report.figures import (
     FRACTION,
     CaseStudy,
@@ -592,7 +593,7 @@ class Viewer:
         try:
             regions = self._regions(seed)
             polytopes = distinct_polytopes(regions)
-            finds = regions.group_stats().sentence()
+            finds = region_groups(regions).sentence()
         except Exception as exc:  # whatever it is, the page must hear of it
             self._gallery_error = f"no regions: {exc}"
             return
@@ -620,7 +621,7 @@ class Viewer:
         """The gallery: ``status`` is ``computing``, ``ready`` or ``unavailable``; one card per
         distinct polytope (see `repinterp.core.regions.distinct_polytopes`); when ready,
         ``finds`` says in one sentence what RI finds over the reference set
-        (`repinterp.core.groups.GroupStats.sentence`)."""
+        (`repinterp.evaluation.groupings.GroupStats.sentence`)."""
         done = {"n_regions": self.n_regions, "n_reference": len(self.index)}
         if self._gallery_error is not None:
             return {"status": "unavailable", "message": self._gallery_error, **done, "regions": []}

@@ -66,13 +66,13 @@ class Method(ABC):
     def regions(self, run: Run) -> RegionSet | None:
         """The regions whose coverage of the unseen images is reported, if any; ``groups``
         then gives each unseen image's region, whose polytopes are counted
-        (`RegionSet.group_stats`)."""
+        (`repinterp.evaluation.groupings.region_groups`)."""
         return None
 
     def reference_polytopes(self, run: Run, indices: list[int]) -> list[Interpretation] | None:
         """The polytopes ``P(x)`` the method finds for the reference images ``indices`` in
         ``reference``, which are counted
-        ([`polytope_groups`][repinterp.core.groups.polytope_groups]);
+        ([`polytope_groups`][repinterp.evaluation.groupings.polytope_groups]);
         None (the default): the method finds none."""
         return None
 

@@ -17,7 +17,7 @@ the model cache, its own stratified draw and Q per seed), the groupings of
 
 Per method and seed: the groups per class (effective groups / classes) and the sub-concepts
 per class (the matched count), within-class ``ami`` against its null's 95th percentile
-(`repinterp.core.groups.ami_null`) and the k-means reference point (`ami_ceiling`, k = the
+(`repinterp.evaluation.groupings.ami_null`) and the k-means reference point (`ami_ceiling`, k = the
 sub-concepts, the default layer); for RI's, CVR (the unseen images covered by one of 10 x
 classes k-means regions). Heat-map faithfulness on the first ``--faithful`` unseen images:
 Grad-CAM with channel weights averaged over at most 16 reference images of the image's group
@@ -32,7 +32,7 @@ The criterion the runs test is written in docs/results.md ("Decision logic below
 the criterion"). Run (the full size; about 40 minutes on one core once the models are
 cached: about 2 minutes a seed and data set, most of it ROAD)::
 
-    OMP_NUM_THREADS=1 PYTHONPATH=src python docs/results/subclass.py --seeds 5
+    OMP_NUM_THREADS=1 PYTHONPATH=src python -m studies.subclass --seeds 5
 
 ``--seeds 1 --reference 300 --unseen 100 --faithful 20 --datasets mnist-super`` is a smoke
 test of a minute or two. Writes ``OUT/results.json`` and ``OUT/results.md`` (``--out``,
@@ -42,24 +42,20 @@ default ``docs/results/subclass``).
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-from groups_sweep import cell, cvr, summary
-from law import draw, provenance, setup_of, size_parser
 from torch import Tensor
 
-from repinterp.core.groups import ami, ami_ceiling, ami_null
 from repinterp.core.logic import GAMMA_QUANTILE, default_gamma, logic_vectors
 from repinterp.core.nearest import nearest_rows
 from repinterp.core.polytope_weights import draw_indices
 from repinterp.evaluation.baselines import ReusableCAM, reused_cam
 from repinterp.evaluation.comparison import bootstrap_interval, is_win
+from repinterp.evaluation.groupings import ami, ami_ceiling, ami_null
 from repinterp.evaluation.scoring import score
 from repinterp.evaluation.setup import Setup
 from repinterp.evaluation.subclass import (
@@ -72,7 +68,11 @@ from repinterp.evaluation.subclass import (
 )
 from repinterp.interpreter import RepresentativeInterpreter
 
-OUT = Path(__file__).resolve().parent / "subclass"
+from . import runner
+from .groups_sweep import cvr
+from .runner import cell, summary
+
+OUT = runner.RESULTS / "subclass"
 DATASETS = ("mnist-super", "shapes", "shapes-mix:0.5", "shapes-mix:1")
 EARLIER = {"mnist_super_cnn": "features.4", "shapes_cnn": "features.7"}
 QUANTILES = (0.01, GAMMA_QUANTILE, 0.1)
@@ -83,7 +83,7 @@ CONTROLS = ("class control", "cluster control")
 
 def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     """The run's size and where it writes."""
-    parser = size_parser(__doc__.split("\n\n")[0], list(DATASETS), OUT)
+    parser = runner.size_parser(__doc__.split("\n\n")[0], DATASETS, OUT)
     parser.add_argument("--faithful", type=int, default=30, help="unseen images scored")
     args = parser.parse_args(argv)
     if args.seeds < 1 or args.reference < 2 or args.unseen < 2 or args.faithful < 1:
@@ -285,11 +285,9 @@ def compared(seeds: list[dict[str, dict[str, Any]]], method: str) -> dict[str, A
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    """Every data set and seed (the results.json object)."""
-    torch.set_num_threads(1)
+    """Every data set and seed (the results.json object, less the provenance)."""
     started = time.perf_counter()
     out: dict[str, Any] = {
-        **provenance(),
         "size": {
             "seeds": args.seeds,
             "reference": args.reference,
@@ -300,11 +298,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "datasets": {},
     }
     for dataset in args.datasets.split(","):
-        setup = setup_of(dataset, args)
-        seeds = []
-        for seed in range(args.seeds):
-            seeds.append(measure(draw(setup, seed, args), seed, args.faithful))
-            print(f"{dataset} seed {seed}: done", flush=True)
+        setup = runner.setup_of(dataset, args)
+        swept = runner.sweep(
+            [dataset],
+            range(args.seeds),
+            lambda _, seed, setup=setup: measure(
+                runner.draw(setup, seed, args), seed, args.faithful
+            ),
+        )
+        seeds = swept[dataset]["seeds"]
         methods = {}
         for method in seeds[0]:
             rows = [{k: v for k, v in run[method].items() if k != "per_image"} for run in seeds]
@@ -339,7 +341,7 @@ def markdown(results: dict[str, Any]) -> str:
         f"own model, draw of {size['reference']} reference and {size['unseen']} unseen images, "
         f"and Q); faithfulness on the first {size['faithful']} unseen images of each draw. "
         "k=m: matched group count (the sub-concepts of each class). See the docstring of "
-        "`docs/results/subclass.py`.",
+        "`studies/subclass.py`.",
     ]
     for dataset, data in results["datasets"].items():
         lines += [
@@ -389,13 +391,15 @@ def markdown(results: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(argv: list[str] | None = None) -> None:
-    args = arguments(argv)
-    results = run(args)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "results.json").write_text(json.dumps(results, indent=1) + "\n")
-    (args.out / "results.md").write_text(markdown(results))
-    print(markdown(results))
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    """Run the study and publish ``results.json`` and ``results.md`` in ``--out``."""
+    return runner.main(
+        "studies.subclass",
+        arguments,
+        run,
+        lambda results: runner.results_files(results, markdown(results)),
+        argv,
+    )
 
 
 if __name__ == "__main__":

@@ -8,11 +8,13 @@ Each point changes one setting of the default (the data set's CNN at its last co
 trains them), draws its own stratified 3,000 reference and 500 unseen images from the
 data-seed-0 split (as ``repinterp evaluate`` does, so the unseen images stay unseen by the
 model) and samples Q; the interpreter explains each unseen image by its own P(x), and
-`repinterp.core.groups.polytope_groups` groups those (with the merged groups, the within-class
-AMI, its shuffled null and k-means ceiling, and the images outside their class's main
+`repinterp.evaluation.groupings.polytope_groups` groups those (with the merged groups, the
+within-class AMI, its shuffled null and k-means ceiling, and the images outside their class's main
 polytope). Beside the sub-concept purity of the groups and of one group per class (the
 baseline), the purity of a chance split: the same groups with the sub-concept labels shuffled
-within each predicted class (small groups are pure by chance). CVR: the share of the unseen
+within each predicted class (small groups are pure by chance; 10 draws of
+`repinterp.evaluation.groupings.within_class_null`, the draws of the AMI's null; the published
+tables drew them with torch's generator, the same law). CVR: the share of the unseen
 images that one of |V| = 10 x classes k-means regions covers (`RegionSet.assign`); the k-means
 runs on the reference feature maps' first 64 principal components (a full-dimensional k-means
 takes minutes at the early layers), and at the default point also in full, as the protocols
@@ -23,7 +25,7 @@ classes. Saturation: the logits divided by a temperature T = 4 (a wrapper module
 3-seed sweep on the bundled weights, with models retrained with and without label smoothing,
 is kept in ``docs/results/groups-sweep``.)
 
-Run: ``OMP_NUM_THREADS=1 PYTHONPATH=src python docs/results/groups_sweep.py --seeds 5`` (about
+Run: ``OMP_NUM_THREADS=1 PYTHONPATH=src python -m studies.groups_sweep --seeds 5`` (about
 25 minutes on one core once the models are cached). Writes ``OUT/results.json`` (every point,
 every seed, each model's weights SHA-256 and held-out accuracy, the command) and
 ``results.md`` (``--out``, default ``docs/results/groups-sweep-seeds``).
@@ -33,10 +35,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
-import platform
-import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -45,15 +45,24 @@ import torch
 from sklearn.cluster import KMeans
 from torch import Tensor, nn
 
-from repinterp.core.convexity import q_convexity
-from repinterp.core.groups import polytope_groups, polytope_key
+from repinterp.core.groups import polytope_key
 from repinterp.core.nearest import nearest_rows
 from repinterp.core.regions import RegionSet
+from repinterp.evaluation.convexity import q_convexity
+from repinterp.evaluation.groupings import (
+    majority_share,
+    polytope_groups,
+    region_groups,
+    within_class_null,
+)
 from repinterp.evaluation.setup import Setup, load_setup
 from repinterp.interpreter import RepresentativeInterpreter
 from repinterp.store.model_cache import default_cache
 
-OUT = Path(__file__).resolve().parent / "groups-sweep-seeds"
+from . import runner
+from .runner import cell
+
+OUT = runner.RESULTS / "groups-sweep-seeds"
 DRAW = (0.75, 0.5)  # of the 4,000 reference and 1,000 unseen images: 3,000 and 500
 PCA_DIMS = 64
 LAYERS = {
@@ -95,9 +104,10 @@ class Tempered(nn.Module):
         return self.model(images) / self.temperature
 
 
-def grid(dataset: str) -> list[Point]:
-    """The points of a data set: every conv ReLU, then |Q|, sampling and model at the last."""
-    *early, last = LAYERS[dataset]
+def grid(dataset: str, layers: str | None = None) -> list[Point]:
+    """The points of a data set: every conv ReLU (``layers``, comma-separated: those), then |Q|,
+    sampling and model at the last."""
+    *early, last = layers.split(",") if layers else LAYERS[dataset]
     default = Point(last)
     return [
         default,
@@ -132,17 +142,14 @@ def cvr(regions: RegionSet, inputs: Tensor) -> float:
 
 def shuffled_purity(explanations: list, concepts: Tensor, seed: int) -> float:
     """Sub-concept purity (%) of the same groups with the labels shuffled within each
-    predicted class, averaged over 10 shuffles: what groups of these sizes reach by chance."""
-    predicted = torch.tensor([e.predicted_class for e in explanations])
-    generator = torch.Generator().manual_seed(seed)
-    values = []
-    for _ in range(10):
-        labels = concepts.clone()
-        for c in predicted.unique():
-            rows = (predicted == c).nonzero().flatten()
-            labels[rows] = concepts[rows[torch.randperm(len(rows), generator=generator)]]
-        values.append(polytope_groups(explanations, labels).subconcept_purity)
-    return 100 * float(np.mean(values))
+    predicted class (`within_class_null`), averaged over 10 shuffles: what groups of these
+    sizes reach by chance."""
+    keys = [polytope_key(e) for e in explanations]
+    predicted = [e.predicted_class for e in explanations]
+    values = within_class_null(
+        lambda shuffled: majority_share(keys, shuffled.tolist()), concepts, predicted, 10, seed
+    )
+    return 100 * float(values.mean())
 
 
 def measure(setup: Setup, point: Point, seed: int, full_kmeans: bool) -> dict[str, Any]:
@@ -175,7 +182,7 @@ def measure(setup: Setup, point: Point, seed: int, full_kmeans: bool) -> dict[st
     row["accuracy"] = 100 * float(correct.double().mean())
     regions = pca_regions(ri, seed)
     row["CVR"] = cvr(regions, unseen)
-    grouped = regions.group_stats(regions.assign(unseen).region, concepts).to_dict()
+    grouped = region_groups(regions, regions.assign(unseen).region, concepts).to_dict()
     row |= {f"regions_{key}": value for key, value in grouped.items()}
     if full_kmeans:
         row["CVR_full_kmeans"] = cvr(ri.regions(seed=seed), unseen)
@@ -187,35 +194,18 @@ def measure(setup: Setup, point: Point, seed: int, full_kmeans: bool) -> dict[st
     return row
 
 
-def summary(rows: list[dict[str, Any]]) -> dict[str, list[float]]:
-    """Mean and sample std over the seeds of every number of the rows (NaN values, e.g. the
-    margin of no image outside the main polytope, left out; NaN when all are)."""
-    keys = [k for k, v in rows[0].items() if isinstance(v, float)]
-    out = {}
-    for k in keys:
-        values = np.array([r[k] for r in rows], dtype=float)
-        values = values[np.isfinite(values)]
-        spread = float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
-        out[k] = [float(values.mean()) if len(values) else float("nan"), spread]
-    return out
-
-
-def run(seeds: int, cache: Path) -> dict[str, Any]:
-    """The whole sweep (the results.json object) over model seeds 0 .. ``seeds`` - 1."""
-    torch.set_num_threads(1)
-    started = time.perf_counter()
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    """The whole sweep (the results.json object, less the provenance) over model seeds 0 ..
+    ``--seeds`` - 1 and ``--datasets``."""
     out: dict[str, Any] = {
-        "command": "OMP_NUM_THREADS=1 PYTHONPATH=src python " + " ".join(sys.argv),
-        "machine": f"{platform.platform()}, torch {torch.__version__}, 1 thread",
-        "seeds": list(range(seeds)),
+        "seeds": list(range(args.seeds)),
         "draw": {"reference": 3000, "unseen": 500},
         "pca_dims": PCA_DIMS,
         "models": {},
         "points": {},
     }
-    for dataset in LAYERS:
-        setup = load_setup(dataset, model_seeds=seeds, model_cache=cache)
-        per_seed = [setup.for_run(seed) for seed in range(seeds)]
+    for dataset in args.datasets.split(","):
+        setup = load_setup(dataset, model_seeds=args.seeds, model_cache=args.model_cache)
         out["models"][dataset] = [
             {
                 "seed": trained.seed,
@@ -225,47 +215,41 @@ def run(seeds: int, cache: Path) -> dict[str, Any]:
             }
             for trained in setup.models
         ]
-        points = grid(dataset)
-        base: dict[int, tuple[list[str], list[int]]] = {}  # the default point's, per seed
-        for point in points:
-            rows = []
-            for seed, at in enumerate(per_seed):
-                if point.model.startswith("T="):
-                    tempered = Tempered(at.model, TEMPERATURE).eval()
-                    at = dataclasses.replace(
-                        at, model=tempered, target_layer="model." + point.layer
-                    )
-                else:
-                    at = dataclasses.replace(at, target_layer=point.layer)
-                row = measure(at, point, seed, full_kmeans=point == points[0])
-                keys, deltas = row.pop("keys"), row.pop("delta_each")
-                if point == points[0]:
-                    base[seed] = keys, deltas
-                elif point.model.startswith("T="):
-                    same = [a == b for a, b in zip(keys, base[seed][0], strict=True)]
-                    row["same_polytope_as_T1"] = 100 * float(np.mean(same))
-                    row["same_delta_as_T1"] = 100 * float(np.mean(np.equal(deltas, base[seed][1])))
-                rows.append(row)
-                print(
-                    f"{dataset} {point.name(points[0])} seed {seed}: {row['seconds']:.0f} s",
-                    flush=True,
-                )
-            out["points"][f"{dataset}: {point.name(points[0])}"] = {
-                "dataset": dataset,
-                **dataclasses.asdict(point),
-                "seeds": rows,
-                "mean_std": summary(rows),
-            }
-    out["seconds"] = time.perf_counter() - started
+        points = grid(dataset, args.layers)
+        swept = runner.sweep(
+            points,
+            range(args.seeds),
+            measurer(setup, points[0]),
+            lambda point, points=points, dataset=dataset: f"{dataset}: {point.name(points[0])}",
+        )
+        for point, (label, block) in zip(points, swept.items(), strict=True):
+            out["points"][label] = {"dataset": dataset, **dataclasses.asdict(point)} | block
     return out
 
 
-def cell(stats: dict[str, list[float]], key: str, digits: int = 1) -> str:
-    """``mean ± std`` of a key, or n/a."""
-    if key not in stats or not np.isfinite(stats[key][0]):
-        return "n/a"
-    mean, std = stats[key]
-    return f"{mean:.{digits}f} ± {std:.{digits}f}"
+def measurer(setup: Setup, default: Point) -> Callable[[Point, int], dict[str, Any]]:
+    """`measure` of a point and seed, each seed with its own model; the tempered model's rows
+    compared with the default point's of the same seed (measured first)."""
+    base: dict[int, tuple[list[str], list[float]]] = {}
+
+    def measure_point(point: Point, seed: int) -> dict[str, Any]:
+        at = setup.for_run(seed)
+        if point.model.startswith("T="):
+            tempered = Tempered(at.model, TEMPERATURE).eval()
+            at = dataclasses.replace(at, model=tempered, target_layer="model." + point.layer)
+        else:
+            at = dataclasses.replace(at, target_layer=point.layer)
+        row = measure(at, point, seed, full_kmeans=point == default)
+        keys, deltas = row.pop("keys"), row.pop("delta_each")
+        if point == default:
+            base[seed] = keys, deltas
+        elif point.model.startswith("T="):
+            same = [a == b for a, b in zip(keys, base[seed][0], strict=True)]
+            row["same_polytope_as_T1"] = 100 * float(np.mean(same))
+            row["same_delta_as_T1"] = 100 * float(np.mean(np.equal(deltas, base[seed][1])))
+        return row
+
+    return measure_point
 
 
 def markdown(results: dict[str, Any]) -> str:
@@ -278,10 +262,10 @@ def markdown(results: dict[str, Any]) -> str:
         f"{results['seeds']}; seed r explains with the model of seed r of the data set's recipe "
         "and draws its own 3,000 reference and 500 unseen images and samples its own Q. The "
         "default point: the last conv ReLU, |Q| = 50, uniform; every other row changes one "
-        "setting. Groups: the unseen images "
-        "grouped by their own P(x) (`repinterp.core.groups`). Purity: sub-concept purity of "
-        "the groups / of one group per class / of the same groups with the labels shuffled "
-        "within each class (chance). CVR: unseen images covered by one of 10 x classes "
+        "setting. Groups: the unseen images grouped by their own P(x) "
+        "(`repinterp.evaluation.groupings`). Purity: sub-concept purity of the groups / of "
+        "one group per class / of the same groups with the labels shuffled within each class "
+        "(chance). CVR: unseen images covered by one of 10 x classes "
         f"k-means regions (k-means on {results['pca_dims']} principal components).",
         "",
         "Models (seed: weights' SHA-256, held-out accuracy on the split's unseen part):",
@@ -292,7 +276,7 @@ def markdown(results: dict[str, Any]) -> str:
             f"{m['seed']}: `{m['sha256'][:12]}` {m['held_out_accuracy']:.1f}%" for m in models
         )
         lines.append(f"- `{dataset}`: {named}")
-    for dataset in LAYERS:
+    for dataset in results["models"]:
         points = {k: v for k, v in results["points"].items() if v["dataset"] == dataset}
         lines += [
             "",
@@ -322,10 +306,10 @@ def markdown(results: dict[str, Any]) -> str:
             )
         lines += [
             "",
-            "Beyond the raw counts (`repinterp.core.groups`): the groups once polytopes whose "
-            "covered reference sets have Jaccard >= 0.9 are merged (transitively), and the "
-            "images outside their class's largest polytope against those in it (share, median "
-            "logit margin, the model's errors).",
+            "Beyond the raw counts (`repinterp.evaluation.groupings`): the groups once "
+            "polytopes whose covered reference sets have Jaccard >= 0.9 are merged "
+            "(transitively), and the images outside their class's largest polytope against "
+            "those in it (share, median logit margin, the model's errors).",
             "",
             "| point | merged groups | effective merged groups | outside main (%) | margin: "
             "main / outside | errors (%): main / outside |",
@@ -389,14 +373,27 @@ def markdown(results: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-if __name__ == "__main__":
+def arguments(argv: list[str] | None = None) -> argparse.Namespace:
+    """The run's size and where it writes."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, default=5, help="model seeds 0..N-1 (5)")
+    parser.add_argument("--datasets", default=",".join(LAYERS), help="comma-separated")
+    parser.add_argument("--layers", default=None, help="comma-separated (default: every ReLU)")
     parser.add_argument("--model-cache", type=Path, default=default_cache())
     parser.add_argument("--out", type=Path, default=OUT)
-    args = parser.parse_args()
-    results = run(args.seeds, args.model_cache)
-    args.out.mkdir(exist_ok=True)
-    (args.out / "results.json").write_text(json.dumps(results, indent=1) + "\n")
-    (args.out / "results.md").write_text(markdown(results))
-    print(markdown(results))
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    """Run the sweep and publish ``results.json`` and ``results.md`` in ``--out``."""
+    return runner.main(
+        "studies.groups_sweep",
+        arguments,
+        run,
+        lambda results: runner.results_files(results, markdown(results)),
+        argv,
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -8,7 +8,7 @@ own stratified reference and unseen images and samples its own Q), each target l
 |Q|, the paper's RI (``granularity="class"``) is fitted on the reference images and explains the
 unseen images; then:
 
-- convexity with respect to Q (`repinterp.core.convexity.q_convexity`): the share of a class's
+- convexity with respect to Q (`repinterp.evaluation.convexity.q_convexity`): the share of a class's
   reference images on their class's side of every boundary of Q between it and another class
   (``same_side``), and in the largest cell of all of Q (``largest_cell``);
 - Euclidean convexity in the layer's feature space (`segment_convexity`, Tětková et al. 2025):
@@ -16,9 +16,9 @@ unseen images; then:
   class; and graph convexity (`graph_convexity`, ibid.): of shortest paths between two of them
   in the 10-nearest-neighbour graph of the reference images, the share of the images on the way
   predicted the class (neither depends on Q);
-- the groups (`repinterp.core.groups.polytope_groups`): distinct polytopes, effective groups,
-  merged groups, within-class ``ami`` with sub-concepts, its null (shuffled within each class:
-  mean, 95th percentile) and the k-means reference point ``ami_ceiling``.
+- the groups (`repinterp.evaluation.groupings.polytope_groups`): distinct polytopes, effective
+  groups, merged groups, within-class ``ami`` with sub-concepts, its null (shuffled within each
+  class: mean, 95th percentile) and the k-means reference point ``ami_ceiling``.
 
 The plot (``law.png``): x = each convexity, y = ``ami`` minus its null's 95th percentile (above 0:
 groups that follow the sub-concepts more than groups of the same sizes do by chance), one
@@ -28,7 +28,7 @@ seeds' std).
 Run (the full size: about 25 minutes on one core once the models are cached, about a minute a
 seed and data set; a missing model trains first, about 2 minutes each for `shapes_cnn`)::
 
-    OMP_NUM_THREADS=1 PYTHONPATH=src python docs/results/law.py --seeds 5
+    OMP_NUM_THREADS=1 PYTHONPATH=src python -m studies.law --seeds 5
 
 ``--seeds 1 --reference 300 --unseen 100 --q 10 --datasets mnist-super`` is a smoke test of a
 minute; ``--render`` recomputes the correlations, results.md and law.png from a saved
@@ -40,26 +40,24 @@ model's weights SHA-256 and held-out accuracy, the command, the times), ``OUT/re
 from __future__ import annotations
 
 import argparse
-import dataclasses
+import io
 import json
-import platform
-import sys
 import time
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-import torch
-from groups_sweep import cell, summary
 
-from repinterp.core.convexity import graph_convexity, q_convexity, segment_convexity
-from repinterp.core.groups import polytope_groups
-from repinterp.evaluation.setup import Setup, load_setup, recipe_for
+from repinterp.evaluation.convexity import graph_convexity, q_convexity, segment_convexity
+from repinterp.evaluation.groupings import polytope_groups
+from repinterp.evaluation.setup import Setup
 from repinterp.evaluation.subclass import groups_per_class, polytope_grouping
 from repinterp.interpreter import RepresentativeInterpreter
-from repinterp.store.model_cache import default_cache
 
-OUT = Path(__file__).resolve().parent / "law"
+from . import runner
+from .runner import cell
+
+OUT = runner.RESULTS / "law"
 DATASETS = ("mnist-super", "shapes", "shapes-mix:0.5", "shapes-mix:1")
 LAYERS = {
     "mnist_super_cnn": ("features.1", "features.4", "features.7"),
@@ -68,33 +66,9 @@ LAYERS = {
 MARKERS = "osD^v<>"
 
 
-def size_parser(description: str, datasets: list[str], out: Path) -> argparse.ArgumentParser:
-    """The options a run over model seeds shares (here and in ``subclass.py``): seeds, data
-    sets, draw sizes, the model cache, the epochs and the output folder."""
-    parser = argparse.ArgumentParser(description=description)
-    parser.add_argument("--seeds", type=int, default=5, help="model seeds 0..N-1 (5)")
-    parser.add_argument("--datasets", default=",".join(datasets), help="comma-separated")
-    parser.add_argument("--reference", type=int, default=1000, help="reference images a seed")
-    parser.add_argument("--unseen", type=int, default=300, help="unseen images a seed")
-    parser.add_argument(
-        "--model-cache", type=Path, default=default_cache(), help="(~/.cache/repinterp/models)"
-    )
-    parser.add_argument("--epochs", type=int, default=None, help="override (smoke tests only)")
-    parser.add_argument("--out", type=Path, default=out)
-    return parser
-
-
-def provenance() -> dict[str, str]:
-    """The command that made a run and the machine it ran on (here and in ``subclass.py``)."""
-    return {
-        "command": "OMP_NUM_THREADS=1 PYTHONPATH=src python " + " ".join(sys.argv),
-        "machine": f"{platform.platform()}, torch {torch.__version__}, 1 thread",
-    }
-
-
 def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     """The run's size and where it writes."""
-    parser = size_parser(__doc__.split("\n\n")[0], list(DATASETS), OUT)
+    parser = runner.size_parser(__doc__.split("\n\n")[0], DATASETS, OUT)
     parser.add_argument("--layers", default=None, help="comma-separated (default: per model)")
     parser.add_argument("--q", default="10,50,200", help="|Q| values, comma-separated")
     parser.add_argument("--pairs", type=int, default=100, help="segments per class")
@@ -109,37 +83,30 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def setup_of(dataset: str, args: argparse.Namespace) -> Setup:
-    """The data set and its ``--seeds`` models (trained through the cache when missing)."""
-    recipe = recipe_for(dataset)
-    if args.epochs is not None:
-        recipe = dataclasses.replace(recipe, epochs=args.epochs)
-    return load_setup(
-        dataset, n_unseen=None, model_seeds=args.seeds, model_cache=args.model_cache, recipe=recipe
-    )
+def measurer(setup: Setup, args: argparse.Namespace) -> Callable[[tuple[str, int], int], dict]:
+    """The row of one (layer, |Q|) and seed: each seed's draw is made once (`runner.draw`), the
+    convexities in feature space once per seed and layer (they do not depend on Q)."""
+    draws: dict[int, Setup] = {}
+    convexities: dict[tuple[int, str], tuple[float, float]] = {}
 
-
-def draw(setup: Setup, seed: int, args: argparse.Namespace) -> Setup:
-    """Seed ``seed``'s model and its own stratified draw of ``--reference`` / ``--unseen``."""
-    run = setup.for_run(seed)
-    shares = (args.reference / len(run.reference), args.unseen / len(run.unseen))
-    return run.draw(seed, (min(1.0, shares[0]), min(1.0, shares[1])))
-
-
-def measure(drawn: Setup, layer: str, qs: list[int], seed: int, pairs: int) -> list[dict]:
-    """One seed at one layer: the segment convexity once, then each |Q|'s row."""
-    reference, unseen = drawn.reference.inputs(), drawn.unseen.inputs()
-    rows = []
-    for q in qs:
+    def measure(setting: tuple[str, int], seed: int) -> dict[str, Any]:
+        layer, q = setting
         start = time.perf_counter()
+        if seed not in draws:
+            draws[seed] = runner.draw(setup, seed, args)
+        drawn = draws[seed]
+        reference, unseen = drawn.reference.inputs(), drawn.unseen.inputs()
         ri = RepresentativeInterpreter(
             drawn.model, layer, n_boundaries=q, seed=seed, progress=False
         )
         ri.fit(reference, list(drawn.reference.class_names))
-        if not rows:
+        if (seed, layer) not in convexities:
             features, predicted = ri.features(reference), ri.fitted_index.predictions
-            segment = segment_convexity(ri.split.head, features, predicted, pairs, 5, seed)
-            graph = graph_convexity(features, predicted, 10, pairs, seed)
+            convexities[seed, layer] = (
+                segment_convexity(ri.split.head, features, predicted, args.pairs, 5, seed),
+                graph_convexity(features, predicted, 10, args.pairs, seed),
+            )
+        segment, graph = convexities[seed, layer]
         explanations = ri.explain_batch(unseen)
         features = ri.features(unseen).flatten(1).cpu()
         logits = ri.forward(unseen)[0].cpu()
@@ -154,17 +121,19 @@ def measure(drawn: Setup, layer: str, qs: list[int], seed: int, pairs: int) -> l
         classes = [e.predicted_class for e in explanations]
         row["groups_per_class"] = groups_per_class(polytope_grouping(explanations), classes)
         row["seconds"] = time.perf_counter() - start
-        rows.append(row)
-    return rows
+        return row
+
+    return measure
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    """Every data set, seed, layer and |Q| (the results.json object)."""
-    torch.set_num_threads(1)
+    """Every data set, seed, layer and |Q| (the results.json object, less the provenance); with
+    ``--render``, the saved ``OUT/results.json``."""
+    if args.render:
+        return json.loads((args.out / "results.json").read_text())
     started = time.perf_counter()
     qs = [int(q) for q in args.q.split(",")]
     out: dict[str, Any] = {
-        **provenance(),
         "size": {
             "seeds": args.seeds,
             "reference": args.reference,
@@ -178,7 +147,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     }
     for dataset in args.datasets.split(","):
         load_start = time.perf_counter()
-        setup = setup_of(dataset, args)
+        setup = runner.setup_of(dataset, args)
         out["models"][dataset] = {
             "recipe": setup.recipe.settings(),
             "models": [
@@ -194,21 +163,17 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "load_s": time.perf_counter() - load_start,
         }
         layers = args.layers.split(",") if args.layers else LAYERS[setup.arch]
-        rows: dict[tuple[str, int], list[dict]] = {}
-        for seed in range(args.seeds):
-            drawn = draw(setup, seed, args)
-            for layer in layers:
-                for row in measure(drawn, layer, qs, seed, args.pairs):
-                    rows.setdefault((layer, row["n_boundaries"]), []).append(row)
-                print(f"{dataset} seed {seed} {layer}: done", flush=True)
-        for (layer, q), seeds in rows.items():
-            out["points"][f"{dataset} {layer} |Q|={q}"] = {
-                "dataset": dataset,
-                "layer": layer,
-                "n_boundaries": q,
-                "seeds": seeds,
-                "mean_std": summary(seeds),
-                "above_null_every_seed": all(r["ami_excess"] > 0 for r in seeds),
+        settings = [(layer, q) for layer in layers for q in qs]
+        swept = runner.sweep(
+            settings,
+            range(args.seeds),
+            measurer(setup, args),
+            lambda s, dataset=dataset: f"{dataset} {s[0]} |Q|={s[1]}",
+        )
+        for (layer, q), (label, block) in zip(settings, swept.items(), strict=True):
+            out["points"][label] = {"dataset": dataset, "layer": layer, "n_boundaries": q}
+            out["points"][label] |= block | {
+                "above_null_every_seed": all(r["ami_excess"] > 0 for r in block["seeds"])
             }
     out["seconds"] = time.perf_counter() - started
     return out
@@ -236,8 +201,8 @@ def correlations(results: dict[str, Any]) -> dict[str, float]:
     return out
 
 
-def plot(results: dict[str, Any], path: Path) -> None:
-    """law.png: ``ami`` minus its null's 95th percentile against the two convexities."""
+def plot(results: dict[str, Any]) -> bytes:
+    """law.png's bytes: ``ami`` minus its null's 95th percentile against the convexities."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -294,8 +259,10 @@ def plot(results: dict[str, Any], path: Path) -> None:
         fontsize=10,
     )
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    png = io.BytesIO()
+    fig.savefig(png, format="png", dpi=120)
     plt.close(fig)
+    return png.getvalue()
 
 
 def markdown(results: dict[str, Any]) -> str:
@@ -311,7 +278,7 @@ def markdown(results: dict[str, Any]) -> str:
         f"({results['machine']}). Every cell is mean ± sample std over {size['seeds']} model "
         f"seeds; each seed is its own trained model, draws its own {size['reference']} "
         f"reference and {size['unseen']} unseen images and samples its own Q. The paper's RI "
-        '(`granularity="class"`). See the docstring of `docs/results/law.py` for each measure.',
+        '(`granularity="class"`). See the docstring of `studies/law.py` for each measure.',
         "",
         "![law](law.png)",
         "",
@@ -372,18 +339,15 @@ def markdown(results: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(argv: list[str] | None = None) -> None:
-    args = arguments(argv)
-    if args.render:
-        results = json.loads((args.out / "results.json").read_text())
-    else:
-        results = run(args)
+def files(results: dict[str, Any]) -> dict[str, str | bytes]:
+    """results.json (with the correlations), results.md and law.png."""
     results["correlations"] = correlations(results)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "results.json").write_text(json.dumps(results, indent=1) + "\n")
-    (args.out / "results.md").write_text(markdown(results))
-    plot(results, args.out / "law.png")
-    print(markdown(results))
+    return runner.results_files(results, markdown(results)) | {"law.png": plot(results)}
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    """Run the study (or ``--render`` the saved one) and publish its files in ``--out``."""
+    return runner.main("studies.law", arguments, run, files, argv)
 
 
 if __name__ == "__main__":

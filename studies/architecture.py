@@ -1,6 +1,7 @@
 """The package's import graph and layer order, and the picture of docs/architecture.md.
 
-``python docs/architecture.py`` redraws ``docs/architecture.png`` from the code's own imports:
+``python -m studies.architecture`` redraws ``docs/architecture.png`` (``--out``: another
+folder) from the code's own imports:
 one row per line of the package order in architecture.md (lowest at the bottom), one box per
 tier (a package, or a top-level module), and an arrow for each pair of tiers with imports
 between them. tests/test_architecture.py checks the same graph against the same order.
@@ -8,10 +9,14 @@ between them. tests/test_architecture.py checks the same graph against the same 
 
 from __future__ import annotations
 
+import argparse
 import ast
+import io
 import re
 from collections.abc import Iterator
 from pathlib import Path
+
+from .runner import publish
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "src" / "repinterp"
@@ -103,10 +108,10 @@ def private_imports() -> list[str]:
     ]
 
 
-def draw(out: Path = ROOT / "docs" / "architecture.png") -> None:
-    """Draw the tiers as boxes, one row per line of the package order (lowest at the bottom),
-    each with its modules and lines, and an arrow for each pair of tiers with imports between
-    them, labelled with how many."""
+def draw() -> bytes:
+    """The picture's PNG: the tiers as boxes, one row per line of the package order (lowest at
+    the bottom), each with its modules and lines, and an arrow for each pair of tiers with
+    imports between them, labelled with how many."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -166,9 +171,18 @@ def draw(out: Path = ROOT / "docs" / "architecture.png") -> None:
         fontsize=10,
     )
     fig.tight_layout()
-    fig.savefig(out)
+    png = io.BytesIO()
+    fig.savefig(png, format="png")
     plt.close(fig)
+    return png.getvalue()
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Write ``architecture.png`` into ``--out`` (default docs/)."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, default=ROOT / "docs")
+    publish(parser.parse_args(argv).out, {"architecture.png": draw()})
 
 
 if __name__ == "__main__":
-    draw()
+    main()

@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from repinterp.core.convexity import graph_convexity, q_convexity, segment_convexity
+from repinterp.evaluation.convexity import graph_convexity, q_convexity, segment_convexity
 
 
 def test_q_convexity_counts_images_on_their_class_side_of_every_boundary() -> None:

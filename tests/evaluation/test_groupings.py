@@ -8,17 +8,20 @@ import math
 import pytest
 import torch
 
-from repinterp.core.groups import (
+from repinterp.core.groups import polytope_key
+from repinterp.core.interpretation import Interpretation
+from repinterp.evaluation.groupings import (
     GroupStats,
     ami,
     ami_ceiling,
     ami_null,
+    majority_share,
     merged_groups,
     outside_main,
     polytope_groups,
-    polytope_key,
+    region_groups,
+    within_class_null,
 )
-from repinterp.core.interpretation import Interpretation
 
 from ..networks import fit_random
 
@@ -275,12 +278,30 @@ def test_reference_assignment_is_assign_on_the_reference_images(fitted) -> None:
 def test_region_set_groups_by_polytope_not_by_region(fitted) -> None:
     pictures, regions = fitted
     region = regions.assign(pictures).region.cpu()
-    stats = regions.group_stats()
+    stats = region_groups(regions)
     assert isinstance(stats, GroupStats) and stats.images == len(pictures)
     assert stats == polytope_groups([regions.regions[v] for v in region.tolist()])
     used = {polytope_key(regions.regions[v]) for v in region.unique().tolist()}
     assert stats.distinct_polytopes == len(used) <= len(regions)
     labels = torch.arange(len(pictures)) % 3
-    assert regions.group_stats(region[:50], labels[:50]) == polytope_groups(
+    assert region_groups(regions, region[:50], labels[:50]) == polytope_groups(
         [regions.regions[v] for v in region[:50].tolist()], labels[:50]
     )
+
+
+def test_within_class_null_moves_labels_only_within_their_class() -> None:
+    classes = [0] * 5 + [1] * 5
+    concepts = [0, 0, 1, 1, 2, 3, 3, 3, 4, 4]
+    seen = []
+    values = within_class_null(
+        lambda s: seen.append(s.copy()) or float(s[0]), concepts, classes, draws=20, seed=0
+    )
+    assert values.tolist() == [float(s[0]) for s in seen] and len(seen) == 20
+    for shuffled in seen:
+        assert sorted(shuffled[:5]) == concepts[:5] and sorted(shuffled[5:]) == concepts[5:]
+    assert any(shuffled.tolist() != concepts for shuffled in seen)
+
+
+def test_majority_share_is_the_share_with_their_groups_most_common_label() -> None:
+    assert majority_share(["a", "a", "b"], [1, 1, 2]) == 1.0
+    assert majority_share(["a", "a", "a", "b"], [1, 2, 2, 3]) == 0.75

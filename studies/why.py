@@ -29,8 +29,8 @@ def line(run: Run, name: str) -> str:
     """One method's line: mAD, its groups' sizes, and for regions |P| and mAD by coverage."""
     setup = run.setup
     method = METHODS[name]
-    for sampling in method.samplings():
-        run.interpreter_for(sampling)
+    for config in method.fit_configs(run):
+        run.interpreter_for(config)
     images01 = setup.unseen_pixels
     drop = 100 * drop_increase(setup, images01, method.unseen(run, images01)).drop
     groups = method.groups(run)

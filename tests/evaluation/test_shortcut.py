@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from repinterp.core.groups import ami_null
 from repinterp.evaluation import shortcut as sc
+from repinterp.evaluation.groupings import ami_null
 from repinterp.evaluation.options import Options
 from repinterp.evaluation.protocols import evaluate
 from repinterp.evaluation.setup import WEIGHTS_DIR, load_setup

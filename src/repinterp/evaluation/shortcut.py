@@ -28,11 +28,11 @@ import torch
 from torch import Tensor
 
 from ..core.audit import audit_strategies
-from ..core.groups import ami, ami_ceiling, ami_null
 from ..core.logic import logic_vectors
 from ..data.datasets import MARKS
 from ..interpreter import RepresentativeInterpreter
 from .baselines import ReusableCAM
+from .groupings import ami, ami_ceiling, ami_null
 from .methods import CAMMethod, method
 from .metrics import energy_in_mask
 from .run import Run
@@ -123,7 +123,7 @@ def grouping_scores(
         seed: of the null's shuffles and the ceiling's k-means.
 
     Returns:
-        ``f1_marked`` (`f1_marked`), ``ami`` (`repinterp.core.groups.ami` of the groups and the
+        ``f1_marked`` (`f1_marked`), ``ami`` (`repinterp.evaluation.groupings.ami` of the groups and the
         flag, within each class holding marked and unmarked images), ``ami_null`` and
         ``ami_null_p95`` (the mean and 95th percentile with the flag shuffled within each
         class, `ami_null`), ``ami_ceiling`` (k-means with k = 2 on the features of each such

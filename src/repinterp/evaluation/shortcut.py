@@ -123,8 +123,8 @@ def grouping_scores(
         seed: of the null's shuffles and the ceiling's k-means.
 
     Returns:
-        ``f1_marked`` (`f1_marked`), ``ami`` (`repinterp.evaluation.groupings.ami` of the groups and the
-        flag, within each class holding marked and unmarked images), ``ami_null`` and
+        ``f1_marked`` (`f1_marked`), ``ami`` (`repinterp.evaluation.groupings.ami` of the
+        groups and the flag, within each class holding marked and unmarked images), ``ami_null`` and
         ``ami_null_p95`` (the mean and 95th percentile with the flag shuffled within each
         class, `ami_null`), ``ami_ceiling`` (k-means with k = 2 on the features of each such
         class, `ami_ceiling`) and ``groups`` (how many groups); the AMIs are NaN where no class

@@ -178,7 +178,7 @@ def groupings(s: Seed) -> dict[str, Callable[[], tuple[np.ndarray, list[Tensor],
             default = f"RI+logic q={GAMMA_QUANTILE:g}"  # its fit gives the logic vectors
             base = s.fits.get(default) or s.ri(default, layer, granularity="logic")
             index = base.fitted_index
-            gamma = default_gamma(index.logic, index.predictions, s.seed, quantile=q)
+            gamma = default_gamma(index.columns["logic"], index.predictions, s.seed, quantile=q)
             return of_ri(name, layer, granularity="logic", gamma=gamma)()
 
         return make

@@ -23,6 +23,7 @@ from studies import (
     law,
     paired,
     runner,
+    strategies,
     subclass,
     vgg_groups,
     vgg_seeds,
@@ -83,6 +84,15 @@ def test_law_measures_a_layer_and_q_and_renders_the_published_tables(tmp_path: P
     law.main(["--render", "--out", str(tmp_path)])
     assert (tmp_path / "results.md").read_text() == (published / "results.md").read_text()
     assert (tmp_path / "law.png").read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.slow
+def test_strategies_row_of_a_seed() -> None:
+    args = strategies.arguments(["--reference", "200", "--unseen", "80"])
+    setups = {"mnist-super": load_setup("mnist-super", n_unseen=None)}
+    row = strategies.measure("mnist-super", 0, args, setups)
+    assert row["strategies_per_class"] >= 1 and -1 <= row["ami"] <= 1
+    assert 0 <= row["inside"] <= 100 and row["ami_null_p95"] < 1
 
 
 @pytest.mark.slow

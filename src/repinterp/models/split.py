@@ -32,6 +32,7 @@ __all__ = [
     "UnfixedModelError",
     "check_feature_map",
     "check_fixed",
+    "check_image_function",
     "graph_fingerprint",
     "locate_split",
     "model_fingerprint",
@@ -523,6 +524,50 @@ def check_feature_map(t: Any, layer: str) -> None:
         raise ValueError(
             f"target_layer {layer!r} gives outputs of shape {shape}, not N x K x h x w feature "
             "maps: choose a convolutional layer (or target_layer=None for the last spatial one)"
+        )
+
+
+def _differ(a: Tensor, b: Tensor) -> float | None:
+    """The largest difference between ``a`` and ``b`` where it exceeds 1e-4 of their scale
+    (float rounding between batch sizes stays far below), else None; equal non-finite values
+    (NaN with NaN) do not differ."""
+    same = (a == b) | (a.isnan() & b.isnan())
+    gap = torch.where(same, 0.0, (a - b).abs()).nan_to_num(nan=float("inf")).max().item()
+    finite = a[a.isfinite()]
+    scale = max(1.0, finite.abs().max().item()) if finite.numel() else 1.0
+    return None if gap <= 1e-4 * scale else gap
+
+
+@torch.inference_mode()
+def check_image_function(split: SplitModel, images: Tensor) -> None:
+    """Raise `UnfixedModelError` unless the split model is a function of each image alone, on
+    ``images`` (a few reference images, N x C x H x W): ``psi`` gives the same feature maps
+    when run twice, and each image's logits are the same alone as in the batch (to 1e-4 of
+    their scale).
+
+    Raises:
+        UnfixedModelError: the feature maps differ between two runs (chance in the trunk) or
+            an image's logits depend on the other images of its batch (a batch statistic).
+    """
+    features = split.psi(images)
+    gap = _differ(features, split.psi(images))
+    if gap is not None:
+        raise UnfixedModelError(
+            f"the model's feature maps at {split.layer!r} differ when the same images run "
+            f"twice (by up to {gap:.3g}): it draws random numbers in eval mode, so no index "
+            "or explanation of it would repeat; make its forward deterministic"
+        )
+    if len(images) < 2:
+        return
+    batched = split.head(features)
+    alone = torch.cat([split.head(split.psi(images[i : i + 1])) for i in range(len(images))])
+    gap = _differ(batched, alone)
+    if gap is not None:
+        raise UnfixedModelError(
+            f"the model's logits for an image alone differ from its logits in a batch of "
+            f"{len(images)} (by up to {gap:.3g}): they depend on the other images of the batch "
+            "(a batch statistic in the model), so an explanation would too; compute it from "
+            "each image alone"
         )
 
 

@@ -124,7 +124,7 @@ class Workspace:
         else as the command line takes it (``reference:61``)."""
         if self._names is None:
             reference = self.reference
-            self._names = reference.names() if isinstance(reference, ImageFolderSet) else []
+            self._names = reference.image_names if isinstance(reference, ImageFolderSet) else []
         return self._names[i] if self._names else f"reference:{i}"
 
     def save(self, path: str | Path, overwrite: bool = False) -> None:

@@ -350,6 +350,7 @@ def open_index(
             f"({change or f'{len(ri.fitted_index)} images then, {len(data.reference)} now'}): "
             "fit the index again"
         )
+    ri.reference = data.reference  # so that a notebook's `show` draws the similar images
     return Workspace(_with_transform(ri, data), data, recipe, path)
 
 

@@ -387,8 +387,6 @@ class ImageFolderSet(datasets.ImageFolder):
     def inputs(self) -> Tensor:
         """All images as model inputs: N x 3 x size x size float32, normalised (every file
         is read)."""
-        if not self.samples:
-            return torch.empty(0, 3, self.size, self.size)
         return torch.stack([self[i][0] for i in range(len(self))])
 
     def __getitem__(self, index: int) -> tuple[Tensor, int]:

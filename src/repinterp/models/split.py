@@ -670,12 +670,13 @@ def _module(model: nn.Module, graph: fx.Graph, name: str) -> fx.GraphModule:
     return gm
 
 
-_PLAIN = (type(None), bool, int, float, complex, str, torch.dtype, torch.device)
+# Not devices: an index made on a GPU is the CPU's index too.
+_PLAIN = (type(None), bool, int, float, complex, str, torch.dtype)
 
 
 def _plain(value: Any) -> bool:
-    """Whether ``value`` is a plain setting: a number, string, dtype, device or None, or a
-    tuple or list of them."""
+    """Whether ``value`` is a plain setting: a number, string, dtype or None, or a tuple or
+    list of them."""
     if isinstance(value, (tuple, list)):
         return all(_plain(v) for v in value)
     return isinstance(value, _PLAIN)

@@ -37,6 +37,7 @@ from .data.reference import (
     check_finite_rows,
 )
 from .models.split import (
+    CHECKED_IMAGES,
     LayerSpec,
     OutputFn,
     SplitModel,
@@ -305,7 +306,7 @@ class RepresentativeInterpreter:
         if self._split is None:
             self._locate(reference)
         if len(reference) > 0:  # a few images: the same twice, and alone as in a batch
-            few = reference.gather(torch.arange(min(4, len(reference))))
+            few = reference.gather(torch.arange(min(CHECKED_IMAGES, len(reference))))
             check_image_function(self.split, as_batch(few, self.dtype, self.device))
         feature_dir = None
         if keep_features and shards is None:

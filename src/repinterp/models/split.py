@@ -26,6 +26,7 @@ from ..runtime.devices import eval_mode, model_device, model_dtype
 from .linearity import NonlinearHeadError, check_piecewise_linear, where
 
 __all__ = [
+    "CHECKED_IMAGES",
     "LayerSpec",
     "NonlinearHeadError",
     "SplitModel",
@@ -536,6 +537,11 @@ def _differ(a: Tensor, b: Tensor) -> float | None:
     finite = a[a.isfinite()]
     scale = max(1.0, finite.abs().max().item()) if finite.numel() else 1.0
     return None if gap <= 1e-4 * scale else gap
+
+
+CHECKED_IMAGES = 4
+"""How many reference images (the first) ``fit`` gives `check_image_function`: it reads them
+once more and runs ``psi`` on them three times."""
 
 
 @torch.inference_mode()

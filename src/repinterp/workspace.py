@@ -91,8 +91,9 @@ class Workspace:
     @property
     def sub_labels(self) -> tuple[Tensor, list[str] | None] | None:
         """The reference images' sub-labels (sub-concepts, known for evaluation only:
-        ``mnist-super``'s digits, ``shapes``' shapes) with their names, from the data set
-        (an `ImageSet`'s ``concepts``); None where it has none (an image folder)."""
+        ``mnist-super``'s digits, ``shapes``' shapes, an image folder's sub-folders of class
+        folders) with their names, from the data set (its ``concepts``); None where it has
+        none."""
         concepts = getattr(self.reference, "concepts", None)
         if concepts is None:
             return None

@@ -160,7 +160,9 @@ def test_the_guide_runs_and_does_what_it_says(guide) -> None:
         "index.safetensors",
         "manifest.json",
     ]
-    listed = outputs[1].splitlines()[-4:]
+    assert outputs[0].splitlines()[-1] == "weights written to finetuned.safetensors"
+    assert (root / "finetuned.safetensors").is_file()  # the train step
+    listed = outputs[2].splitlines()[-4:]
     assert listed == [
         f"{name}.{kind}" for name in ("circle-0", "square-0") for kind in ("json", "png")
     ]

@@ -34,10 +34,12 @@ from .data.reference import (
     check_finite_rows,
 )
 from .models.split import (
+    CHECKED_IMAGES,
     LayerSpec,
     OutputFn,
     SplitModel,
     check_feature_map,
+    check_image_function,
     locate_split,
     model_fingerprint,
     split_model,
@@ -294,6 +296,9 @@ class RepresentativeInterpreter:
         reference = as_reference(reference)
         if self._split is None:
             self._locate(reference)
+        if len(reference) > 0:  # a few images: the same twice, and alone as in a batch
+            few = reference.gather(torch.arange(min(CHECKED_IMAGES, len(reference))))
+            check_image_function(self.split, as_batch(few, self.dtype, self.device))
         feature_dir = None
         if keep_features and shards is None:
             feature_dir = tempfile.TemporaryDirectory(prefix="repinterp-")

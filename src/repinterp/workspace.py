@@ -92,8 +92,9 @@ class Workspace:
     @property
     def sub_labels(self) -> tuple[Tensor, list[str] | None] | None:
         """The reference images' sub-labels (sub-concepts, known for evaluation only:
-        ``mnist-super``'s digits, ``shapes``' shapes) with their names, from the data set
-        (an `ImageSet`'s ``concepts``); None where it has none (an image folder)."""
+        ``mnist-super``'s digits, ``shapes``' shapes, an image folder's sub-folders of class
+        folders) with their names, from the data set (its ``concepts``); None where it has
+        none."""
         concepts = getattr(self.reference, "concepts", None)
         if concepts is None:
             return None
@@ -125,7 +126,7 @@ class Workspace:
         else as the command line takes it (``reference:61``)."""
         if self._names is None:
             reference = self.reference
-            self._names = reference.names() if isinstance(reference, ImageFolderSet) else []
+            self._names = reference.image_names if isinstance(reference, ImageFolderSet) else []
         return self._names[i] if self._names else f"reference:{i}"
 
     def save(self, path: str | Path, overwrite: bool = False) -> None:
@@ -343,6 +344,7 @@ def open_index(
             f"({change or f'{len(ri.fitted_index)} images then, {len(data.reference)} now'}): "
             "fit the index again"
         )
+    ri.reference = data.reference  # so that a notebook's `show` draws the similar images
     return Workspace(_with_transform(ri, data), data, recipe, path)
 
 

@@ -428,3 +428,28 @@ def test_quick_cuts_the_perturbation_metrics_and_says_so_in_its_command() -> Non
     assert "--quick" in command
     _, full, _ = prepare(build_parser().parse_args(evaluate))
     assert (full.runs, full.n_inputs, full.curve_images, full.curve_inputs) == (5, 200, 200, 40)
+
+
+def test_explain_warns_about_an_input_far_from_every_covered_image(
+    digits_index, tmp_path, capsys
+) -> None:
+    _, index = digits_index
+    ws = open_index(index, progress=False)
+    pixels = torch.stack([ws.data.unseen.pixels(3), ws.data.unseen.pixels(3) * 0 + 1.0])
+    files = []
+    for i, image in enumerate(pixels):  # a digit, and an all-white image unlike every digit
+        files.append(tmp_path / f"{i}.png")
+        Image.fromarray((image[0] * 255).round().byte().numpy()).save(files[-1])
+    out = tmp_path / "explained"
+    code, stdout, _ = run(
+        ["explain", *map(str, files), "--index", str(index), "--out", str(out), "--quiet"], capsys
+    )
+    assert code == 0
+    near, far = (json.loads((out / f"{i}.json").read_text()) for i in (0, 1))
+    assert near["distance_percentile"] < 95 < far["distance_percentile"]
+    warnings = [line for line in stdout.splitlines() if line.startswith("warning:")]
+    assert warnings == [
+        f"warning: 1 lies farther from its nearest covered reference image than "
+        f"{far['distance_percentile']:.1f}% of them from theirs (above 95%): it may be unlike "
+        "every reference image, and its explanation a guess"
+    ]

@@ -438,7 +438,7 @@ def test_the_explain_json_and_report_name_reference_images_by_their_files(tmp_pa
     from repinterp.workspace import open_index
 
     ws = open_index(index, progress=False)
-    assert summary["reference_name"] == ws.reference.names()[0]
+    assert summary["reference_name"] == ws.reference.image_names[0]
     assert summary["similar"]
     for item in summary["similar"]:
         name, row = item["name"], item["reference"]

@@ -99,3 +99,26 @@ def test_channel_weights_are_the_boundaries_means_flipped_to_the_input(pair) -> 
         assert torch.equal(
             e.channel_weights, channel_weights(channel_means(index.boundaries)[p], sides)
         )
+
+
+def test_the_distance_percentile_is_the_brute_force_share_and_grows_off_the_data() -> None:
+    ri, images = fit_random(300, 20)
+    e = ri.explain(images[5] * 0.9)
+    covered, p = e.covered.tolist(), e.boundaries
+    rows = ri.fitted_index.projections[:, p].double()
+
+    def dist(a, b) -> float:
+        return float((a - b).abs().sum())
+
+    nearest = min(dist(rows[i], e.projections[p].double()) for i in covered)
+    own = [min(dist(rows[i], rows[j]) for j in covered if j != i) for i in covered]
+    expected = 100 * sum(d < nearest for d in own) / len(own)
+    assert e.distance_percentile() == pytest.approx(expected, abs=1e-9)
+    assert e.distance_percentile(chunk=7) == e.distance_percentile()
+    assert 0 < e.distance_percentile() < 100
+    assert ri.explain_reference([5])[0].distance_percentile() == 0  # its own image, at 0
+    for i in (5, 6, 7):  # the same patterns, off the reference images' scale
+        far = ri.explain(images[i] * 5)
+        assert far.representativeness > 1 and far.distance_percentile() == 100
+    few = e.distance_percentile(sample=4)  # four of the covered images, evenly spaced
+    assert min(abs(few - 25 * k) for k in range(5)) < 1e-9

@@ -19,7 +19,7 @@ from torch.utils.data import TensorDataset
 from repinterp import RepresentativeInterpreter
 from repinterp.core.display import COLOUR_BAR_HEIGHT, COLOUR_BAR_WIDTH, displayable
 from repinterp.core.groups import polytope_key
-from repinterp.core.heatmap import overlay
+from repinterp.core.heatmap import normalize_maps, overlay
 from repinterp.core.interpretation import METRIC_MEANINGS
 from repinterp.core.regions import RegionSet, distinct_polytopes
 from repinterp.data.datasets import ImageSet, Normalization
@@ -69,9 +69,12 @@ def test_the_strip_shows_the_input_and_its_similar_images_with_their_heat_maps(f
     maps = e.heatmap(shown).cpu()
     for n in range(len(shown)):
         assert np.array_equal(pictures[2 * n][1], _uint8(pixels[n, 0].numpy()))
-        expected = _uint8(overlay(pixels[n], maps[n], 0.5, "inferno"))
+        # drawn as the viewer and the report draw it: the map min-max scaled for its colours
+        expected = _uint8(overlay(pixels[n], normalize_maps(maps[n]), 0.5, "inferno"))
         assert np.abs(pictures[2 * n + 1][1].astype(int) - expected).max() <= 1
+    assert maps.amax((1, 2)).min() < 0.99  # the numbers, a mean of min-max maps, are not
     assert "min-max scaled" in page
+    assert "the mean of its boundaries&#x27; min-max maps, the paper&#x27;s §5.1" in page
 
 
 def test_every_number_is_named_and_each_distance_names_its_metric(fitted) -> None:

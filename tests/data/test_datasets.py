@@ -252,7 +252,7 @@ def test_hidden_folders_are_not_classes_and_an_empty_class_is_refused(tmp_path):
         after = data.imagefolder(root, size=16)
     assert ".ipynb" not in str(caught[0].message) and "._0" not in str(caught[0].message)
     assert after.class_names == before.class_names == ["cat", "dog"]
-    assert after.names() == before.names() and after.labels.tolist() == [0, 0, 1, 1]
+    assert after.image_names == before.image_names and after.labels.tolist() == [0, 0, 1, 1]
     assert after.files == before.files
 
     (root / "0empty").mkdir()  # sorted first: it would shift every label by one
@@ -375,7 +375,7 @@ def test_links_in_an_image_folder_never_leave_their_class_nor_repeat_a_file(tmp_
     with pytest.warns(UserWarning, match="a/stolen.png links out of its class folder"):
         folder = data.imagefolder(root, size=8)
     expected = [*(f"a/{i}.png" for i in range(5)), "a/sub/5.png", *(f"b/{i}.png" for i in range(6))]
-    assert folder.names() == expected
+    assert folder.image_names == expected
     assert folder.labels.tolist() == [0] * 6 + [1] * 6
 
 
@@ -483,3 +483,39 @@ def test_marked_sets_keep_the_split_and_mark_both_parts_alike():
         name = bad.partition(":")[0]
         with pytest.raises(ValueError, match=rf"^{name}:F needs a number F in \[0, 1\], got"):
             data.load_dataset(bad)
+
+
+def test_an_image_folders_sub_folders_are_its_sub_labels_through_a_split(tmp_path):
+    root = tmp_path / "pets"
+    layout = {"cat/indoor": 3, "cat/outdoor": 2, "dog": 2, "dog/puppy/small": 2}
+    for folder, n in layout.items():
+        (root / folder).mkdir(parents=True)
+        for i in range(n):
+            Image.new("RGB", (8, 8), (30 * i, 0, 0)).save(root / folder / f"{i}.png")
+    folder = data.imagefolder(root, size=8)
+    assert folder.concept_names == ["cat/indoor", "cat/outdoor", "dog", "dog/puppy"]
+    assert folder.concepts.tolist() == [0, 0, 0, 1, 1, 2, 2, 3, 3]
+    assert folder.labels.tolist() == [0] * 5 + [1] * 4
+    parts = data.load_dataset(f"imagefolder:{root}", image_size=8)
+    for part in parts:  # each part keeps its own images' sub-labels, named alike
+        assert part.concept_names == folder.concept_names
+        expected = [folder.concept_names.index(data._sub_label(n)) for n in part.image_names]
+        assert part.concepts.tolist() == expected
+    flat = tmp_path / "flat"
+    for name in ("a", "b"):
+        (flat / name).mkdir(parents=True)
+        Image.new("RGB", (8, 8)).save(flat / name / "0.png")
+    assert data.imagefolder(flat, size=8).concepts is None
+    assert data.imagefolder(flat, size=8).concept_names is None
+
+
+def test_an_image_folder_has_inputs_and_image_names_like_a_bundled_set(tmp_path):
+    root = _image_folder(tmp_path / "pets")
+    with pytest.warns(UserWarning):
+        folder = data.imagefolder(root, size=16)
+    inputs = folder.inputs()
+    assert inputs.shape == (len(folder), 3, 16, 16)
+    assert all(torch.equal(inputs[i], folder[i][0]) for i in range(len(folder)))
+    assert folder.image_names == ["cat/0.png", "cat/1.png", "dog/0.png", "dog/1.png"]
+    with pytest.warns(DeprecationWarning, match="use the property image_names"):
+        assert folder.names() == folder.image_names

@@ -302,3 +302,90 @@ def test_locate_split_with_a_least_side_takes_the_last_layer_that_reaches_it_els
     assert locate_split(model, (3, 16, 16), min_side=8).layer == "3"
     assert locate_split(model, (3, 16, 16), min_side=9).layer == "1"
     assert locate_split(model, (3, 16, 16), min_side=20).layer == "1"  # none reaches: the finest
+
+
+class _Shifted(nn.Module):
+    """``tiny_mlp_cnn`` after a shift kept as a non-persistent buffer and a scale kept as a
+    plain tensor attribute: neither is in the state_dict."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("shift", torch.zeros(1), persistent=False)
+        self.scale = torch.ones(1)
+        self.net = tiny_mlp_cnn()
+
+    def forward(self, x):
+        return self.net((x - self.shift) * self.scale)
+
+
+@pytest.mark.parametrize("attribute", ["shift", "scale"])
+def test_model_fingerprint_covers_unsaved_buffers_and_tensor_attributes(attribute: str) -> None:
+    a, b = _Shifted().eval(), _Shifted().eval()
+    assert model_fingerprint(a) == model_fingerprint(b)
+    getattr(b, attribute).fill_(0.5)  # another function of the image, the same state_dict
+    x = randn(3, 1, 12, 12)
+    assert not torch.equal(a(x), b(x))
+    assert model_fingerprint(a) != model_fingerprint(b)
+
+
+def _pooled(pool: nn.Module) -> nn.Sequential:
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        return nn.Sequential(
+            OrderedDict(
+                conv=nn.Conv2d(1, 4, 3, padding=1),
+                relu=nn.ReLU(),
+                pool=pool,
+                fixed=nn.AdaptiveAvgPool2d(2),
+                flat=nn.Flatten(),
+                fc=nn.Linear(16, 3),
+            )
+        ).eval()
+
+
+@pytest.mark.parametrize(
+    ("one", "other"),
+    [
+        (nn.AvgPool2d(3, 2, 1), nn.AvgPool2d(3, 2, 1, count_include_pad=False)),
+        (nn.AvgPool2d(3, 2, 1), nn.AvgPool2d(3, 2, 1, divisor_override=2)),
+        (nn.AvgPool2d(3, 2), nn.AvgPool2d(3, 2, ceil_mode=True)),
+        (nn.MaxPool2d(3, 2), nn.MaxPool2d(3, 2, ceil_mode=True)),
+        (
+            nn.Upsample(scale_factor=2, mode="bilinear"),
+            nn.Upsample(scale_factor=2, mode="bilinear", align_corners=True),
+        ),
+    ],
+)
+def test_graph_fingerprint_covers_settings_that_repr_omits(one, other) -> None:
+    a, b = _pooled(one), _pooled(other)  # the same weights
+    assert model_fingerprint(a) == model_fingerprint(b)
+    x = randn(4, 1, 8, 8)
+    assert not torch.allclose(a(x), b(x))
+    for layer in ("relu", "pool"):  # the module in the head, and the target layer itself
+        split_a = split_model(a, layer, allow_nonlinear_head=True)
+        split_b = split_model(b, layer, allow_nonlinear_head=True)
+        assert split_a.fingerprint != split_b.fingerprint
+    assert split_a.fingerprint == split_model(_pooled(one), "pool", True).fingerprint
+
+
+class _NoisyInTraining(nn.Module):
+    """The user's own module: the identity in eval mode, noise in training mode."""
+
+    def forward(self, x):
+        return x + torch.randn_like(x) if self.training else x
+
+
+def test_a_users_module_that_is_the_identity_in_eval_mode_is_refused_in_training_mode() -> None:
+    model = tiny_mlp_cnn()
+    model.relu1 = nn.Sequential(nn.ReLU(), _NoisyInTraining())
+    model.relu3 = nn.Sequential(nn.ReLU(), _NoisyInTraining())
+    split = split_model(model.eval(), "relu2")
+    x = randn(2, 1, 12, 12)
+    split.head(split.psi(x))
+    model.relu1[1].train()
+    with pytest.raises(ValueError, match=r"'relu1.1' \(_NoisyInTraining\) is in training mode"):
+        split.psi(x)
+    model.relu1[1].eval()
+    model.relu3[1].train()
+    with pytest.raises(ValueError, match=r"'relu3.1' \(_NoisyInTraining\) is in training mode"):
+        split.head(split.psi(x))

@@ -292,3 +292,45 @@ def test_unavailable_devices_are_one_line_errors(device, message) -> None:
     with pytest.raises(ValueError, match=message):
         RepresentativeInterpreter(model, "relu2", device=device)
     assert next(model.parameters()).device.type == "cpu"
+
+
+class _Trunk(nn.Module):
+    """`random_setup`'s model with ``trunk`` applied to the images before it and ``head`` to
+    its logits: functions of the whole batch that the trace records as plain operations."""
+
+    def __init__(self, trunk=None, head=None) -> None:
+        super().__init__()
+        self.net = random_setup(n=40)[0]
+        self.trunk, self.head = trunk or (lambda x: x), head or (lambda z: z)
+
+    def forward(self, x):
+        return self.head(self.net(self.trunk(x)))
+
+
+@pytest.mark.parametrize(
+    ("model", "message"),
+    [
+        (
+            _Trunk(trunk=lambda x: x + torch.randn_like(x)),
+            r"^the model's feature maps at 'net.relu2' differ when the same images run twice "
+            r"\(by up to [0-9.]+\): it draws random numbers in eval mode",
+        ),
+        (
+            _Trunk(head=lambda z: z - z.mean(0, keepdim=True)),
+            r"^the model's logits for an image alone differ from its logits in a batch of 4 "
+            r"\(by up to [0-9.]+\): they depend on the other images of the batch",
+        ),
+        (
+            _Trunk(trunk=lambda x: x - x.mean(0, keepdim=True)),
+            r"^the model's logits for an image alone differ from its logits in a batch of 4",
+        ),
+    ],
+)
+def test_a_model_not_a_function_of_the_image_alone_is_refused_at_fit(model, message) -> None:
+    images = random_setup(n=40)[1]
+    ri = RepresentativeInterpreter(model.eval(), "net.relu2", n_boundaries=8, progress=False)
+    with pytest.raises(ValueError, match=message):
+        ri.fit(images)
+    assert ri.index is None
+    ri = RepresentativeInterpreter(_Trunk().eval(), "net.relu2", n_boundaries=8, progress=False)
+    assert ri.fit(images).index is not None  # the same model without them fits

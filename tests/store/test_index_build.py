@@ -6,6 +6,7 @@ import torch
 
 from repinterp import RepresentativeInterpreter
 from repinterp.core.boundaries import project
+from repinterp.models.split import CHECKED_IMAGES
 
 from ..networks import random_setup
 
@@ -23,8 +24,9 @@ def test_fit_runs_the_trunk_once_per_reference_image(batch_size: int) -> None:
         ).fit(images, keep_features=True)
     finally:
         handle.remove()
-    # Q's 40 source images once, for Eq. 2 and their own rows; the other 110 in the pass
-    assert sum(seen) == 150
+    # Q's 40 source images once, for Eq. 2 and their own rows; the other 110 in the pass; and
+    # the first CHECKED_IMAGES three times, to check that the model is a function of each image
+    assert sum(seen) == 150 + 3 * CHECKED_IMAGES
     with torch.no_grad():
         t = ri.split.psi(images)
     torch.testing.assert_close(ri.index.projections, project(t, ri.index.boundaries))

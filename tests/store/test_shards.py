@@ -14,6 +14,7 @@ from torch.utils.data import Dataset
 from repinterp import RepresentativeInterpreter
 from repinterp.cli.parser import main
 from repinterp.core.reference_index import FEATURE_FILE
+from repinterp.models.split import CHECKED_IMAGES
 from repinterp.models.zoo import build_model, save_weights
 from repinterp.store import shards as shards_module
 from repinterp.store.outputs import OutputError
@@ -69,7 +70,9 @@ def assert_same_index(a: RepresentativeInterpreter, b: RepresentativeInterpreter
 def interrupted_fit(model: torch.nn.Module, images: Tensor, shards: Shards, after: int) -> None:
     """A fit killed at the read of image ``after`` of the pass (after the |Q| source images)."""
     with pytest.raises(KeyboardInterrupt):
-        interpreter(model).fit(Reference(images, N_Q + after), keep_features=True, shards=shards)
+        interpreter(model).fit(
+            Reference(images, CHECKED_IMAGES + N_Q + after), keep_features=True, shards=shards
+        )
 
 
 def test_sharded_fit_equals_plain_fit(setup, tmp_path) -> None:
@@ -97,8 +100,9 @@ def test_killed_fit_resumes_bit_for_bit(setup, tmp_path) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # nothing damaged: no warning
         resumed = interpreter(model).fit(resumed_set, keep_features=True, shards=resume)
-    # the |Q| images behind Q (they check that the data is the same) and shards 2 to 4 only
-    assert resumed_set.reads == N_Q + N - 2 * SHARD
+    # the images that check the model, the |Q| images behind Q (they check that the data is
+    # the same) and shards 2 to 4 only
+    assert resumed_set.reads == CHECKED_IMAGES + N_Q + N - 2 * SHARD
     assert_same_index(resumed, uninterrupted)
 
     resume.remove()
@@ -125,7 +129,7 @@ def test_damaged_shards_are_recomputed(setup, tmp_path) -> None:
     with pytest.warns(UserWarning, match="damaged") as caught:
         resumed = interpreter(model).fit(reread, keep_features=True, shards=resume)
     assert sorted(str(w.message).split()[1] for w in caught) == ["1", "3"]
-    assert reread.reads == N_Q + 2 * SHARD
+    assert reread.reads == CHECKED_IMAGES + N_Q + 2 * SHARD
     assert_same_index(resumed, uninterrupted)
 
 
@@ -139,7 +143,7 @@ def test_damaged_boundaries_start_over(setup, tmp_path) -> None:
         resumed = interpreter(model).fit(
             reread, keep_features=True, shards=Shards(shards.directory, SHARD, resume=True)
         )
-    assert reread.reads == N_Q + N
+    assert reread.reads == CHECKED_IMAGES + N_Q + N
     assert_same_index(resumed, uninterrupted)
 
 

@@ -824,3 +824,14 @@ def test_a_script_that_builds_the_viewer_and_exits_at_once_exits_cleanly(index_f
         )
         assert done.returncode == 0, done.stderr[-2000:]
         assert "terminate called" not in done.stderr
+
+
+def test_a_notebook_over_an_opened_index_draws_the_similar_images(index_folder) -> None:
+    workspace = _opened(index_folder)
+    ri = workspace.interpreter
+    e = ri.explain(workspace.reference[3][0])
+    k = min(8, e.representativeness)
+    page = e.show(k=k).html
+    assert "image not held" not in page
+    assert page.count('alt="image"') == 1 + k
+    assert page == e.show(k=k, reference=workspace.reference).html

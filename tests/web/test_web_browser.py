@@ -655,6 +655,71 @@ def test_cards_show_their_sub_labels_and_the_header_the_granularity(
     context.close()
 
 
+@pytest.fixture(scope="module")
+def own_folder(tmp_path_factory) -> Iterator[str]:
+    """A viewer of an image folder of 60 shapes images as a user lays them out:
+    ``class/sub-group/file`` (the sub-groups its sub-labels), a third with long file names."""
+    import numpy as np
+    from PIL import Image
+
+    from repinterp.data.datasets import load_dataset
+
+    root = tmp_path_factory.mktemp("own") / "pictures"
+    shapes = load_dataset("shapes").reference
+    for i in range(60):
+        sub = shapes.concept_names[int(shapes.concepts[i])]
+        folder = root / shapes.class_names[int(shapes.labels[i])] / sub
+        folder.mkdir(parents=True, exist_ok=True)
+        name = f"{sub}_{i:03d}" if i % 3 else f"{sub}_a_rather_long_file_name_{i:03d}"
+        pixels = (shapes.pixels(i).permute(1, 2, 0).numpy() * 255).round().astype(np.uint8)
+        Image.fromarray(pixels).save(folder / f"{name}.png")
+    config = FitConfig(n_boundaries=10, progress=False)
+    workspace = fit_workspace("shapes_cnn", None, f"imagefolder:{root}", config=config)
+    with running(create_app(workspace, n_regions=3)) as base:
+        yield base
+
+
+# Card parts wider than their box or sticking out of their card.
+CARD_OVERFLOW = """() => [...document.querySelectorAll(".card, .card figcaption > *")].filter(e => {
+  const card = e.closest(".card").getBoundingClientRect(), box = e.getBoundingClientRect();
+  return e.scrollWidth > e.clientWidth + 1 || box.right > card.right + 0.5;
+}).map(e => e.textContent.slice(0, 60))"""
+
+TOP = "s => document.querySelector(s).getBoundingClientRect().top"
+BOTTOM = "s => document.querySelector(s).getBoundingClientRect().bottom"
+
+
+def test_a_bookmarked_image_of_an_own_folder_lands_below_the_bar_its_names_in_their_cards(
+    browser, own_folder, tmp_path
+):
+    """A bookmarked ``#r10`` scrolls the explanation's title just below the sticky heat-map
+    bar, with the image chooser above it hidden under the bar, not cut by it; long file names
+    wrap inside their cards at desktop and phone width; the folder's sub-folders are the
+    gallery's sub-labels."""
+    for viewport in (DESKTOP, PHONE):
+        context, tab = _tab(browser, own_folder, tmp_path, viewport)
+        page = tab.page
+        page.goto("/#r10")
+        page.wait_for_selector("#explanation[data-key=r10]:not([hidden])")
+        page.wait_for_function(LOADED, arg="#explanation img")
+        title, bar = page.evaluate(TOP, "#title"), page.evaluate(BOTTOM, "#heat-controls")
+        if viewport is DESKTOP:  # the bar is sticky on wide screens only
+            assert bar <= title <= bar + 24 and page.evaluate(BOTTOM, "#choose") <= bar
+        else:
+            assert 0 <= title <= 24
+        tab.shot(f"bookmark-{viewport['width']}", keep=True, full_page=False)
+        assert "rather_long_file_name" in page.inner_text("#similar")
+        assert page.evaluate(CARD_OVERFLOW) == []
+        assert page.evaluate("() => document.documentElement.scrollWidth") <= viewport["width"]
+        page.evaluate("() => document.querySelector('#similar').scrollIntoView()")
+        tab.shot(f"own-cards-{viewport['width']}", keep=True, full_page=False)
+        _regions_ready(tab)
+        shown = page.inner_text("#gallery .sub-labels")
+        assert "circle or ring/ring:" in shown or "circle or ring/circle:" in shown, shown
+        context.close()
+        assert tab.errors == []
+
+
 # ----------------------------------------------------------------------------- safety
 def test_traversal_paths_are_404(session):
     page = session.page

@@ -430,7 +430,7 @@ def test_a_reference_image_edited_under_a_running_viewer_is_refused_not_shown(tm
         image_format=ImageFormat(32),
     )
     app = create_app(workspace, n_regions=1)
-    names = workspace.reference.names()
+    names = workspace.reference.image_names
     with running(app) as base, httpx.Client(base_url=base, timeout=30) as client:
         shown = client.get("/api/image/r0.png")
         assert shown.status_code == 200 and client.get("/api/explain/r1").status_code == 200

@@ -266,6 +266,7 @@ def explain_to_files(
             if s["reference"] != me
         ][:top_k]
         summary["input"] = name
+        summary["distance_percentile"] = e.distance_percentile()
         if me is not None:
             summary["reference"], summary["reference_name"] = me, workspace.reference_name(me)
         if study.masked_scores is not None:
@@ -336,6 +337,10 @@ def _open(args: argparse.Namespace) -> Workspace:
     return open_index(args.index, device=args.device, progress=not args.quiet, weights=args.weights)
 
 
+FAR_PERCENTILE = 95
+"""`explain` warns about an input whose ``distance_percentile`` exceeds this."""
+
+
 def _explain(args: argparse.Namespace) -> None:
     from ..store.outputs import claim, refuse_inputs
     from ..workspace import resolve_images
@@ -360,6 +365,13 @@ def _explain(args: argparse.Namespace) -> None:
             f"|P| = {len(s['boundaries'])}, representativeness {s['representativeness']}, "
             f"delta {s['delta']} -> {out / entry['figure']}"
         )
+        far = s["distance_percentile"]
+        if far is not None and far > FAR_PERCENTILE:
+            print(
+                f"warning: {entry['name']} lies farther from its nearest covered reference image "
+                f"than {far:.1f}% of them from theirs (above {FAR_PERCENTILE}%): it may be unlike "
+                "every reference image, and its explanation a guess"
+            )
 
 
 # ----------------------------------------------------------------------------- demo

@@ -19,7 +19,7 @@ import torch
 from PIL import Image
 from torch import Tensor
 
-from .heatmap import SCALE, colorbar_css, colorize, overlay
+from .heatmap import SCALE, colorbar_css, colorize, normalize_maps, overlay
 
 __all__ = [
     "COLOUR_BAR_HEIGHT",
@@ -287,7 +287,7 @@ def tile(
     Args:
         caption: lines of the caption (plain text; see `figure`).
         pixels: C x H x W in [0, 1] (`displayable`), or None; drawn when C is 1 or 3.
-        heat: H x W in [0, 1], or None.
+        heat: H x W in [0, 1], or None; min-max scaled to draw it (see `SCALE`).
         cmap: the heat maps' colormap.
         alpha: the heat map's opacity over the image.
         rows: whether the view has a row of images and a row of heat maps; this tile's
@@ -305,7 +305,7 @@ def tile(
     elif rows is not None and rows[0]:
         pictures.append("image not held")
     if heat is not None:
-        heat = heat.detach().cpu()
+        heat = normalize_maps(heat.detach().cpu().float())  # drawn as the viewer draws it
         drawn = overlay(pixels, heat, alpha, cmap) if pixels is not None else colorize(heat, cmap)
         pictures.append((np.asarray(drawn), "heat map"))
     elif rows is not None and rows[1]:

@@ -176,7 +176,12 @@ def _extreme_samples(n_in: int, n_out: int) -> Tensor:
 
 COLORMAPS = ("inferno", "viridis", "jet")
 DEFAULT_COLORMAP = "inferno"
-SCALE = "per-image min-max: 0 = coldest pixel, 1 = hottest"
+SCALE = (
+    "per-image min-max: 0 = coldest pixel, 1 = hottest, of the polytope's map (the mean of its "
+    "boundaries' min-max maps, the paper's §5.1, which peaks below 1), scaled again to draw it"
+)
+"""How the viewer, the report and the notebook colour a heat map; the numbers
+(`polytope_heatmaps`, ``heatmaps.npy``) are the polytope's map itself, not scaled again."""
 
 
 def colorize(heat: Tensor, cmap: str = DEFAULT_COLORMAP) -> np.ndarray:

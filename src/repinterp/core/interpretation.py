@@ -303,6 +303,35 @@ class Interpretation:
         p = self.boundaries
         return (sides(proj[:, p]) == sides(self.projections[p]).unsqueeze(0)).all(1)
 
+    def distance_percentile(self, sample: int = 1000, chunk: int = 100) -> float | None:
+        """How unlike the covered reference images the input is: its semantic distance
+        (`distances`) to the nearest covered image, as a percentile (0 to 100) of the covered
+        images' own distances to their nearest other covered image: the share of them whose
+        nearest neighbour is nearer than the input's. About 50 for an input like them, 100
+        when it lies farther from every covered image than any of them does from the others.
+
+        Args:
+            sample: at most this many covered images (evenly spaced in ``covered``) give the
+                reference distances, each against all covered images.
+            chunk: covered images per distance computation (memory ``chunk x |covered|``).
+
+        Returns:
+            The percentile, or None with fewer than two covered images or ``P(x)`` empty.
+        """
+        m = self.representativeness
+        if m < 2 or not self.has_heatmap:
+            return None
+        p = self.boundaries
+        rows = self.reference_index.projections[self.covered][:, p].double()
+        nearest = (rows - self.projections[p].double()).abs().sum(1).min()
+        picked = torch.linspace(0, m - 1, min(sample, m), device=rows.device).round().long()
+        own = []
+        for part in picked.split(chunk):
+            d = torch.cdist(rows[part], rows, p=1)
+            d[torch.arange(len(part), device=rows.device), part] = float("inf")  # not itself
+            own.append(d.min(1).values)
+        return 100 * (torch.cat(own) < nearest).double().mean().item()
+
     def to_dict(self, top_k: int = 10, metric: str = "semantic") -> dict[str, Any]:
         """A JSON-ready summary, with the ``top_k`` (>= 0) most similar covered images by
         ``metric`` (see `similar`), which ``"metric"`` names, and their distances."""

@@ -236,6 +236,11 @@ class ImageFolderSet(datasets.ImageFolder):
         size: side of the square images, in pixels.
         normalization: pixel → model-input map.
 
+    Sub-labels: an image in a sub-folder of its class folder (``root/cat/indoor/0.png``) has
+    the sub-label ``cat/indoor`` (`concepts`, `concept_names`), which the report, the viewer
+    and the notebook show as they show the bundled sets' sub-concepts; the model never sees
+    them.
+
     Raises:
         FileNotFoundError: `root` is not a folder, has no class subfolders, or holds no
             readable image.
@@ -310,6 +315,9 @@ class ImageFolderSet(datasets.ImageFolder):
             )
         self.size = size
         self.normalization = normalization
+        sub_labels = {_sub_label(name) for name in self.image_names}
+        nested = any(name.count("/") > 1 for name in self.image_names)
+        self._concept_names = sorted(sub_labels) if nested else None
 
     def make_dataset(
         self,
@@ -358,9 +366,42 @@ class ImageFolderSet(datasets.ImageFolder):
         """N int64 class indices."""
         return torch.tensor(self.targets, dtype=torch.int64)
 
-    def names(self) -> list[str]:
-        """The images' paths relative to the folder, in order."""
+    @property
+    def image_names(self) -> list[str]:
+        """The images' paths relative to the folder, in order (``cat/0.png``)."""
         return [Path(path).relative_to(self.root).as_posix() for path, _ in self.samples]
+
+    def names(self) -> list[str]:
+        """Deprecated since 0.4: the property `image_names`, beside `labels` and
+        `class_names`."""
+        warnings.warn(
+            "ImageFolderSet.names() is deprecated: use the property image_names",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.image_names
+
+    @property
+    def concept_names(self) -> list[str] | None:
+        """The sub-labels' names: each class folder's sub-folders as ``class/sub-folder``
+        (the images right in a class folder are the sub-label ``class``), sorted; None when no
+        class folder has a sub-folder with images."""
+        return self._concept_names
+
+    @property
+    def concepts(self) -> Tensor | None:
+        """N int64 sub-label indices into `concept_names` (the first sub-folder below the
+        class folder each image lies in), or None when there are none; for evaluation and
+        display only, as the bundled sets' sub-concepts."""
+        if self._concept_names is None:
+            return None
+        number = {name: i for i, name in enumerate(self._concept_names)}
+        return torch.tensor([number[_sub_label(name)] for name in self.image_names])
+
+    def inputs(self) -> Tensor:
+        """All images as model inputs: N x 3 x size x size float32, normalised (every file
+        is read)."""
+        return torch.stack([self[i][0] for i in range(len(self))])
 
     def __getitem__(self, index: int) -> tuple[Tensor, int]:
         image, label = super().__getitem__(index)
@@ -380,6 +421,13 @@ class ImageFolderSet(datasets.ImageFolder):
 
 
 Images = ImageSet | ImageFolderSet
+
+
+def _sub_label(name: str) -> str:
+    """The sub-label of an image folder's file by its relative path: ``class/sub`` for
+    ``class/sub/.../file``, ``class`` for ``class/file``."""
+    parts = name.split("/")
+    return "/".join(parts[:2]) if len(parts) > 2 else parts[0]
 
 
 def _class_files(folder: Path, skipped: list[tuple[str, str]], root: Path) -> list[str]:

@@ -26,12 +26,14 @@ from ..runtime.devices import eval_mode, model_device, model_dtype
 from .linearity import NonlinearHeadError, check_piecewise_linear, where
 
 __all__ = [
+    "CHECKED_IMAGES",
     "LayerSpec",
     "NonlinearHeadError",
     "SplitModel",
     "UnfixedModelError",
     "check_feature_map",
     "check_fixed",
+    "check_image_function",
     "graph_fingerprint",
     "locate_split",
     "model_fingerprint",
@@ -495,6 +497,12 @@ def split_model(
     psi_nodes = list(psi_graph.nodes)
     psi_modules = _modules_run(model, psi_nodes, root=True)
     head_modules = _modules_run(model, list(head_graph.nodes), root=False)
+    # A module that left no node in the trace (the user's own, the identity in eval mode) may
+    # run in psi or G in training mode: both check it.
+    traced = {name for name, _ in psi_modules + head_modules}
+    untraced = [(name, m) for name, m in model.named_modules() if name not in traced]
+    psi_modules += untraced
+    head_modules += untraced
     check_fixed(psi_modules + head_modules)
     _functional_training([*psi_nodes, *head_graph.nodes])
     if not allow_nonlinear_head:
@@ -517,6 +525,55 @@ def check_feature_map(t: Any, layer: str) -> None:
         raise ValueError(
             f"target_layer {layer!r} gives outputs of shape {shape}, not N x K x h x w feature "
             "maps: choose a convolutional layer (or target_layer=None for the last spatial one)"
+        )
+
+
+def _differ(a: Tensor, b: Tensor) -> float | None:
+    """The largest difference between ``a`` and ``b`` where it exceeds 1e-4 of their scale
+    (float rounding between batch sizes stays far below), else None; equal non-finite values
+    (NaN with NaN) do not differ."""
+    same = (a == b) | (a.isnan() & b.isnan())
+    gap = torch.where(same, 0.0, (a - b).abs()).nan_to_num(nan=float("inf")).max().item()
+    finite = a[a.isfinite()]
+    scale = max(1.0, finite.abs().max().item()) if finite.numel() else 1.0
+    return None if gap <= 1e-4 * scale else gap
+
+
+CHECKED_IMAGES = 4
+"""How many reference images (the first) ``fit`` gives `check_image_function`: it reads them
+once more and runs ``psi`` on them three times."""
+
+
+@torch.inference_mode()
+def check_image_function(split: SplitModel, images: Tensor) -> None:
+    """Raise `UnfixedModelError` unless the split model is a function of each image alone, on
+    ``images`` (a few reference images, N x C x H x W): ``psi`` gives the same feature maps
+    when run twice, and each image's logits are the same alone as in the batch (to 1e-4 of
+    their scale).
+
+    Raises:
+        UnfixedModelError: the feature maps differ between two runs (chance in the trunk) or
+            an image's logits depend on the other images of its batch (a batch statistic).
+    """
+    features = split.psi(images)
+    gap = _differ(features, split.psi(images))
+    if gap is not None:
+        raise UnfixedModelError(
+            f"the model's feature maps at {split.layer!r} differ when the same images run "
+            f"twice (by up to {gap:.3g}): it draws random numbers in eval mode, so no index "
+            "or explanation of it would repeat; make its forward deterministic"
+        )
+    if len(images) < 2:
+        return
+    batched = split.head(features)
+    alone = torch.cat([split.head(split.psi(images[i : i + 1])) for i in range(len(images))])
+    gap = _differ(batched, alone)
+    if gap is not None:
+        raise UnfixedModelError(
+            f"the model's logits for an image alone differ from its logits in a batch of "
+            f"{len(images)} (by up to {gap:.3g}): they depend on the other images of the batch "
+            "(a batch statistic in the model), so an explanation would too; compute it from "
+            "each image alone"
         )
 
 
@@ -619,13 +676,40 @@ def _module(model: nn.Module, graph: fx.Graph, name: str) -> fx.GraphModule:
     return gm
 
 
+# Not devices: an index made on a GPU is the CPU's index too.
+_PLAIN = (type(None), bool, int, float, complex, str, torch.dtype)
+
+
+def _plain(value: Any) -> bool:
+    """Whether ``value`` is a plain setting: a number, string, dtype or None, or a tuple or
+    list of them."""
+    if isinstance(value, (tuple, list)):
+        return all(_plain(v) for v in value)
+    return isinstance(value, _PLAIN)
+
+
+def _settings(module: nn.Module) -> str:
+    """Every plain public attribute of ``module`` and of each module inside it (its
+    constructor's settings, ``count_include_pad`` or ``align_corners`` included, which
+    ``repr`` omits), by name; not the mode, which is checked on its own."""
+    return ";".join(
+        f"{name}:"
+        + ",".join(
+            f"{key}={value!r}"
+            for key, value in sorted(vars(m).items())
+            if not key.startswith("_") and key != "training" and _plain(value)
+        )
+        for name, m in module.named_modules()
+    )
+
+
 def _callee(node: fx.Node, modules: dict[str, nn.Module]) -> str:
     """What a traced node calls, by name alone (not where it is defined, which moves between
-    versions of torch, nor where it lies in memory): a module's class and settings (its
-    ``repr``, with the modules inside it), a function's name, a method's name."""
+    versions of torch, nor where it lies in memory): a module's class, ``repr`` and settings
+    (see `_settings`), with the modules inside it, a function's name, a method's name."""
     if node.op == "call_module":
         module = modules[node.target]
-        return f"{type(module).__qualname__}:{module!r}"
+        return f"{type(module).__qualname__}:{module!r}:{_settings(module)}"
     if node.op == "call_function":
         target = node.target
         return getattr(target, "__qualname__", None) or type(target).__qualname__
@@ -648,10 +732,32 @@ def graph_fingerprint(model: nn.Module, graphs: Sequence[fx.Graph]) -> str:
     return digest.hexdigest()
 
 
+def _unsaved_tensors(model: nn.Module) -> dict[str, Tensor]:
+    """The tensors of ``model`` that its state_dict lacks and its forward may read: the
+    non-persistent buffers and the plain tensor attributes of its modules, by dotted name."""
+    saved = model.state_dict(keep_vars=True)
+    found: dict[str, Tensor] = {}
+    for prefix, module in model.named_modules():
+        dot = f"{prefix}." if prefix else ""
+        tensors = dict(module.named_buffers(recurse=False))
+        tensors.update((k, v) for k, v in vars(module).items() if isinstance(v, Tensor))
+        found.update(
+            (f"{dot}{name}", tensor)
+            for name, tensor in tensors.items()
+            if tensor is not None and f"{dot}{name}" not in saved
+        )
+    return found
+
+
 def model_fingerprint(model: nn.Module) -> str:
-    """SHA-256 of the names, shapes, dtypes and values of all parameters and buffers."""
+    """SHA-256 of the names, shapes, dtypes and values of all parameters and buffers, the
+    non-persistent ones and the modules' plain tensor attributes included (a model without
+    these has the fingerprint of its state_dict alone)."""
     digest = hashlib.sha256()
     for name, tensor in sorted(model.state_dict().items()):
         digest.update(f"{name}:{tuple(tensor.shape)}:{tensor.dtype};".encode())
+        digest.update(tensor_bytes(tensor))
+    for name, tensor in sorted(_unsaved_tensors(model).items()):
+        digest.update(f"+{name}:{tuple(tensor.shape)}:{tensor.dtype};".encode())
         digest.update(tensor_bytes(tensor))
     return digest.hexdigest()

@@ -577,6 +577,9 @@ function onKey(event) {
 
 function wire() {
   const info = state.info;
+  // The sticky heat-map bar's height: a section scrolled to (a bookmarked #rN) lands below it.
+  const bar = $("heat-controls");
+  new ResizeObserver(() => document.documentElement.style.setProperty("--bar-height", `${bar.offsetHeight}px`)).observe(bar);
   for (const radio of document.querySelectorAll("input[name=view]")) {
     radio.addEventListener("change", () => setView(radio.value));
   }

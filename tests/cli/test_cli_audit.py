@@ -34,3 +34,13 @@ def test_audit_of_a_class_index_is_one_line(tmp_path, capsys) -> None:
     code, _, err = run(["audit", "--index", str(index), "--out", str(tmp_path / "a")], capsys)
     assert_one_line_error(code, err, "granularity 'class': the audit needs an index")
     assert not (tmp_path / "a" / "audit.json").exists()
+
+
+def test_the_report_of_a_strategy_index_has_the_strategies(tmp_path, capsys, one_thread) -> None:
+    index, out = tmp_path / "index", tmp_path / "report"
+    assert run([*FIT, "--granularity", "strategy", "--out", str(index)], capsys)[0] == 0
+    code, stdout, err = run(["report", "--index", str(index), "--out", str(out)], capsys)
+    assert code == 0, err
+    audit = json.loads((out / "audit.json").read_text())
+    assert "strategies.html" in (out / "index.html").read_text()
+    assert (out / "strategies.html").read_text().count("class='strategy") == audit["strategies"]

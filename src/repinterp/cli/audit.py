@@ -9,9 +9,13 @@ import argparse
 import html
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["audit_command"]
+if TYPE_CHECKING:
+    from ..core.model_strategies import Strategy
+    from ..workspace import Workspace
+
+__all__ = ["audit_command", "write_audit"]
 
 _STYLE = (
     "body{font-family:sans-serif;margin:1rem auto;max-width:1200px;padding:0 .8rem}"
@@ -46,13 +50,77 @@ def _page(title: str, intro: str, sections: list[tuple[str, list[tuple[Any, str]
     return "\n".join(parts)
 
 
+def write_audit(ws: Workspace, out: Path, members: int, page: str) -> list[Strategy]:
+    """Write ``audit.json`` and the page ``page`` (self-contained HTML) of the strategies of
+    ``ws``'s index into ``out`` (claimed by the caller), ``members`` members shown each.
+
+    Returns:
+        The strategies, class by class, each class's in the audit's order.
+
+    Raises:
+        ValueError: the index is not of ``granularity="strategy"``.
+    """
+    from ..store.outputs import write_outputs
+
+    ri = ws.interpreter
+    if ri.granularity != "strategy":
+        raise ValueError(
+            f"{ws.folder} was fitted at granularity {ri.granularity!r}: the audit needs an "
+            "index of granularity strategy (repinterp fit --granularity strategy)"
+        )
+    strategies = ri.strategies(ws.reference)
+    names = ri.class_names or [str(c) for c in range(ri.fitted_index.n_classes)]
+    classes: dict[int, list[Strategy]] = {}
+    for s in strategies:
+        classes.setdefault(s.predicted_class, []).append(s)
+    record, sections = [], []
+    for c, group in classes.items():
+        entries, views = [], []
+        for s in group:
+            entry = s.to_dict()
+            entry["member_names"] = [ws.reference_name(int(i)) for i in s.members[:members]]
+            composition = ws.composition(s.members.tolist())
+            if composition is not None:
+                entry["sub_labels"] = composition
+            entries.append(entry)
+            view = s.show(ws.reference, members, legend=False, sub_labels=composition)
+            views.append((s, view.html))
+        flagged = sum(s.audit.flagged for s in group)
+        record.append({"class": c, "class_name": names[c], "strategies": entries})
+        count = f"{len(group)} strateg{'y' if len(group) == 1 else 'ies'}"
+        sections.append((f"Class {names[c]}: {count}, {flagged} flagged", views))
+    flagged = sum(s.audit.flagged for s in strategies)
+    intro = (
+        f"The strategies of {ws.folder}, {ri.granularity_text}: within each class the model "
+        "predicts, groups of reference images it treats alike, found without labels, each with "
+        "the polytope of its member nearest its centre. They are ranked by the audit, which "
+        "reads the model's logits, the strategies' heat maps and pooled features, never a "
+        f"label: {len(strategies)} strategies in {len(classes)} classes, {flagged} flagged "
+        "(score 0.3 or more, red frame)."
+    )
+    summary = {
+        "index": str(ws.folder),
+        "granularity": ri.granularity_text,
+        "strategies": len(strategies),
+        "flagged": flagged,
+        "classes": record,
+    }
+    write_outputs(
+        {
+            out / "audit.json": (json.dumps(summary, indent=2) + "\n").encode(),
+            out / page: _page("repinterp audit", intro, sections).encode(),
+        }
+    )
+    return strategies
+
+
 def audit_command(args: argparse.Namespace, inputs: list[Path]) -> None:
     """Run ``repinterp audit`` (``inputs``: the files it reads, which its output keeps clear of).
 
     Raises:
         ValueError: the index is not of ``granularity="strategy"``.
     """
-    from ..store.outputs import claim, refuse_inputs, write_outputs
+    from ..store.outputs import claim, refuse_inputs
     from ..workspace import open_index
 
     out = Path(args.out)
@@ -61,72 +129,17 @@ def audit_command(args: argparse.Namespace, inputs: list[Path]) -> None:
             args.index, device=args.device, progress=not args.quiet, weights=args.weights
         )
         refuse_inputs(out, [Path(p) for p in _data_folder(ws.recipe.get("dataset"))])
-        ri = ws.interpreter
-        if ri.granularity != "strategy":
-            raise ValueError(
-                f"{args.index} was fitted at granularity {ri.granularity!r}: the audit needs "
-                "an index of granularity strategy (repinterp fit --granularity strategy)"
-            )
-        strategies = ri.strategies(ws.reference)
-        names = ri.class_names or [str(c) for c in range(ri.fitted_index.n_classes)]
-        classes: dict[int, list[Any]] = {}
-        for s in strategies:
-            classes.setdefault(s.predicted_class, []).append(s)
-        record = []
-        sections = []
-        for c, group in classes.items():
-            entries = []
-            for s in group:
-                entry = s.to_dict()
-                entry["member_names"] = [
-                    ws.reference_name(int(i)) for i in s.members[: args.members]
-                ]
-                composition = ws.composition(s.members.tolist())
-                if composition is not None:
-                    entry["sub_labels"] = composition
-                entries.append(entry)
-            flagged = sum(s.audit.flagged for s in group)
-            record.append({"class": c, "class_name": names[c], "strategies": entries})
-            heading = (
-                f"Class {names[c]}: {len(group)} strateg{'y' if len(group) == 1 else 'ies'}, "
-                f"{flagged} flagged"
-            )
-            views = []
-            for s, e in zip(group, entries, strict=True):
-                view = s.show(
-                    ws.reference, args.members, legend=False, sub_labels=e.get("sub_labels")
-                )
-                views.append((s, view.html))
-            sections.append((heading, views))
-        flagged = sum(s.audit.flagged for s in strategies)
-        intro = (
-            f"The strategies of {args.index}, {ri.granularity_text}: within each class the "
-            "model predicts, groups of reference images it treats alike, found without labels, "
-            "each with the polytope of its member nearest its centre. They are ranked by the "
-            "audit, which reads the model's logits, the strategies' heat maps and pooled "
-            f"features, never a label: {len(strategies)} strategies in {len(classes)} classes, "
-            f"{flagged} flagged (score 0.3 or more, red frame)."
-        )
-        summary = {
-            "index": str(args.index),
-            "granularity": ri.granularity_text,
-            "strategies": len(strategies),
-            "flagged": flagged,
-            "classes": record,
-        }
-        write_outputs(
-            {
-                out / "audit.json": (json.dumps(summary, indent=2) + "\n").encode(),
-                out / "index.html": _page("repinterp audit", intro, sections).encode(),
-            }
-        )
+        strategies = write_audit(ws, out, args.members, "index.html")
+    names = ws.interpreter.class_names
     if not args.quiet:
         for s in strategies:
+            name = names[s.predicted_class] if names else s.predicted_class
             mark = " FLAGGED" if s.audit.flagged else ""
             print(
-                f"class {names[s.predicted_class]}: strategy {s.id}, rank {s.audit.rank}, "
+                f"class {name}: strategy {s.id}, rank {s.audit.rank}, "
                 f"{len(s.members)} members, score {s.audit.score:.3f}{mark}"
             )
+    flagged = sum(s.audit.flagged for s in strategies)
     print(f"audit of {len(strategies)} strategies, {flagged} flagged: open {out / 'index.html'}")
 
 

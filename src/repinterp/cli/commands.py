@@ -466,6 +466,11 @@ def _report(args: argparse.Namespace) -> None:
                 f"as them): {', '.join(repr(class_names[c]) for c in unpredicted)}."
             )
         finds = region_groups(regions).sentence()
+        if ri.granularity == "strategy":
+            from .audit import write_audit
+
+            found = len(write_audit(ws, out, args.top_k, "strategies.html"))
+            finds += f"; the model's {found} strategies, ranked by the audit: strategies.html"
         intro += f" Over the reference set, {finds}."
         write_report(out / "index.html", "repinterp regions", intro, entries, ri.granularity_text)
     print(

@@ -83,7 +83,7 @@ from ..core.groups import polytope_groups
 from ..core.nearest import nearest_rows
 from ..core.regions import RegionSet
 from ..runtime.progress import progress_bar
-from .comparison import paired_comparisons
+from .comparison import apply_holm, paired_comparisons
 from .methods import Method, RIMethod
 from .metrics import coverage_metrics, energy_in_mask, purity_at_k
 from .options import Options, check_protocol
@@ -450,7 +450,8 @@ def _aggregate(runs: list[Any]) -> Any:
 
 def _paired(per_run: list[dict[str, Any]], units: list[Any]) -> dict[str, Any]:
     """Every pair of the compared methods, ``a`` listed before ``b``, by reading:
-    ``paired[reading][a][b]`` is `comparison.paired_comparisons` of ``a - b``."""
+    ``paired[reading][a][b]`` is `comparison.paired_comparisons` of ``a - b``, Holm-corrected
+    over them all (`comparison.apply_holm`)."""
     runs = [run | {"units": u} for run, u in zip(per_run, units, strict=True)]
     out: dict[str, Any] = {}
     for reading in units[0]:
@@ -459,6 +460,7 @@ def _paired(per_run: list[dict[str, Any]], units: list[Any]) -> dict[str, Any]:
             a: {b: paired_comparisons(runs, a, b, reading) for b in names[i + 1 :]}
             for i, a in enumerate(names[:-1])
         }
+    apply_holm(out)
     return out
 
 

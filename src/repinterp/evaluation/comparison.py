@@ -49,6 +49,7 @@ __all__ = [
     "compare",
     "holm",
     "paired_comparisons",
+    "paired_family",
     "sign_flip_p",
     "t_interval",
     "verdict",
@@ -354,4 +355,27 @@ def paired_comparisons(
             paired = [_difference(u[i], v[i]) for u, v in units] if whole else None
             per_k.append(compare(column, higher, paired, draws, seed).to_dict())
         out[key] = per_k
+    return out
+
+
+def paired_family(
+    runs: list[dict[str, Any]], draws: int = DRAWS, seed: int = SEED
+) -> dict[str, Any]:
+    """Every pair of the compared methods of a protocol's runs, ``a`` listed before ``b``, by
+    reading: ``out[reading][a][b]`` is `paired_comparisons` of ``a - b``, Holm-corrected over
+    them all (`apply_holm`).
+
+    Args:
+        runs: ``per_run``, each run with its ``units`` (by reading, as `paired_comparisons`).
+        draws: bootstrap draws.
+        seed: their seed.
+    """
+    out: dict[str, Any] = {}
+    for reading in runs[0]["units"]:
+        names = list(runs[0][reading])
+        out[reading] = {
+            a: {b: paired_comparisons(runs, a, b, reading, draws, seed) for b in names[i + 1 :]}
+            for i, a in enumerate(names[:-1])
+        }
+    apply_holm(out)
     return out

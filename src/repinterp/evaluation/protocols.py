@@ -83,7 +83,7 @@ from ..core.groups import polytope_groups
 from ..core.nearest import nearest_rows
 from ..core.regions import RegionSet
 from ..runtime.progress import progress_bar
-from .comparison import apply_holm, paired_comparisons
+from .comparison import paired_family
 from .methods import Method, RIMethod
 from .metrics import coverage_metrics, energy_in_mask, purity_at_k
 from .options import Options, check_protocol
@@ -448,22 +448,6 @@ def _aggregate(runs: list[Any]) -> Any:
     return values.mean(0).tolist(), np.asarray(std).tolist()
 
 
-def _paired(per_run: list[dict[str, Any]], units: list[Any]) -> dict[str, Any]:
-    """Every pair of the compared methods, ``a`` listed before ``b``, by reading:
-    ``paired[reading][a][b]`` is `comparison.paired_comparisons` of ``a - b``, Holm-corrected
-    over them all (`comparison.apply_holm`)."""
-    runs = [run | {"units": u} for run, u in zip(per_run, units, strict=True)]
-    out: dict[str, Any] = {}
-    for reading in units[0]:
-        names = list(per_run[0][reading])
-        out[reading] = {
-            a: {b: paired_comparisons(runs, a, b, reading) for b in names[i + 1 :]}
-            for i, a in enumerate(names[:-1])
-        }
-    apply_holm(out)
-    return out
-
-
 def _accuracy(setup: Setup) -> dict[str, float]:
     """The model's accuracy (%) on the run's reference and unseen images."""
     return {
@@ -487,7 +471,7 @@ def evaluate(setup: Setup, protocol: str, options: Options | None = None) -> dic
         numbers, for paired comparisons, its ``model``: `Setup.model_record`, and for
         ``unseen`` and ``reference`` its ``units``, the per-image values its means are made of,
         `comparison`), ``paired`` (``unseen``, ``reference``: every pair of methods compared,
-        `_paired`), and the protocol's numbers (mean, and ``KEY_std``):
+        `comparison.paired_family`), and the protocol's numbers (mean, and ``KEY_std``):
         ``methods`` (``unseen``, ``reference``, ``similar``, ``sanity``), ``common``
         (``reference``: the methods on RI's similar images), ``reference`` /
         ``unseen`` (``coverage``), ``samplings`` (``q-sweep``), ``rankings`` (``similar``).
@@ -537,6 +521,8 @@ def evaluate(setup: Setup, protocol: str, options: Options | None = None) -> dic
         },
     }
     if all(u is not None for u in units):
-        summary["paired"] = _paired(per_run, units)
+        summary["paired"] = paired_family(
+            [run | {"units": u} for run, u in zip(per_run, units, strict=True)]
+        )
     summary["time_s"] = time.perf_counter() - start
     return summary

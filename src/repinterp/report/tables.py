@@ -5,7 +5,8 @@ writes ``results.json``, ``units.json`` (each run's per-image values, when it ha
 ``results.md`` and the protocol's plots (`report.plots`). A cell is ``mean ± std`` over the
 runs, or the mean alone for one run; the best of a column is bold, unless several rows share
 it at the shown precision (a tie: none is bold). Paired differences (`comparison_cell`) are
-``mean ± std [95% interval], k/n``, bold when they are a win.
+``mean ± std [bootstrap interval] t [t interval], k/n, p``, bold only when the first method
+wins (italic: the other one wins).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ __all__ = [
     "comparison_cell",
     "overview_markdown",
     "results_markdown",
+    "rewrite_results",
     "write_results",
 ]
 
@@ -201,24 +203,33 @@ def _legend(results: dict[str, Any]) -> list[str]:
 
 
 def comparison_cell(comparison: dict[str, Any] | None) -> str:
-    """A paired difference (`comparison.Comparison.to_dict`): ``mean ± std [low, high], k/n``
-    (k: the runs in which the first method is better; no std for one run), bold when it is a
-    win; ``n/a`` without one."""
+    """A paired difference (`comparison.Comparison.to_dict`): ``mean ± std [low, high] t [low,
+    high], k/n, p`` (the bootstrap interval, the t interval, k: the runs in which the first
+    method is better, p: ``p_holm``; no std or t interval for one run); bold when the first
+    method wins, italic when the other one does, ``†`` when undecided (`comparison.verdict`);
+    ``n/a`` without one."""
     if comparison is None or not math.isfinite(comparison["mean"]):
         return "n/a"
     c = comparison
     spread = f" ± {c['std']:.2f}" if c["runs"] > 1 else ""
+    t = c["t_interval"]
+    t_text = f" t [{t[0]:+.2f}, {t[1]:+.2f}]" if t else ""
     text = (
-        f"{c['mean']:+.2f}{spread} [{c['low']:+.2f}, {c['high']:+.2f}], {c['better']}/{c['runs']}"
+        f"{c['mean']:+.2f}{spread} [{c['low']:+.2f}, {c['high']:+.2f}]{t_text}, "
+        f"{c['better']}/{c['runs']}, p {c['p_holm']:.2f}"
     )
-    return f"**{text}**" if c["win"] else text
+    return {"win": f"**{text}**", "loss": f"*{text}*", "undecided": f"{text} †"}.get(
+        c["verdict"], text
+    )
 
 
 _WIN = (
-    "{spread} [95% interval from a paired bootstrap over the runs and, within "
-    "each, the {units}{alone}], k/n: the runs in which the first method is better. Bold: a win, "
-    "the same sign in every run and an interval that excludes 0 (the first method's when k = n, "
-    "the other's when k = 0)"
+    "{spread} [95% interval from a paired bootstrap over the runs and, within each, the "
+    "{units}{alone}] t [95% t interval over the runs], k/n: the runs in which the first method "
+    "is better, p: the exact sign-flip p over the runs, Holm-corrected over every comparison of "
+    "this result. **Bold**: the first method wins; *italic*: the other method wins (a win: p < "
+    "0.05 and both intervals exclude 0); †: undecided at n runs (the same sign in every run, "
+    "not a win; with 5 runs p cannot go below 0.0625); neither: a tie"
 )
 
 
@@ -735,3 +746,21 @@ def write_results(results: dict[str, Any], out: str | Path) -> list[Path]:
     contents[out / "results.md"] = markdown.encode()
     write_outputs(contents)
     return [*contents, *plots]
+
+
+def rewrite_results(results: dict[str, Any], out: str | Path) -> list[Path]:
+    """Replace ``results.json`` and ``results.md`` of results already written into ``out`` (by
+    a rename, `write_outputs`), its ``units.json`` and plots left as they are (the plots still
+    linked).
+
+    Returns:
+        The files written.
+    """
+    out = Path(out)
+    plots = sorted(path.name for path in out.glob("*.png"))
+    contents = {
+        out / "results.json": (json.dumps(_json_ready(results), indent=2) + "\n").encode(),
+        out / "results.md": results_markdown(results, plots).encode(),
+    }
+    write_outputs(contents)
+    return list(contents)

@@ -492,14 +492,17 @@ def _md_similar(results: dict[str, Any]) -> list[str]:
 def _sanity_cell(results: dict[str, Any], name: str, key: str, step: str | None) -> str:
     """A sanity score of a method (``methods[name][key][step]``; ``[key]`` when ``step`` is
     None) as `cell` shows it, over the runs that have one; ``no map`` where no run has one
-    because the model draws no map (``KEY_no_map``, or ``no_map`` when ``step`` is None),
-    never a score; the runs without a value named."""
+    because the model draws no map (``KEY_no_map``, or, when ``step`` is None and there is no
+    ``KEY_no_map``, ``no_map``), never a score; the runs without a value named."""
     runs = results.get("per_run") or [results]
     blocks = [run["methods"][name] for run in runs]
     values = [block[key] if step is None else block[key][step] for block in blocks]
     finite = [v for v in values if v is not None and math.isfinite(v)]
     if not finite:
-        no_maps = [b["no_map"] if step is None else b[f"{key}_no_map"][step] for b in blocks]
+        no_maps = [
+            b.get(f"{key}_no_map", b.get("no_map")) if step is None else b[f"{key}_no_map"][step]
+            for b in blocks
+        ]
         return "no map" if any(no_maps) else "n/a"
     mean = sum(finite) / len(finite)
     spread = sum((v - mean) ** 2 for v in finite) / max(1, len(finite) - 1)
@@ -525,6 +528,23 @@ def _no_map_cell(results: dict[str, Any], name: str, key: str, step: str | None)
     return f"{mean:g} of {results['options']['sanity_images']}"
 
 
+def _floor_row(results: dict[str, Any], name: str, key: str, steps: list[str]) -> list[str]:
+    """A method's reseeded floor under ``original``: its mean over the runs and each run's
+    (model's) own; under each randomised step, in how many runs the step's score falls below
+    that run's floor (the runs with a score)."""
+    runs = results.get("per_run") or [results]
+    floors = [run["methods"][name]["reseeded"]["Spearman"] for run in runs]
+    floor = _sanity_cell(_inner(results, name, "reseeded"), name, "Spearman", None)
+    if len(runs) > 1:
+        floor += " (" + ", ".join("n/a" if f is None else f"{f:.3f}" for f in floors) + ")"
+    below = []
+    for step in steps[1:]:
+        pairs = [(run["methods"][name][key][step], f) for run, f in zip(runs, floors, strict=True)]
+        scored = [(v, f) for v, f in pairs if v is not None and f is not None and math.isfinite(v)]
+        below.append(f"{sum(v < f for v, f in scored)}/{len(scored)} below")
+    return [f"{name} (Q reseeded)", floor, *below, "—"]
+
+
 def _sanity_cascade(results: dict[str, Any], key: str, order: str) -> list[str]:
     """The cascade of ``order`` (under ``key``: ``MPRT`` or ``MPRT_bottom_up``): the mean
     Spearman correlation per step with the reseeded floor under ``original``, then the images
@@ -539,8 +559,7 @@ def _sanity_cascade(results: dict[str, Any], key: str, order: str) -> list[str]:
         scores = [_sanity_cell(results, name, key, s) for s in steps]
         rows.append([name, *scores, f"{block['time_s']:.1f}"])
         if "reseeded" in block:
-            floor = _sanity_cell(_inner(results, name, "reseeded"), name, "Spearman", None)
-            rows.append([f"{name} (Q reseeded)", floor, *["—"] * len(steps)])
+            rows.append(_floor_row(results, name, key, steps))
     no_maps = [
         [name, *[_no_map_cell(results, name, f"{key}_no_map", s) for s in steps]] for name in names
     ]
@@ -553,7 +572,9 @@ def _sanity_cascade(results: dict[str, Any], key: str, order: str) -> list[str]:
         "`no map`: the model draws no map, so nothing is tested). `(Q reseeded)`: the method "
         "on the trained model with its random draw made anew (RI: another seed of Q), "
         "against its maps: the floor a randomisation must fall below to show more than the "
-        "method's own noise. The time covers all the checks of a method, RI's indexes of the "
+        "method's own noise; in brackets each run's (model's) floor, and under each step the "
+        "runs whose score falls below their own floor. The time covers all the checks of a "
+        "method, RI's indexes of the "
         "randomised models included:",
         "",
         *_table([*header, "time (s)"], rows),
@@ -601,12 +622,12 @@ def _data_randomisation(results: dict[str, Any]) -> list[str]:
 def _md_sanity(results: dict[str, Any]) -> list[str]:
     """Both cascades with their floors and no-map counts, eMPRT, data randomisation and random
     logit."""
-    methods = _with_runs(results, results["methods"])
-    emprt = [[name, cell(m, "eMPRT"), cell(m, "eMPRT_undefined")] for name, m in methods.items()]
-    logit = [
-        [name, cell(m, "RandomLogit"), cell(m, "RandomLogit_undefined")]
-        for name, m in methods.items()
-    ]
+    emprt, logit = [], []
+    for name, block in results["methods"].items():
+        for key, rows in (("eMPRT", emprt), ("RandomLogit", logit)):
+            counted = f"{key}_no_map" in block
+            no_maps = _no_map_cell(results, name, f"{key}_no_map", None) if counted else "n/a"
+            rows.append([name, _sanity_cell(results, name, key, None), no_maps])
     return [
         *_sanity_cascade(results, "MPRT", "top-down"),
         "",
@@ -614,12 +635,13 @@ def _md_sanity(results: dict[str, Any]) -> list[str]:
         "",
         "eMPRT (Quantus `EfficientMPRT`, bottom-up): the mean relative rise in the maps' "
         "complexity (discrete entropy) from the trained model to the one with every layer "
-        "re-initialised (higher: the maps lose their structure with the weights), and the "
-        "share of the images without one (the trained model's map constant). sMPRT is not "
+        "re-initialised (higher: the maps lose their structure with the weights), over the "
+        "images with a map on both models (a constant map's entropy is 0: no map, never a "
+        "score), and the images without one (mean over the runs). sMPRT is not "
         "run: the installed Quantus's `SmoothMPRT` draws its noisy maps with "
         "`quantus.explain` (captum's methods), not with the methods' `explain_func`.",
         "",
-        *_table(["Method", "eMPRT rise", "no complexity (%)"], emprt),
+        *_table(["Method", "eMPRT rise", "images with no map"], emprt),
         "",
         *_data_randomisation(results),
         "",
@@ -627,9 +649,10 @@ def _md_sanity(results: dict[str, Any]) -> list[str]:
         "predicted class and for a random other class (lower: the map depends on the class "
         "explained). RI's map is that of the predicted class's polytope P(x) whatever the class "
         "asked for, so its SSIM is 1 by construction: this measures the dependence on the "
-        "target, not on the model.",
+        "target, not on the model. Images whose map of the predicted class is constant are not "
+        "scored.",
         "",
-        *_table(["Method", "SSIM", "constant maps (%)"], logit),
+        *_table(["Method", "SSIM", "images with no map"], logit),
     ]
 
 

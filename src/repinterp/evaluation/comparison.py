@@ -366,12 +366,13 @@ def paired_family(
     them all (`apply_holm`).
 
     Args:
-        runs: ``per_run``, each run with its ``units`` (by reading, as `paired_comparisons`).
+        runs: ``per_run``, each run with its ``units`` (by reading, as `paired_comparisons`;
+            units under another key, such as ``coverage``'s ``groups``, are left out).
         draws: bootstrap draws.
         seed: their seed.
     """
     out: dict[str, Any] = {}
-    for reading in runs[0]["units"]:
+    for reading in (r for r in runs[0]["units"] if r in runs[0]):
         names = list(runs[0][reading])
         out[reading] = {
             a: {b: paired_comparisons(runs, a, b, reading, draws, seed) for b in names[i + 1 :]}

@@ -79,7 +79,7 @@ import torch
 from torch import Tensor
 from tqdm import tqdm
 
-from ..core.groups import polytope_groups
+from ..core.groups import polytope_groups, polytope_key
 from ..core.nearest import nearest_rows
 from ..core.regions import RegionSet
 from ..runtime.progress import progress_bar
@@ -169,6 +169,29 @@ def _group_stats(
     return regions.group_stats(region, concepts, features, logits, labels, run.seed).to_dict()
 
 
+def _group_units(
+    run: Run, regions: RegionSet, region: Tensor | None, part: str
+) -> dict[str, list[int]]:
+    """Per image of a part, what its within-class AMI (`_group_stats`) is computed from, so that
+    it can be recomputed (`core.groups.ami`): ``group`` (the index of its polytope among the
+    distinct ones, in order of first image), ``group_class`` (that polytope's class) and
+    ``subconcept``; empty where the part has no sub-concepts."""
+    concepts = _concepts(run.setup, part)
+    if concepts is None:
+        return {}
+    if region is None:
+        region = regions.reference_assignment().region
+    keys: dict[int, Any] = {}
+    for v in region.tolist():
+        keys.setdefault(v, polytope_key(regions.regions[v]))
+    ids = {key: i for i, key in enumerate(dict.fromkeys(keys[v] for v in region.tolist()))}
+    return {
+        "group": [ids[keys[v]] for v in region.tolist()],
+        "group_class": [int(keys[v][0]) for v in region.tolist()],
+        "subconcept": [int(c) for c in concepts.tolist()],
+    }
+
+
 def _unseen(run: Run) -> dict[str, Any]:
     setup, options = run.setup, run.options
     methods, units = {}, {}
@@ -185,6 +208,7 @@ def _unseen(run: Run) -> dict[str, Any]:
             coverage = _coverage_of(regions, setup, "unseen")
             block |= {"CVR": coverage["CVR"], "ACU-MD": coverage["ACU-MD"]}
             block |= _group_stats(run, regions, groups, "unseen")
+            units[name] |= _group_units(run, regions, groups, "unseen")
         methods[name] = block | {"time_s": seconds}
     return {"methods": methods, "units": {"methods": units}}
 
@@ -200,10 +224,14 @@ def _ri_variants(run: Run) -> dict[str, RIMethod]:
     return {name: m for name, m in methods if isinstance(m, RIMethod) and name != "RI"}
 
 
+def _unseen_regions(run: Run, regions: RegionSet) -> Tensor:
+    """The region of each unseen image (CPU)."""
+    return torch.cat([regions.assign(x).region.cpu() for x in run.setup.chunks("unseen")])
+
+
 def _coverage_blocks(run: Run, regions: RegionSet) -> dict[str, Any]:
     """``coverage``'s numbers of one set of regions: each part's coverage and groups."""
-    setup = run.setup
-    unseen = torch.cat([regions.assign(x).region.cpu() for x in setup.chunks("unseen")])
+    setup, unseen = run.setup, _unseen_regions(run, regions)
     return {
         part: _coverage_of(regions, setup, part) | _group_stats(run, regions, region, part)
         for part, region in (("reference", None), ("unseen", unseen))
@@ -211,7 +239,16 @@ def _coverage_blocks(run: Run, regions: RegionSet) -> dict[str, Any]:
 
 
 def _coverage(run: Run) -> dict[str, Any]:
+    """``coverage``'s numbers of RI's regions and of its variants' (``methods``), with RI's
+    per-image groups of each part as ``units`` (``groups``: `_group_units`)."""
     out = _coverage_blocks(run, run.regions)
+    unseen = _unseen_regions(run, run.regions)
+    groups = {
+        part: _group_units(run, run.regions, region, part)
+        for part, region in (("reference", None), ("unseen", unseen))
+    }
+    if any(groups.values()):
+        out["units"] = {"groups": groups}
     variants = _ri_variants(run)
     if variants:
         out["methods"] = {
@@ -521,8 +558,7 @@ def evaluate(setup: Setup, protocol: str, options: Options | None = None) -> dic
         },
     }
     if all(u is not None for u in units):
-        summary["paired"] = paired_family(
-            [run | {"units": u} for run, u in zip(per_run, units, strict=True)]
-        )
+        paired = paired_family([run | {"units": u} for run, u in zip(per_run, units, strict=True)])
+        summary |= {"paired": paired} if paired else {}
     summary["time_s"] = time.perf_counter() - start
     return summary

@@ -531,7 +531,7 @@ def _no_map_cell(results: dict[str, Any], name: str, key: str, step: str | None)
 def _floor_row(results: dict[str, Any], name: str, key: str, steps: list[str]) -> list[str]:
     """A method's reseeded floor under ``original``: its mean over the runs and each run's
     (model's) own; under each randomised step, in how many runs the step's score falls below
-    that run's floor (the runs with a score)."""
+    that run's floor (the runs with a score; ``no map`` without any)."""
     runs = results.get("per_run") or [results]
     floors = [run["methods"][name]["reseeded"]["Spearman"] for run in runs]
     floor = _sanity_cell(_inner(results, name, "reseeded"), name, "Spearman", None)
@@ -541,7 +541,7 @@ def _floor_row(results: dict[str, Any], name: str, key: str, steps: list[str]) -
     for step in steps[1:]:
         pairs = [(run["methods"][name][key][step], f) for run, f in zip(runs, floors, strict=True)]
         scored = [(v, f) for v, f in pairs if v is not None and f is not None and math.isfinite(v)]
-        below.append(f"{sum(v < f for v, f in scored)}/{len(scored)} below")
+        below.append(f"{sum(v < f for v, f in scored)}/{len(scored)} below" if scored else "no map")
     return [f"{name} (Q reseeded)", floor, *below, "—"]
 
 

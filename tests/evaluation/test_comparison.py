@@ -13,8 +13,10 @@ from scipy import stats
 from repinterp.evaluation.comparison import (
     apply_holm,
     bootstrap_interval,
+    bootstrap_with_error,
     compare,
     holm,
+    is_win,
     paired_comparisons,
     paired_family,
     sign_flip_p,
@@ -24,7 +26,7 @@ from repinterp.evaluation.comparison import (
 
 
 def test_constant_differences_give_a_degenerate_interval_at_their_value() -> None:
-    low, high, mc_error = bootstrap_interval(
+    low, high, mc_error = bootstrap_with_error(
         [np.full(50, 1.25), np.full(30, 1.25), np.full(8, 1.25)]
     )
     assert low == high == pytest.approx(1.25) and mc_error == pytest.approx(0.0)
@@ -32,7 +34,7 @@ def test_constant_differences_give_a_degenerate_interval_at_their_value() -> Non
 
 def test_nan_values_and_runs_without_values_are_left_out() -> None:
     units = [[2.0, np.nan, 2.0], [np.nan], [2.0]]
-    assert bootstrap_interval(units) == pytest.approx((2.0, 2.0, 0.0))
+    assert bootstrap_with_error(units) == pytest.approx((2.0, 2.0, 0.0))
     assert all(np.isnan(bootstrap_interval([[np.nan]])))
 
 
@@ -43,7 +45,7 @@ def test_one_runs_interval_is_the_normal_one_of_its_images() -> None:
     widths = {}
     for n in (400, 1600):
         values = rng.normal(3.0, 1.0, n)
-        low, high, _ = bootstrap_interval([values], draws=4000, seed=1)
+        low, high = bootstrap_interval([values], draws=4000, seed=1)
         assert low < values.mean() < high and low < 3.0 < high
         assert high - low == pytest.approx(2 * 1.96 * values.std(ddof=1) / np.sqrt(n), rel=0.1)
         assert values.mean() - low == pytest.approx(high - values.mean(), rel=0.15)  # symmetric
@@ -55,7 +57,7 @@ def test_runs_resampled_across_runs_give_the_spread_of_the_run_means() -> None:
     """Runs constant within themselves: only the runs vary, and the interval is that of a mean
     of R values, 2 x 1.96 x sd / sqrt(R) wide."""
     means = np.random.default_rng(2).normal(0.5, 2.0, 200)
-    low, high, _ = bootstrap_interval([np.full(20, m) for m in means], draws=4000, seed=3)
+    low, high = bootstrap_interval([np.full(20, m) for m in means], draws=4000, seed=3)
     assert low < means.mean() < high
     assert high - low == pytest.approx(2 * 1.96 * means.std(ddof=1) / np.sqrt(200), rel=0.1)
 
@@ -69,9 +71,25 @@ def test_the_interval_is_seeded() -> None:
 def test_the_monte_carlo_error_is_the_seed_to_seed_spread_of_the_interval_ends() -> None:
     rng = np.random.default_rng(6)
     units = [rng.normal(m, 2.0, 30) for m in (0.3, 0.8, -0.1, 0.5)]
-    ends = np.array([bootstrap_interval(units, draws=1000, seed=s) for s in range(30)])
+    ends = np.array([bootstrap_with_error(units, draws=1000, seed=s) for s in range(30)])
     spread = ends[:, :2].std(0, ddof=1).max()
     assert ends[:, 2].mean() == pytest.approx(spread, rel=0.5)
+
+
+@pytest.mark.parametrize(
+    ("differences", "interval", "win"),
+    [
+        ([1.0, 2.0, 0.5], (0.4, 1.9), True),
+        ([-1.0, -2.0, -0.5], (-1.9, -0.4), True),
+        ([1.0, 2.0, 0.5], (-0.1, 1.9), False),  # the interval holds 0
+        ([1.0, -2.0, 3.5], (0.1, 3.0), False),  # not the same sign in every run
+        ([1.0, 0.0, 3.5], (0.1, 3.0), False),  # a run with no difference
+        ([1.0, 2.0], (-2.0, -1.0), False),  # the interval on the other side
+        ([], (1.0, 2.0), False),
+    ],
+)
+def test_the_rule_issue_29_was_written_with(differences, interval, win) -> None:
+    assert is_win(differences, interval) is win
 
 
 def test_the_t_interval_is_scipys_and_undefined_for_one_run() -> None:

@@ -6,7 +6,7 @@ run (a run is one model in a model-seeds result). For the per-run differences ``
 
 - ``mean`` ± ``std`` (sample), and ``better``: in how many runs ``a`` is better;
 - ``low``, ``high``: a 95% interval of the mean difference from a two-level paired bootstrap
-  (`bootstrap_interval`): each draw resamples the runs with replacement and, within each
+  (`bootstrap_with_error`): each draw resamples the runs with replacement and, within each
   drawn run, its images (``unseen``) or inputs (``reference``), the same ones for both
   methods; ``mc_error``: the Monte Carlo standard error of its ends (`DRAWS` draws);
 - ``t_interval``: the 95% t interval of the mean over the runs (``n - 1`` degrees of freedom;
@@ -46,8 +46,10 @@ __all__ = [
     "Comparison",
     "apply_holm",
     "bootstrap_interval",
+    "bootstrap_with_error",
     "compare",
     "holm",
+    "is_win",
     "paired_comparisons",
     "paired_family",
     "sign_flip_p",
@@ -69,7 +71,7 @@ ALPHA = 0.05
 _FLIP_BITS = 16
 
 
-def bootstrap_interval(
+def bootstrap_with_error(
     units: Sequence[Sequence[float]],
     draws: int = DRAWS,
     seed: int = SEED,
@@ -116,6 +118,17 @@ def bootstrap_interval(
     return float(low), float(high), mc_error
 
 
+def bootstrap_interval(
+    units: Sequence[Sequence[float]],
+    draws: int = DRAWS,
+    seed: int = SEED,
+    level: float = 0.95,
+) -> tuple[float, float]:
+    """`bootstrap_with_error`'s interval alone: ``(low, high)``."""
+    low, high, _ = bootstrap_with_error(units, draws, seed, level)
+    return low, high
+
+
 def t_interval(differences: Sequence[float], level: float = 0.95) -> tuple[float, float] | None:
     """The t interval of the mean of ``n`` values: ``mean ± t(n - 1) x sd / sqrt(n)``, None for
     fewer than 2 values (no degree of freedom); NaN values are left out."""
@@ -159,6 +172,17 @@ def holm(p_values: Sequence[float]) -> list[float]:
     adjusted = np.empty(len(p))
     adjusted[order] = np.maximum.accumulate(scaled)
     return adjusted.tolist()
+
+
+def is_win(differences: Sequence[float], interval: tuple[float, float]) -> bool:
+    """The rule before the t interval and Holm (issue 29's criterion was written with it, and
+    is judged by it): the difference has the same sign, never 0, in every run, and
+    ``interval`` excludes 0 on that side."""
+    d = np.asarray(differences, dtype=float)
+    low, high = interval
+    if not len(d) or not np.isfinite(d).all():
+        return False
+    return bool((d > 0).all() and low > 0) or bool((d < 0).all() and high < 0)
 
 
 def verdict(
@@ -243,13 +267,13 @@ def compare(
     Args:
         differences: one per run.
         higher_is_better: of the score.
-        units: per run, the differences of its units (`bootstrap_interval`); None: the
+        units: per run, the differences of its units (`bootstrap_with_error`); None: the
             interval resamples the runs alone.
         draws: bootstrap draws.
         seed: their seed.
     """
     d = np.asarray(differences, dtype=float)
-    low, high, mc_error = bootstrap_interval(
+    low, high, mc_error = bootstrap_with_error(
         [[v] for v in d] if units is None else units, draws, seed
     )
     better = int(((d > 0) if higher_is_better else (d < 0)).sum())

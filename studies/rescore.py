@@ -112,7 +112,8 @@ def main(argv: list[str] | None = None) -> None:
             for label, c in after.items()
             if _old_verdict(before[label]) != c["verdict"]
         ]
-        print("\n".join(changed))
+        if changed:
+            print("\n".join(changed))
         if args.dry_run:
             continue
         rewrite_results(results | {"paired": new}, folder)

@@ -13,7 +13,7 @@ from repinterp.core.polytope_weights import covered_sample, with_score_weights
 from repinterp.data.datasets import ImageFormat, shapes
 from repinterp.evaluation import average_drop_increase_from_mask, protocols
 from repinterp.evaluation.baselines import channel_weights, reused_cam
-from repinterp.evaluation.groupings import polytope_groups, region_groups
+from repinterp.evaluation.groupings import ami, polytope_groups, region_groups
 from repinterp.evaluation.methods import METHODS, Method
 from repinterp.evaluation.metrics import energy_in_mask, purity_at_k
 from repinterp.evaluation.options import Options
@@ -712,3 +712,14 @@ def test_ri_reports_subconcept_purity_on_shapes(shapes_setup: Setup) -> None:
     assert {key: first[key] for key in AMI_KEYS} == pytest.approx({k: full[k] for k in AMI_KEYS})
     assert -1 <= first["ami"] <= 1 and first["ami_null"] <= first["ami_null_p95"]
     assert "| Method | sub-concept purity (%) |" in results_markdown(results)
+    # the per-image groups kept in units recompute the AMI
+    kept = results["per_run"][0]["units"]["methods"]["RI"]
+    assert ami(kept["group"], kept["subconcept"], kept["group_class"]) == pytest.approx(
+        first["ami"]
+    )
+    coverage = evaluate(shapes_setup, "coverage", SMALL)
+    for part in ("reference", "unseen"):
+        kept = coverage["per_run"][0]["units"]["groups"][part]
+        again = ami(kept["group"], kept["subconcept"], kept["group_class"])
+        assert again == pytest.approx(coverage["per_run"][0][part]["ami"])
+    assert "paired" not in coverage

@@ -24,6 +24,7 @@ from repinterp.evaluation.sanity import (
     can_shuffle,
     cascade,
     draw_maps,
+    efficient_mprt,
     map_similarity,
     no_map,
     shuffled_label_model,
@@ -111,6 +112,53 @@ def test_a_method_that_draws_nothing_on_a_randomised_model_scores_nan(mnist: Set
         assert list(no_map) == list(steps) and not no_map["original"].any()
         assert all(v.tolist() == [True] * 4 for k, v in no_map.items() if k != "original")
     assert list(steps)[1] == "features.0"  # bottom up: the first layer first
+
+
+def test_emprt_gives_no_score_where_the_randomised_model_draws_no_map(mnist: Setup) -> None:
+    """A constant map's entropy is 0, so Quantus's eMPRT gives it -1: here it is no score, and
+    an image whose map is drawn on both models keeps Quantus's rise."""
+    model, (x, y) = mnist.model, _batch(mnist, 4)
+    explain = CAMExplainer("Grad-CAM", mnist.target_layer)
+
+    def nothing_for_two(model, inputs, targets, device=None) -> np.ndarray:
+        maps = explain(model, inputs, targets, device)
+        if model is not mnist.model and len(inputs) == 4:  # the randomised model's pass
+            maps[:2] = 0
+        return maps
+
+    rises, missing = efficient_mprt(model, x, y, nothing_for_two, seed=0)
+    assert missing.tolist() == [True, True, False, False]
+    assert np.isnan(rises[:2]).all() and np.isfinite(rises[2:]).all()
+    metric = quantus.EfficientMPRT(seed=0, disable_warnings=True, display_progressbar=False)
+    quantus_rises = np.asarray(metric(model, x, y, explain_func=nothing_for_two, batch_size=64))
+    np.testing.assert_allclose(quantus_rises[:2], -1.0)  # what we no longer report
+    np.testing.assert_allclose(rises[2:], quantus_rises[2:], rtol=1e-6)
+
+
+def test_a_sanity_metric_without_any_map_reports_no_score(mnist: Setup, monkeypatch) -> None:
+    """RI on a model that draws no map once randomised: eMPRT's mean is NaN with every image
+    counted, and the table says ``no map``, never -1.00."""
+    from repinterp.evaluation import sanity as module
+
+    drawn = module._explainer
+
+    def blank_once_randomised(run, name):
+        explain = drawn(run, name)
+
+        def explain_func(model, inputs, targets, device=None, **kwargs):
+            maps = np.asarray(explain(model, inputs, targets, device=device, **kwargs))
+            return maps if model is mnist.model else np.zeros_like(maps)
+
+        return explain_func
+
+    monkeypatch.setattr(module, "_explainer", blank_once_randomised)
+    results = evaluate(mnist, "sanity", replace(SMALL, methods=("Grad-CAM",)))
+    for one in results["per_run"]:
+        block = one["methods"]["Grad-CAM"]
+        assert np.isnan(block["eMPRT"]) and block["eMPRT_no_map"] == 4
+        assert block["eMPRT_undefined"] == 100
+        assert block["RandomLogit_no_map"] == 0 and np.isfinite(block["RandomLogit"])
+    assert "| Grad-CAM | no map | 4 of 4 |" in results_markdown(results).splitlines()
 
 
 def test_cam_explain_func_gives_the_librarys_own_maps(mnist: Setup) -> None:
@@ -255,8 +303,8 @@ def test_cli_sanity_quick_writes_results_table_and_plot(tmp_path, capsys) -> Non
     assert results["methods"]["Score-CAM"]["RandomLogit"] == pytest.approx(mean)
     text = (out / "results.md").read_text()
     header = "| Method | `original` | " + " | ".join(f"`{layer}`" for layer in layers)
-    assert header + " | time (s) |" in text and "| Method | SSIM | constant maps (%) |" in text
-    assert "| RI | 1.00 ± 0.00 | 0.00 ± 0.00 |" in text  # random logit: RI ignores the target
+    assert header + " | time (s) |" in text and "| Method | SSIM | images with no map |" in text
+    assert "| RI | 1.00 ± 0.00 | 0 of 8 |" in text  # random logit: RI ignores the target
     assert "| RI (Q reseeded) | " in text and "(Quantus `MPRT`, bottom-up)" in text
     for method in methods:  # images without a map, per method and layer
         assert re.search(rf"\n\| {re.escape(method)} \|( [0-9.]+ of 8 \|){{6}}\n", text)

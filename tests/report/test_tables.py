@@ -3,7 +3,8 @@ reference tables and plot show both readings."""
 
 import os
 
-from repinterp.report.tables import overview_markdown, results_markdown
+from repinterp.evaluation.comparison import compare
+from repinterp.report.tables import comparison_cell, overview_markdown, results_markdown
 
 
 def _unseen(methods: dict[str, dict]) -> dict:
@@ -138,3 +139,31 @@ def test_results_and_reports_are_replaced_never_written_through_links(tmp_path) 
     assert "30.00" in (out / "results.md").read_text()
     assert "another report" in (out / "index.html").read_text()
     assert sorted(p.name for p in out.iterdir()) == sorted(saved)  # no stray file
+
+
+def test_a_paired_cell_is_bold_only_for_the_first_methods_win() -> None:
+    """Bold: the first method wins; italic: the other one does; †: undecided; plain: a tie."""
+    eight = [1.0, 1.2, 0.9, 1.1, 1.3, 1.0, 0.8, 1.05]  # sign-flip p = 2 / 256
+    first = compare(eight, higher_is_better=True).to_dict()
+    other = compare(eight, higher_is_better=False).to_dict()
+    five = compare(eight[:5], higher_is_better=True).to_dict()
+    tie = compare([1.0, -1.0, 0.5], higher_is_better=True).to_dict()
+    assert (first["verdict"], other["verdict"], five["verdict"], tie["verdict"]) == (
+        "win",
+        "loss",
+        "undecided",
+        "tie",
+    )
+    t = first["t_interval"]
+    assert comparison_cell(first) == (
+        f"**+1.04 ± 0.16 [{first['low']:+.2f}, {first['high']:+.2f}] t [{t[0]:+.2f}, "
+        f"{t[1]:+.2f}], 8/8, p 0.01**"
+    )
+    assert comparison_cell(other).startswith("*+1.04") and not comparison_cell(other).startswith(
+        "**"
+    )
+    assert comparison_cell(other).endswith(", 0/8, p 0.01*")
+    assert comparison_cell(five).endswith(", 5/5, p 0.06 †")
+    assert comparison_cell(tie).endswith(", 2/3, p 1.00") and "*" not in comparison_cell(tie)
+    one = compare([2.0], higher_is_better=True).to_dict()
+    assert comparison_cell(one) == "+2.00 [+2.00, +2.00], 1/1, p 1.00 †"  # no std, no t interval

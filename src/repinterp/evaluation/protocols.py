@@ -84,10 +84,11 @@ import torch
 from torch import Tensor
 from tqdm import tqdm
 
+from ..core.groups import polytope_key
 from ..core.nearest import nearest_rows
 from ..core.regions import RegionSet
 from ..runtime.progress import progress_bar
-from .comparison import paired_comparisons
+from .comparison import paired_family
 from .groupings import polytope_groups, region_groups
 from .methods import Method, RIMethod
 from .metrics import coverage_metrics, energy_in_mask, purity_at_k
@@ -175,6 +176,29 @@ def _group_stats(
     return region_groups(regions, region, concepts, features, logits, labels, run.seed).to_dict()
 
 
+def _group_units(
+    run: Run, regions: RegionSet, region: Tensor | None, part: str
+) -> dict[str, list[int]]:
+    """Per image of a part, what its within-class AMI (`_group_stats`) is computed from, so that
+    it can be recomputed (`core.groups.ami`): ``group`` (the index of its polytope among the
+    distinct ones, in order of first image), ``group_class`` (that polytope's class) and
+    ``subconcept``; empty where the part has no sub-concepts."""
+    concepts = _concepts(run.setup, part)
+    if concepts is None:
+        return {}
+    if region is None:
+        region = regions.reference_assignment().region
+    keys: dict[int, Any] = {}
+    for v in region.tolist():
+        keys.setdefault(v, polytope_key(regions.regions[v]))
+    ids = {key: i for i, key in enumerate(dict.fromkeys(keys[v] for v in region.tolist()))}
+    return {
+        "group": [ids[keys[v]] for v in region.tolist()],
+        "group_class": [int(keys[v][0]) for v in region.tolist()],
+        "subconcept": [int(c) for c in concepts.tolist()],
+    }
+
+
 def _unseen(run: Run) -> dict[str, Any]:
     setup, options = run.setup, run.options
     methods, units = {}, {}
@@ -191,6 +215,7 @@ def _unseen(run: Run) -> dict[str, Any]:
             coverage = _coverage_of(regions, setup, "unseen")
             block |= {"CVR": coverage["CVR"], "ACU-MD": coverage["ACU-MD"]}
             block |= _group_stats(run, regions, groups, "unseen")
+            units[name] |= _group_units(run, regions, groups, "unseen")
         methods[name] = block | {"time_s": seconds}
     return {"methods": methods, "units": {"methods": units}}
 
@@ -206,10 +231,14 @@ def _ri_variants(run: Run) -> dict[str, RIMethod]:
     return {name: m for name, m in methods if isinstance(m, RIMethod) and name != "RI"}
 
 
+def _unseen_regions(run: Run, regions: RegionSet) -> Tensor:
+    """The region of each unseen image (CPU)."""
+    return torch.cat([regions.assign(x).region.cpu() for x in run.setup.chunks("unseen")])
+
+
 def _coverage_blocks(run: Run, regions: RegionSet) -> dict[str, Any]:
     """``coverage``'s numbers of one set of regions: each part's coverage and groups."""
-    setup = run.setup
-    unseen = torch.cat([regions.assign(x).region.cpu() for x in setup.chunks("unseen")])
+    setup, unseen = run.setup, _unseen_regions(run, regions)
     return {
         part: _coverage_of(regions, setup, part) | _group_stats(run, regions, region, part)
         for part, region in (("reference", None), ("unseen", unseen))
@@ -217,7 +246,16 @@ def _coverage_blocks(run: Run, regions: RegionSet) -> dict[str, Any]:
 
 
 def _coverage(run: Run) -> dict[str, Any]:
+    """``coverage``'s numbers of RI's regions and of its variants' (``methods``), with RI's
+    per-image groups of each part as ``units`` (``groups``: `_group_units`)."""
     out = _coverage_blocks(run, run.regions)
+    unseen = _unseen_regions(run, run.regions)
+    groups = {
+        part: _group_units(run, run.regions, region, part)
+        for part, region in (("reference", None), ("unseen", unseen))
+    }
+    if any(groups.values()):
+        out["units"] = {"groups": groups}
     variants = _ri_variants(run)
     if variants:
         out["methods"] = {
@@ -463,20 +501,6 @@ def _aggregate(runs: list[Any]) -> Any:
     return values.mean(0).tolist(), np.asarray(std).tolist()
 
 
-def _paired(per_run: list[dict[str, Any]], units: list[Any]) -> dict[str, Any]:
-    """Every pair of the compared methods, ``a`` listed before ``b``, by reading:
-    ``paired[reading][a][b]`` is `comparison.paired_comparisons` of ``a - b``."""
-    runs = [run | {"units": u} for run, u in zip(per_run, units, strict=True)]
-    out: dict[str, Any] = {}
-    for reading in units[0]:
-        names = list(per_run[0][reading])
-        out[reading] = {
-            a: {b: paired_comparisons(runs, a, b, reading) for b in names[i + 1 :]}
-            for i, a in enumerate(names[:-1])
-        }
-    return out
-
-
 def _accuracy(setup: Setup) -> dict[str, float]:
     """The model's accuracy (%) on the run's reference and unseen images."""
     return {
@@ -500,7 +524,7 @@ def evaluate(setup: Setup, protocol: str, options: Options | None = None) -> dic
         numbers, for paired comparisons, its ``model``: `Setup.model_record`, and for
         ``unseen`` and ``reference`` its ``units``, the per-image values its means are made of,
         `comparison`), ``paired`` (``unseen``, ``reference``: every pair of methods compared,
-        `_paired`), and the protocol's numbers (mean, and ``KEY_std``):
+        `comparison.paired_family`), and the protocol's numbers (mean, and ``KEY_std``):
         ``methods`` (``unseen``, ``reference``, ``similar``, ``sanity``), ``common``
         (``reference``: the methods on RI's similar images), ``reference`` /
         ``unseen`` (``coverage``), ``samplings`` (``q-sweep``), ``rankings`` (``similar``).
@@ -552,6 +576,7 @@ def evaluate(setup: Setup, protocol: str, options: Options | None = None) -> dic
         },
     }
     if all(u is not None for u in units):
-        summary["paired"] = _paired(per_run, units)
+        paired = paired_family([run | {"units": u} for run, u in zip(per_run, units, strict=True)])
+        summary |= {"paired": paired} if paired else {}
     summary["time_s"] = time.perf_counter() - start
     return summary

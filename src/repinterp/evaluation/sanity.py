@@ -28,7 +28,9 @@ RI+logic (``granularity="logic"``) and each CAM, mostly through Quantus (the ``s
   with another seed, against the run's, are what a randomisation must fall below.
 
 Each check counts, per step, the images whose map is constant (`no_map`): a method that
-draws no map is untested there, not passed.
+draws no map is untested there, not passed. No map, never a score: an image without a map is
+left out of every metric (its score NaN), and a metric with no map on any image has no score
+(NaN, ``null`` in ``results.json``), never a number.
 
 Both take the model's predictions on the images as targets. A map that is constant (a CAM's
 all-zero map, RI's map of an empty ``P(x)``) has no rank correlation or SSIM: its score is
@@ -271,22 +273,34 @@ def efficient_mprt(
     seed: int,
     device: str = "cpu",
     batch_size: int = 64,
-) -> np.ndarray:
+) -> tuple[np.ndarray, np.ndarray]:
     """eMPRT (``quantus.EfficientMPRT``, Hedström et al. 2023): each map's relative rise in
     complexity (discrete entropy) from the trained model to the one with every layer
     randomised (bottom up), ``(H_random - H_trained) / H_trained``; higher: the map loses its
-    structure with the weights, as a sanity check expects.
+    structure with the weights, as a sanity check expects. An image without a map on either
+    model is not scored: a constant map's entropy is 0, so Quantus would give it -1.
 
     Args: as in `cascade`.
 
     Returns:
-        N rises (NaN where the trained model's map is constant: no complexity to rise from).
+        N rises (NaN where either model draws no map, or the trained map has no complexity),
+        and N bools: where either model draws no map.
+
+    Raises:
+        RuntimeError: the maps drawn do not line up with Quantus's scores.
     """
     metric = _quantus().EfficientMPRT(seed=seed, **_QUIET)
+    allowed = ConstantMapsAllowed(explain)
     with np.errstate(divide="ignore", invalid="ignore"):
-        values = _scores(metric, model, x, y, ConstantMapsAllowed(explain), device, batch_size)
+        values = _scores(metric, model, x, y, allowed, device, batch_size)
     values = np.asarray(values, dtype=float)
-    return np.where(np.isfinite(values), values, np.nan)
+    # Its last two passes over the images: the trained model's maps, then the randomised one's.
+    trained, randomised = np.concatenate(allowed.constant)[-2 * len(x) :].reshape(2, len(x))
+    flagged = values[randomised & ~trained]
+    if not (np.isclose(flagged, -1.0) | ~np.isfinite(flagged)).all():
+        raise RuntimeError("the maps eMPRT drew do not line up with its scores")
+    missing = trained | randomised
+    return np.where(np.isfinite(values) & ~missing, values, np.nan), missing
 
 
 def no_map(maps: np.ndarray) -> np.ndarray:
@@ -313,14 +327,14 @@ def map_similarity(maps: np.ndarray, others: np.ndarray) -> dict[str, np.ndarray
     """Image by image, how alike two sets of N maps (N x H x W) are, as the cascade and random
     logit measure it: ``Spearman`` (Quantus's ``correlation_spearman`` of the flattened maps)
     and ``SSIM`` (Quantus's ``ssim``), both NaN where either map is constant (no map);
-    ``no_map``: N bools, where ``others`` draws none."""
+    ``no_map``: N bools, where either draws none (the images not scored)."""
     similarity = _quantus().functions.similarity_func
     missing = no_map(maps) | no_map(others)
     spearman, ssim = np.full(len(maps), np.nan), np.full(len(maps), np.nan)
     for i in np.flatnonzero(~missing):
         spearman[i] = similarity.correlation_spearman(maps[i].ravel(), others[i].ravel())
         ssim[i] = similarity.ssim(maps[i], others[i])
-    return {"Spearman": spearman, "SSIM": ssim, "no_map": no_map(others)}
+    return {"Spearman": spearman, "SSIM": ssim, "no_map": missing}
 
 
 def can_shuffle(setup: Setup) -> bool:
@@ -424,6 +438,18 @@ def _reseeded(run: Run, name: str) -> ExplainFunc:
     return QuantusExplainer(reseeded, other_targets="predicted")
 
 
+def _scored(key: str, values: np.ndarray, missing: np.ndarray) -> dict[str, float]:
+    """A metric's numbers under ``key``, the images without a map left out: the mean (NaN
+    when every image lacks one), the share without a score (``_undefined``, %) and the number
+    without a map (``_no_map``)."""
+    values = np.where(missing, np.nan, values)
+    return {
+        key: _mean(values),
+        f"{key}_undefined": _undefined(values),
+        f"{key}_no_map": float(missing.sum()),
+    }
+
+
 def _cascade_block(steps: Cascade, key: str) -> dict[str, Any]:
     """A cascade's numbers under ``key``: the mean Spearman correlation per step, the share of
     images without one (``_undefined``, %) and the number without a map (``_no_map``)."""
@@ -436,7 +462,7 @@ def _cascade_block(steps: Cascade, key: str) -> dict[str, Any]:
 
 def _similarity_block(similarity: dict[str, np.ndarray]) -> dict[str, float]:
     """`map_similarity`'s means, the share of images without a score (%) and the number of
-    images the compared model draws no map for."""
+    images without a map on either side (not scored)."""
     return {
         "Spearman": _mean(similarity["Spearman"]),
         "SSIM": _mean(similarity["SSIM"]),
@@ -454,8 +480,11 @@ def sanity(run: Run) -> dict[str, Any]:
         of the top-down `cascade`: the mean Spearman correlation over the images),
         ``MPRT_undefined`` (per step: % of images without a correlation), ``MPRT_no_map``
         (per step: images the step's model draws no map for), the same three for the
-        bottom-up cascade (``MPRT_bottom_up...``), ``eMPRT`` (`efficient_mprt`'s mean) and
-        ``eMPRT_undefined`` (%), ``RandomLogit`` (mean SSIM), ``RandomLogit_undefined`` (%),
+        bottom-up cascade (``MPRT_bottom_up...``), ``eMPRT`` (`efficient_mprt`'s mean),
+        ``eMPRT_undefined`` (%) and ``eMPRT_no_map`` (images without a map on the trained or
+        the randomised model), ``RandomLogit`` (mean SSIM), ``RandomLogit_undefined`` (%) and
+        ``RandomLogit_no_map`` (images whose map of the trained model is constant: not
+        scored),
         ``data_randomisation`` (the maps of the model trained on permuted labels,
         `shuffled_label_model`, against the trained model's: `_similarity_block`; where
         `can_shuffle`), for the
@@ -495,13 +524,13 @@ def sanity(run: Run) -> dict[str, Any]:
         for order, key in (("top_down", "MPRT"), ("bottom_up", "MPRT_bottom_up")):
             steps = cascade(setup.model, x, y, explain, run.seed, device, batch_size, order)
             block |= _cascade_block(steps, key)
-        rises = efficient_mprt(setup.model, x, y, explain, run.seed, device, batch_size)
-        block |= {"eMPRT": _mean(rises), "eMPRT_undefined": _undefined(rises)}
+        rises, missing = efficient_mprt(setup.model, x, y, explain, run.seed, device, batch_size)
+        block |= _scored("eMPRT", rises, missing)
+        maps = draw_maps(explain, setup.model, x, y, batch_size)
         logit = random_logit(
             setup.model, x, y, explain, setup.n_classes, run.seed, device, batch_size
         )
-        block |= {"RandomLogit": _mean(logit), "RandomLogit_undefined": _undefined(logit)}
-        maps = draw_maps(explain, setup.model, x, y, batch_size)
+        block |= _scored("RandomLogit", logit, no_map(maps))
         if shuffled is not None:
             # The model trained on permuted labels predicts other classes: each map is its
             # own prediction's (RI's always is; the CAMs are asked for it).

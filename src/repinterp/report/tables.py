@@ -5,7 +5,8 @@ writes ``results.json``, ``units.json`` (each run's per-image values, when it ha
 ``results.md`` and the protocol's plots (`report.plots`). A cell is ``mean ± std`` over the
 runs, or the mean alone for one run; the best of a column is bold, unless several rows share
 it at the shown precision (a tie: none is bold). Paired differences (`comparison_cell`) are
-``mean ± std [95% interval], k/n``, bold when they are a win.
+``mean ± std [bootstrap interval] t [t interval], k/n, p``, bold only when the first method
+wins (italic: the other one wins).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ __all__ = [
     "mean_std",
     "overview_markdown",
     "results_markdown",
+    "rewrite_results",
     "write_results",
 ]
 
@@ -209,24 +211,33 @@ def _legend(results: dict[str, Any]) -> list[str]:
 
 
 def comparison_cell(comparison: dict[str, Any] | None) -> str:
-    """A paired difference (`comparison.Comparison.to_dict`): ``mean ± std [low, high], k/n``
-    (k: the runs in which the first method is better; no std for one run), bold when it is a
-    win; ``n/a`` without one."""
+    """A paired difference (`comparison.Comparison.to_dict`): ``mean ± std [low, high] t [low,
+    high], k/n, p`` (the bootstrap interval, the t interval, k: the runs in which the first
+    method is better, p: ``p_holm``; no std or t interval for one run); bold when the first
+    method wins, italic when the other one does, ``†`` when undecided (`comparison.verdict`);
+    ``n/a`` without one."""
     if comparison is None or not math.isfinite(comparison["mean"]):
         return "n/a"
     c = comparison
     spread = f" ± {c['std']:.2f}" if c["runs"] > 1 else ""
+    t = c["t_interval"]
+    t_text = f" t [{t[0]:+.2f}, {t[1]:+.2f}]" if t else ""
     text = (
-        f"{c['mean']:+.2f}{spread} [{c['low']:+.2f}, {c['high']:+.2f}], {c['better']}/{c['runs']}"
+        f"{c['mean']:+.2f}{spread} [{c['low']:+.2f}, {c['high']:+.2f}]{t_text}, "
+        f"{c['better']}/{c['runs']}, p {c['p_holm']:.2f}"
     )
-    return f"**{text}**" if c["win"] else text
+    return {"win": f"**{text}**", "loss": f"*{text}*", "undecided": f"{text} †"}.get(
+        c["verdict"], text
+    )
 
 
 _WIN = (
-    "{spread} [95% interval from a paired bootstrap over the runs and, within "
-    "each, the {units}{alone}], k/n: the runs in which the first method is better. Bold: a win, "
-    "the same sign in every run and an interval that excludes 0 (the first method's when k = n, "
-    "the other's when k = 0)"
+    "{spread} [95% interval from a paired bootstrap over the runs and, within each, the "
+    "{units}{alone}] t [95% t interval over the runs], k/n: the runs in which the first method "
+    "is better, p: the exact sign-flip p over the runs, Holm-corrected over every comparison of "
+    "this result. **Bold**: the first method wins; *italic*: the other method wins (a win: p < "
+    "0.05 and both intervals exclude 0); †: undecided at n runs (the same sign in every run, "
+    "not a win; with 5 runs p cannot go below 0.0625); neither: a tie"
 )
 
 
@@ -489,14 +500,17 @@ def _md_similar(results: dict[str, Any]) -> list[str]:
 def _sanity_cell(results: dict[str, Any], name: str, key: str, step: str | None) -> str:
     """A sanity score of a method (``methods[name][key][step]``; ``[key]`` when ``step`` is
     None) as `cell` shows it, over the runs that have one; ``no map`` where no run has one
-    because the model draws no map (``KEY_no_map``, or ``no_map`` when ``step`` is None),
-    never a score; the runs without a value named."""
+    because the model draws no map (``KEY_no_map``, or, when ``step`` is None and there is no
+    ``KEY_no_map``, ``no_map``), never a score; the runs without a value named."""
     runs = results.get("per_run") or [results]
     blocks = [run["methods"][name] for run in runs]
     values = [block[key] if step is None else block[key][step] for block in blocks]
     finite = [v for v in values if v is not None and math.isfinite(v)]
     if not finite:
-        no_maps = [b["no_map"] if step is None else b[f"{key}_no_map"][step] for b in blocks]
+        no_maps = [
+            b.get(f"{key}_no_map", b.get("no_map")) if step is None else b[f"{key}_no_map"][step]
+            for b in blocks
+        ]
         return "no map" if any(no_maps) else "n/a"
     mean = sum(finite) / len(finite)
     spread = sum((v - mean) ** 2 for v in finite) / max(1, len(finite) - 1)
@@ -522,6 +536,23 @@ def _no_map_cell(results: dict[str, Any], name: str, key: str, step: str | None)
     return f"{mean:g} of {results['options']['sanity_images']}"
 
 
+def _floor_row(results: dict[str, Any], name: str, key: str, steps: list[str]) -> list[str]:
+    """A method's reseeded floor under ``original``: its mean over the runs and each run's
+    (model's) own; under each randomised step, in how many runs the step's score falls below
+    that run's floor (the runs with a score; ``no map`` without any)."""
+    runs = results.get("per_run") or [results]
+    floors = [run["methods"][name]["reseeded"]["Spearman"] for run in runs]
+    floor = _sanity_cell(_inner(results, name, "reseeded"), name, "Spearman", None)
+    if len(runs) > 1:
+        floor += " (" + ", ".join("n/a" if f is None else f"{f:.3f}" for f in floors) + ")"
+    below = []
+    for step in steps[1:]:
+        pairs = [(run["methods"][name][key][step], f) for run, f in zip(runs, floors, strict=True)]
+        scored = [(v, f) for v, f in pairs if v is not None and f is not None and math.isfinite(v)]
+        below.append(f"{sum(v < f for v, f in scored)}/{len(scored)} below" if scored else "no map")
+    return [f"{name} (Q reseeded)", floor, *below, "—"]
+
+
 def _sanity_cascade(results: dict[str, Any], key: str, order: str) -> list[str]:
     """The cascade of ``order`` (under ``key``: ``MPRT`` or ``MPRT_bottom_up``): the mean
     Spearman correlation per step with the reseeded floor under ``original``, then the images
@@ -536,8 +567,7 @@ def _sanity_cascade(results: dict[str, Any], key: str, order: str) -> list[str]:
         scores = [_sanity_cell(results, name, key, s) for s in steps]
         rows.append([name, *scores, f"{block['time_s']:.1f}"])
         if "reseeded" in block:
-            floor = _sanity_cell(_inner(results, name, "reseeded"), name, "Spearman", None)
-            rows.append([f"{name} (Q reseeded)", floor, *["—"] * len(steps)])
+            rows.append(_floor_row(results, name, key, steps))
     no_maps = [
         [name, *[_no_map_cell(results, name, f"{key}_no_map", s) for s in steps]] for name in names
     ]
@@ -550,7 +580,9 @@ def _sanity_cascade(results: dict[str, Any], key: str, order: str) -> list[str]:
         "`no map`: the model draws no map, so nothing is tested). `(Q reseeded)`: the method "
         "on the trained model with its random draw made anew (RI: another seed of Q), "
         "against its maps: the floor a randomisation must fall below to show more than the "
-        "method's own noise. The time covers all the checks of a method, RI's indexes of the "
+        "method's own noise; in brackets each run's (model's) floor, and under each step the "
+        "runs whose score falls below their own floor. The time covers all the checks of a "
+        "method, RI's indexes of the "
         "randomised models included:",
         "",
         *_table([*header, "time (s)"], rows),
@@ -598,12 +630,12 @@ def _data_randomisation(results: dict[str, Any]) -> list[str]:
 def _md_sanity(results: dict[str, Any]) -> list[str]:
     """Both cascades with their floors and no-map counts, eMPRT, data randomisation and random
     logit."""
-    methods = _with_runs(results, results["methods"])
-    emprt = [[name, cell(m, "eMPRT"), cell(m, "eMPRT_undefined")] for name, m in methods.items()]
-    logit = [
-        [name, cell(m, "RandomLogit"), cell(m, "RandomLogit_undefined")]
-        for name, m in methods.items()
-    ]
+    emprt, logit = [], []
+    for name, block in results["methods"].items():
+        for key, rows in (("eMPRT", emprt), ("RandomLogit", logit)):
+            counted = f"{key}_no_map" in block
+            no_maps = _no_map_cell(results, name, f"{key}_no_map", None) if counted else "n/a"
+            rows.append([name, _sanity_cell(results, name, key, None), no_maps])
     return [
         *_sanity_cascade(results, "MPRT", "top-down"),
         "",
@@ -611,12 +643,13 @@ def _md_sanity(results: dict[str, Any]) -> list[str]:
         "",
         "eMPRT (Quantus `EfficientMPRT`, bottom-up): the mean relative rise in the maps' "
         "complexity (discrete entropy) from the trained model to the one with every layer "
-        "re-initialised (higher: the maps lose their structure with the weights), and the "
-        "share of the images without one (the trained model's map constant). sMPRT is not "
+        "re-initialised (higher: the maps lose their structure with the weights), over the "
+        "images with a map on both models (a constant map's entropy is 0: no map, never a "
+        "score), and the images without one (mean over the runs). sMPRT is not "
         "run: the installed Quantus's `SmoothMPRT` draws its noisy maps with "
         "`quantus.explain` (captum's methods), not with the methods' `explain_func`.",
         "",
-        *_table(["Method", "eMPRT rise", "no complexity (%)"], emprt),
+        *_table(["Method", "eMPRT rise", "images with no map"], emprt),
         "",
         *_data_randomisation(results),
         "",
@@ -624,9 +657,10 @@ def _md_sanity(results: dict[str, Any]) -> list[str]:
         "predicted class and for a random other class (lower: the map depends on the class "
         "explained). RI's map is that of the predicted class's polytope P(x) whatever the class "
         "asked for, so its SSIM is 1 by construction: this measures the dependence on the "
-        "target, not on the model.",
+        "target, not on the model. Images whose map of the predicted class is constant are not "
+        "scored.",
         "",
-        *_table(["Method", "SSIM", "constant maps (%)"], logit),
+        *_table(["Method", "SSIM", "images with no map"], logit),
     ]
 
 
@@ -794,3 +828,21 @@ def write_results(results: dict[str, Any], out: str | Path) -> list[Path]:
     contents[out / "results.md"] = markdown.encode()
     write_outputs(contents)
     return [*contents, *plots]
+
+
+def rewrite_results(results: dict[str, Any], out: str | Path) -> list[Path]:
+    """Replace ``results.json`` and ``results.md`` of results already written into ``out`` (by
+    a rename, `write_outputs`), its ``units.json`` and plots left as they are (the plots still
+    linked).
+
+    Returns:
+        The files written.
+    """
+    out = Path(out)
+    plots = sorted(path.name for path in out.glob("*.png"))
+    contents = {
+        out / "results.json": (json.dumps(_json_ready(results), indent=2) + "\n").encode(),
+        out / "results.md": results_markdown(results, plots).encode(),
+    }
+    write_outputs(contents)
+    return list(contents)

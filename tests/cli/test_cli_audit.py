@@ -39,7 +39,7 @@ def test_audit_of_a_class_index_is_one_line(tmp_path, capsys) -> None:
 def test_the_report_of_a_strategy_index_has_the_strategies(tmp_path, capsys, one_thread) -> None:
     index, out = tmp_path / "index", tmp_path / "report"
     assert run([*FIT, "--granularity", "strategy", "--out", str(index)], capsys)[0] == 0
-    code, stdout, err = run(["report", "--index", str(index), "--out", str(out)], capsys)
+    code, _, err = run(["report", "--index", str(index), "--out", str(out)], capsys)
     assert code == 0, err
     audit = json.loads((out / "audit.json").read_text())
     assert "strategies.html" in (out / "index.html").read_text()

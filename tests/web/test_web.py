@@ -43,6 +43,7 @@ from repinterp.core.groups import polytope_key
 from repinterp.core.heatmap import channel_means, colorize, heatmaps, normalize_maps, overlay
 from repinterp.core.interpretation import METRIC_MEANINGS
 from repinterp.core.regions import RegionSet, distinct_polytopes
+from repinterp.core.strategy_set import StrategySet
 from repinterp.evaluation.baselines import ReusableCAM
 from repinterp.evaluation.groupings import region_groups
 from repinterp.evaluation.metrics import keep_top_pixels
@@ -546,6 +547,29 @@ def test_a_gallery_without_regions_says_why(viewer):
     data = gallery.regions()
     assert data["status"] == "unavailable" and data["regions"] == []
     assert "n_regions must lie in" in data["message"]
+
+
+def test_a_strategy_index_shows_its_strategies_in_the_audits_order(viewer):
+    """The panel of a ``granularity="strategy"`` index: one card per strategy, each class's in
+    the audit's order, its input the member nearest its centre, its numbers the engine's; the
+    paper's index has none."""
+    assert viewer.wait_for_regions(REGIONS_TIMEOUT) and viewer.regions()["strategies"] == []
+    workspace = fit_workspace(
+        "digits_cnn",
+        BUNDLED_WEIGHTS / "digits_cnn.safetensors",
+        "digits",
+        config=FitConfig(n_boundaries=10, progress=False, decisions=StrategySet()),
+    )
+    gallery = Viewer(workspace, n_regions=N_REGIONS)
+    assert gallery.wait_for_regions(REGIONS_TIMEOUT)
+    panel = gallery.regions()["strategies"]
+    engine = workspace.interpreter.strategies(workspace.reference)
+    assert [card["strategy"] for card in panel] == [s.id for s in engine]
+    for card, strategy in zip(panel, engine, strict=True):
+        assert card["reference"] == strategy.input == int(strategy.members[0])
+        assert (card["rank"], card["flagged"]) == (strategy.audit.rank, strategy.audit.flagged)
+        assert card["size"] == len(strategy.members) and card["reasons"] == strategy.audit.reasons
+        assert [m["reference"] for m in card["members"]] == strategy.members[1:5].tolist()
 
 
 # ----------------------------------------------------------------------------- regions kept

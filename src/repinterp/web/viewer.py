@@ -44,6 +44,7 @@ from ..core.heatmap import (
     normalize_maps,
 )
 from ..core.interpretation import METRIC_MEANINGS, Interpretation
+from ..core.model_strategies import Strategy
 from ..core.regions import Polytope, RegionSet, distinct_polytopes
 from ..data.datasets import ImageFolderSet
 from ..data.image_files import read_image
@@ -570,6 +571,30 @@ class Viewer:
             "covered": self._similar(entry, 0, COVERED_SHOWN),
         }
 
+    def _strategy_card(self, strategy: Strategy) -> dict[str, Any]:
+        """A strategy of a ``granularity="strategy"`` index as the page's panel shows it: its
+        input (the member nearest its centre) under its polytope's heat map, its audit, and
+        the next members under the same map."""
+        ref = strategy.input
+        entry = Entry.of(f"r{ref}", self._reference_pixels(ref), strategy.interpretation, own=ref)
+        audit = strategy.audit
+        members = [int(m) for m in strategy.members[1 : COVERED_SHOWN + 1]]
+        return {
+            **self._item(ref, entry),
+            "strategy": strategy.id,
+            "class_name": self.class_names[strategy.predicted_class],
+            "size": len(strategy.members),
+            "rank": audit.rank,
+            "score": audit.score,
+            "flagged": audit.flagged,
+            "main": audit.main,
+            "reasons": audit.reasons,
+            "inside": strategy.inside,
+            "others_inside": strategy.others_inside,
+            "sub_labels": self.workspace.composition(strategy.members.tolist()),
+            "members": [self._item(m, entry) for m in members],
+        }
+
     def _regions(self, seed: int) -> RegionSet:
         """The regions kept in the index folder for these settings, else k-means (then kept
         there, when the folder can be written)."""
@@ -594,6 +619,9 @@ class Viewer:
             regions = self._regions(seed)
             polytopes = distinct_polytopes(regions)
             finds = region_groups(regions).sentence()
+            strategies = []
+            if self.interpreter.granularity == "strategy":
+                strategies = self.interpreter.strategies(self.workspace.reference)
         except Exception as exc:  # whatever it is, the page must hear of it
             self._gallery_error = f"no regions: {exc}"
             return
@@ -604,7 +632,8 @@ class Viewer:
                     self._gallery_error = "no regions: the viewer stopped"
                     return
                 cards.append(self._card(polytope))
-            self._gallery = {"cards": cards, "finds": finds}
+            panel = [self._strategy_card(strategy) for strategy in strategies]
+            self._gallery = {"cards": cards, "finds": finds, "strategies": panel}
 
     def stop(self, timeout: float | None = None) -> bool:
         """Stop the thread computing the regions at its next step (the k-means itself runs to
@@ -621,7 +650,9 @@ class Viewer:
         """The gallery: ``status`` is ``computing``, ``ready`` or ``unavailable``; one card per
         distinct polytope (see `repinterp.core.regions.distinct_polytopes`); when ready,
         ``finds`` says in one sentence what RI finds over the reference set
-        (`repinterp.evaluation.groupings.GroupStats.sentence`)."""
+        (`repinterp.evaluation.groupings.GroupStats.sentence`) and, for an index of
+        ``granularity="strategy"``, ``strategies`` lists its strategies in the audit's order
+        (`repinterp.core.model_strategies`; empty otherwise)."""
         done = {"n_regions": self.n_regions, "n_reference": len(self.index)}
         if self._gallery_error is not None:
             return {"status": "unavailable", "message": self._gallery_error, **done, "regions": []}
@@ -634,4 +665,5 @@ class Viewer:
             **done,
             "regions": gallery["cards"],
             "finds": gallery["finds"],
+            "strategies": gallery["strategies"],
         }

@@ -44,6 +44,10 @@ const GLOSSARY = {
       "among the regions, else those nearest its k-means centre; over all cards these add up to |R|",
   ],
   regions: ["regions", "k-means regions whose input has this very polytope (same boundaries, same sides)"],
+  audit_rank: ["audit rank", "1 for the strategy of its class to look at first; the main (largest) strategy ranks last"],
+  audit_score: ["audit score", "the mean of the audit's reasons, each in [0, 1]; flagged from 0.3"],
+  members: ["members", "reference images of this strategy: the model treats them alike (found without labels)"],
+  inside: ["inside", "the strategy's members that its polytope covers"],
   sublabels: [
     "sub-labels",
     "what the reference images this card interprets are made of, by sub-label (a sub-concept known for " +
@@ -508,6 +512,51 @@ function composition(counts) {
   );
 }
 
+// A strategy (granularity strategy): its input under its polytope's map, its audit, members.
+function strategyCard(s) {
+  const caption = `class ${s.class_name}: strategy ${s.strategy}, its member nearest its centre, reference image ${refFull(s)}`;
+  const numbers = () => [
+    num("audit_rank", s.rank),
+    num("audit_score", s.score.toFixed(3)),
+    num("members", s.size),
+    num("inside", percent(s.inside)),
+  ];
+  const reasons = Object.entries(s.reasons).map(([name, value]) =>
+    el("span", { class: "num", title: STRATEGY_TIPS[name] || name }, el("span", { class: "name" }, name), " ", el("b", {}, value.toFixed(2))),
+  );
+  const members = s.members.map((item) =>
+    picture(item, `reference image ${refFull(item)}, a member of strategy ${s.strategy}`, { numbers: () => [] }),
+  );
+  const title = `class ${s.class_name}: strategy ${s.strategy}` + (s.flagged ? " (flagged)" : s.main ? " (main)" : "");
+  return el(
+    "article",
+    { class: s.flagged ? "region strategy flagged" : "region strategy", "data-key": s.key },
+    el("h3", {}, el("a", { href: `#${s.key}`, title: "explain the strategy's input" }, title)),
+    picture(s, caption, { numbers }),
+    el("p", { class: "stats" }, ...numbers(), ...reasons),
+    el("div", { class: "covered" }, ...members),
+    ...(s.sub_labels ? [composition(s.sub_labels)] : []),
+  );
+}
+
+const STRATEGY_TIPS = {
+  fixed_position: "how much more its members' heat maps pile up on one place than the main strategy's (a fixed-position cue)",
+  map_shift: "how far its mean heat map lies from the main strategy's (1: no overlap)",
+  logic_distance: "(1 - cosine) / 2 of its members' mean pooled features and the main strategy's",
+  look_alike: "how much more its members share one runner-up class than the main strategy's",
+  size: "1 - its size / the main strategy's (small groups rank up)",
+};
+
+function renderStrategies(list) {
+  if (!list || list.length === 0) return;
+  const flagged = list.filter((s) => s.flagged).length;
+  $("strategies").hidden = false;
+  $("strategies-status").textContent =
+    `${list.length} strategies found without labels, each class's in the audit's order (rank 1: look at it first; ` +
+    `the audit reads logits, heat maps and features, never a label); ${flagged} flagged (score 0.3 or more).`;
+  $("strategy-gallery").replaceChildren(...list.map(strategyCard));
+}
+
 function renderRegions() {
   const data = state.regions;
   const chosen = $("class-filter").value;
@@ -541,6 +590,7 @@ async function loadRegions() {
       return;
     }
     state.regions = data;
+    renderStrategies(data.strategies);
     const counts = new Map();
     for (const r of data.regions) counts.set(r.predicted_class, (counts.get(r.predicted_class) || 0) + 1);
     const options = [...counts.keys()].sort((a, b) => a - b).map((c) => el("option", { value: String(c) }, `${className(c)} (${counts.get(c)})`));
@@ -669,7 +719,10 @@ async function start() {
     `Dist (${info.metric})`,
     `RI's ${info.metric} distance to the input (0 = the same): ${info.metric_meaning}`,
   ];
-  const named = Object.entries(GLOSSARY).filter(([key]) => key !== "sublabels" || info.sub_labels);
+  const strategyOnly = ["audit_rank", "audit_score", "members", "inside"];
+  const named = Object.entries(GLOSSARY).filter(
+    ([key]) => (key !== "sublabels" || info.sub_labels) && (!strategyOnly.includes(key) || info.granularity === "strategy"),
+  );
   $("glossary").replaceChildren(
     ...named.flatMap(([, [name, text]]) => [el("dt", {}, name), el("dd", {}, text)]),
   );

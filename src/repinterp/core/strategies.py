@@ -233,7 +233,7 @@ def _split_class(
         score = silhouette_score(data, model.labels_, sample_size=sample, random_state=seed)
         return float(score), model
 
-    criterion = np.full((2, max(k_max - 1, 0)), np.nan)
+    criterion = np.full((2, k_max - 1), np.nan)
     best = None
     null = _gaussian_like(z, seed)
     for k in range(2, min(k_max, len(z) // min_size) + 1):
@@ -243,7 +243,7 @@ def _split_class(
         criterion[:, k - 2] = score, silhouette(null, k)[0]
         if best is None or score > criterion[0, best[0] - 2]:
             best = (k, model)
-    if best is None or np.diff(criterion[::-1, best[0] - 2])[0] < min_gain:
+    if best is None or criterion[0, best[0] - 2] - criterion[1, best[0] - 2] < min_gain:
         return np.zeros(len(z), dtype=np.int64), z.mean(0, keepdims=True), criterion
     return best[1].labels_.astype(np.int64), best[1].cluster_centers_, criterion
 
@@ -297,7 +297,7 @@ def discover_strategies(
     for c in fitted.tolist():
         rows = (classes == c).nonzero().flatten()
         labels, class_centres, scores = _split_class(
-            z[rows.numpy()], seed, max(k_max, 1), min_gain, min_size
+            z[rows.numpy()], seed, k_max, min_gain, min_size
         )
         assignment[rows] = torch.from_numpy(labels) + len(owners)
         owners += [c] * len(class_centres)
@@ -316,7 +316,7 @@ def discover_strategies(
         mean=mean,
         scale=scale,
         assignment=assignment,
-        criterion=torch.stack(criteria).reshape(len(fitted), 2, max(k_max - 1, 0)),
+        criterion=torch.stack(criteria).reshape(len(fitted), 2, k_max - 1),
         fitted=fitted,
         settings=settings,
     )

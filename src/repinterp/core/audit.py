@@ -156,7 +156,7 @@ def audit_strategies(
     top2 = logits.detach().float().cpu().topk(2, dim=1)
     predicted, runner = top2.indices[:, 0], top2.indices[:, 1]
     margins = top2.values[:, 0] - top2.values[:, 1]
-    maps, vectors = maps.detach().double().cpu(), vectors.detach().double().cpu()
+    maps, vectors = maps.detach(), vectors.detach()
     ids = strategy.unique()
     owner = {}
     for s in ids.tolist():
@@ -201,12 +201,12 @@ def audit_strategies(
 
 def _stats(rows: Tensor, maps: Tensor, vectors: Tensor, runner: Tensor) -> dict:
     """A strategy's mean map (unit mass), its concentration, mean vector, runner-up share."""
-    mean_map = maps[rows].mean(0)
+    mean_map = maps[rows.to(maps.device)].double().mean(0).cpu()
     counts = torch.bincount(runner[rows])
     return {
         "map": _unit_mass(mean_map),
         "concentration": concentration(mean_map),
-        "vector": vectors[rows].mean(0),
+        "vector": vectors[rows.to(vectors.device)].double().mean(0).cpu(),
         "runner_up": int(counts.argmax()),
         "runner_share": float(counts.max()) / int(rows.sum()),
     }

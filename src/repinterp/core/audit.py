@@ -20,6 +20,17 @@ The score is the mean of the reasons (`REASONS`); a class's strategies rank by i
 first (rank 1; ties: the smaller strategy, then the lower id), so the main strategy ranks last.
 A strategy is ``flagged`` when its score reaches `FLAG_SCORE`. Nothing here reads a label, a
 mask or a ``marked`` flag: only the model's logits, the heat maps and the vectors.
+
+The rule (the mean, 0.3) was written before the measurements. Measured on one model per data
+set (seed 0, default layer, 2,000 reference images; strategies by `repinterp.core.strategies`'
+defaults; maps: gradient x input at the target layer summed over channels, ReLU, upsampled,
+min-max scaled; vectors: logic vectors, L2-normalised): the strategy holding most marked
+images ranks first in its class and scores 0.501 (``mnist-mark:0.3``) and 0.416
+(``shapes-mark:0.3``), every other strategy of those models at most 0.186 and 0.240; the
+highest score of the clean models is 0.172 (``mnist-mark:0``), 0.170 (``mnist-super``), 0.217
+(``shapes-mark:0``) and 0.242 (``shapes``): nothing flagged. ``fixed_position`` separates best
+(0.306 and 0.377 against at most 0.104 for every other strategy of the six models);
+``map_shift`` is high on clean ``shapes`` strategies too (up to 0.81).
 """
 
 from __future__ import annotations
@@ -145,7 +156,7 @@ def audit_strategies(
     top2 = logits.detach().float().cpu().topk(2, dim=1)
     predicted, runner = top2.indices[:, 0], top2.indices[:, 1]
     margins = top2.values[:, 0] - top2.values[:, 1]
-    maps, vectors = maps.detach().double().cpu(), vectors.detach().double().cpu()
+    maps, vectors = maps.detach(), vectors.detach()
     ids = strategy.unique()
     owner = {}
     for s in ids.tolist():
@@ -190,12 +201,12 @@ def audit_strategies(
 
 def _stats(rows: Tensor, maps: Tensor, vectors: Tensor, runner: Tensor) -> dict:
     """A strategy's mean map (unit mass), its concentration, mean vector, runner-up share."""
-    mean_map = maps[rows].mean(0)
+    mean_map = maps[rows.to(maps.device)].double().mean(0).cpu()
     counts = torch.bincount(runner[rows])
     return {
         "map": _unit_mass(mean_map),
         "concentration": concentration(mean_map),
-        "vector": vectors[rows].mean(0),
+        "vector": vectors[rows.to(vectors.device)].double().mean(0).cpu(),
         "runner_up": int(counts.argmax()),
         "runner_share": float(counts.max()) / int(rows.sum()),
     }

@@ -28,6 +28,29 @@ passes most of: within-class AMI of the unseen images' strategies against the su
 least half the k-means ceiling and 0.05 above the shuffle null's 95th percentile, on
 ``mnist-super`` and on ``shapes`` (bundled models), and F1 >= 0.8 of the strategy holding most
 marked images on the marked sets; ties broken by the mean AMI of the first two.
+
+Measured (one model per data set, seed 0, its default layer; strategies found on 2,000
+reference images, AMI and F1 on 1,000 unseen ones assigned by `Strategies.assign`; AMI null
+p95 <= 0.005 everywhere; ceiling: k-means at matched k on the unseen features; F1 on
+``mnist-mark:0.3`` and ``shapes-mark:0.3``; S: strategies found on ``mnist-mark:0`` (10
+classes) and ``shapes-mark:0`` (3 classes)):
+
+| vectors, standardise, min_gain | AMI super | AMI shapes | F1 mnist | F1 shapes | S at F=0 |
+|---|---|---|---|---|---|
+| features, global, 0.02 (chosen) | 0.555 | 0.009 | 0.967 | 1.000 | 18, 9 |
+| features, global, 0.05 | 0.424 | 0.009 | 0.967 | 1.000 | 12, 7 |
+| features, columns, 0.02 | 0.463 | 0.014 | 1.000 | 1.000 | 22, 17 |
+| features, columns, 0.05 | 0.463 | 0.008 | 1.000 | 1.000 | 13, 17 |
+| logic, global, 0.02 | 0.497 | 0.034 | 1.000 | 0.981 | 23, 7 |
+| logic, global, 0.05 | 0.416 | 0.034 | 1.000 | 0.981 | 17, 6 |
+| pooled, global, 0.05 | 0.219 | 0.000 | 0.951 | 0.941 | 18, 4 |
+| Gaussian mixture, BIC, logic | 0.378 | 0.090 | 0.760 | 0.793 | 57, 24 |
+| ceiling (k-means, matched k) | 0.404 | 0.053 | | | |
+
+Every k-means candidate passes three rows (mnist-super, both marked sets) and fails ``shapes``,
+whose features at this layer hardly follow its sub-concepts (the ceiling itself is 0.053); the
+mixture passes two. The first tie-break keeps the flattened features, global standardisation,
+``min_gain`` 0.02: the defaults here.
 """
 
 from __future__ import annotations
@@ -229,7 +252,7 @@ def _split_class(
         score = silhouette_score(data, model.labels_, sample_size=sample, random_state=seed)
         return float(score), model
 
-    criterion = np.full((2, max(k_max - 1, 0)), np.nan)
+    criterion = np.full((2, k_max - 1), np.nan)
     best = None
     reduced = _principal(z, PCA_DIM)
     nulls = [_gaussian_like(reduced, seed + draw) for draw in range(NULL_DRAWS)]
@@ -240,7 +263,7 @@ def _split_class(
         criterion[:, k - 2] = score, max(silhouette(null, k)[0] for null in nulls)
         if best is None or score > criterion[0, best[0] - 2]:
             best = (k, model)
-    if best is None or np.diff(criterion[::-1, best[0] - 2])[0] < min_gain:
+    if best is None or criterion[0, best[0] - 2] - criterion[1, best[0] - 2] < min_gain:
         return np.zeros(len(z), dtype=np.int64), z.mean(0, keepdims=True), criterion
     k, labels = best[0], best[1].labels_
     start = np.stack([z[labels == j].mean(0) for j in range(k)])
@@ -297,7 +320,7 @@ def discover_strategies(
     for c in fitted.tolist():
         rows = (classes == c).nonzero().flatten()
         labels, class_centres, scores = _split_class(
-            z[rows.numpy()], seed, max(k_max, 1), min_gain, min_size
+            z[rows.numpy()], seed, k_max, min_gain, min_size
         )
         assignment[rows] = torch.from_numpy(labels) + len(owners)
         owners += [c] * len(class_centres)
@@ -316,7 +339,7 @@ def discover_strategies(
         mean=mean,
         scale=scale,
         assignment=assignment,
-        criterion=torch.stack(criteria).reshape(len(fitted), 2, max(k_max - 1, 0)),
+        criterion=torch.stack(criteria).reshape(len(fitted), 2, k_max - 1),
         fitted=fitted,
         settings=settings,
     )

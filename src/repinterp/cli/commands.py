@@ -196,6 +196,11 @@ def _fit(args: argparse.Namespace) -> None:
     if index.labels is not None and len(index):
         right, n = int((index.predictions == index.labels).sum()), len(index)
         print(f"the model's accuracy on them: {100 * right / n:.1f}% ({right} of {n})")
+    if ws.interpreter.granularity == "strategy":
+        print(
+            f"{ws.interpreter.granularity_text}: found at layer {ws.interpreter.target_layer!r}, "
+            f"where the maps are drawn; repinterp audit --index {out} --out DIR ranks them"
+        )
 
 
 # ----------------------------------------------------------------------------- explain

@@ -31,7 +31,7 @@ from pytorch_grad_cam import ScoreCAM
 from pytorch_grad_cam.utils.model_targets import ClassifierOutputTarget
 
 from repinterp.data.datasets import imagefolder
-from repinterp.evaluation.baselines import channel_weights
+from repinterp.evaluation.baselines import cam_weights
 from repinterp.models.zoo import build_model
 
 
@@ -74,7 +74,7 @@ def score_cam_paths(folder: Path, weights: Path, n: int, repeats: int) -> dict:
             got["library"] = library_score_cam(model, layer, images, classes)
 
         def batched(layer: str = layer, got: dict = got) -> None:
-            got["batched"] = channel_weights("Score-CAM", model, layer, images, classes)
+            got["batched"] = cam_weights("Score-CAM", model, layer, images, classes)
 
         wall, _ = interleaved({"library": library, "batched": batched}, repeats)
         out[layer] = ratios(wall, "library") | {

@@ -11,7 +11,7 @@ from torchvision.models import vgg11
 from repinterp.evaluation import (
     CAM_METHODS,
     ReusableCAM,
-    channel_weights,
+    cam_weights,
     euclidean_neighbours,
     reused_cam,
 )
@@ -84,7 +84,7 @@ def test_reused_weights_on_the_input_give_the_library_map(method, name, batch, r
 def test_reused_weights_on_other_images_match_a_hand_computation(method, name, request):
     model, layer, _, size = _setup(name, request)
     x = images(4, size, seed=2) * 2 - 1
-    weights = channel_weights(method, model, layer, x[:2])
+    weights = cam_weights(method, model, layer, x[:2])
     assignment = torch.tensor([1, 0, 1, 1])
     maps = reused_cam(method, model, layer, x, weights[assignment])
     torch.testing.assert_close(
@@ -119,7 +119,7 @@ def test_grad_cam_weights_are_mean_gradients_of_the_class_logit():
     logits = model(x)
     handle.remove()
     (grads,) = torch.autograd.grad(logits.gather(1, classes[:, None]).sum(), store[0])
-    weights = channel_weights("Grad-CAM", model, model[3], x, target_classes=classes)
+    weights = cam_weights("Grad-CAM", model, model[3], x, target_classes=classes)
     torch.testing.assert_close(weights, grads.mean(dim=(2, 3)), atol=1e-6, rtol=1e-5)
 
 
@@ -141,9 +141,9 @@ def test_hooks_are_released_and_modes_restored():
     layer = model[3]
     x = images(2, seed=6)
     for _ in range(25):
-        weights = channel_weights("Grad-CAM++", model, layer, x)
+        weights = cam_weights("Grad-CAM++", model, layer, x)
         reused_cam("Grad-CAM++", model, layer, x, weights)
-    channel_weights("Score-CAM", model, layer, x)
+    cam_weights("Score-CAM", model, layer, x)
     for module in model.modules():
         assert not module._forward_hooks and not module._forward_pre_hooks
         assert not module._backward_hooks
@@ -155,8 +155,8 @@ def test_weights_are_computed_under_no_grad_too():
     model = tiny_cnn()
     x = images(2, seed=7)
     with torch.no_grad():
-        weights = channel_weights("Grad-CAM", model, model[3], x)
-    by_class = channel_weights(CAM_METHODS["Grad-CAM"], model, model[3], x)
+        weights = cam_weights("Grad-CAM", model, model[3], x)
+    by_class = cam_weights(CAM_METHODS["Grad-CAM"], model, model[3], x)
     torch.testing.assert_close(weights, by_class)
 
 
@@ -164,7 +164,7 @@ def test_weights_are_computed_under_no_grad_too():
 def test_reuse_takes_one_forward_pass_per_batch(method):
     model = tiny_gap_cnn()
     x = images(5, seed=9)
-    weights = channel_weights(method, model, model[3], x[:1])
+    weights = cam_weights(method, model, model[3], x[:1])
     calls = []
     handle = model.register_forward_pre_hook(lambda module, inputs: calls.append(len(inputs[0])))
     reused_cam(method, model, model[3], x, weights[0], batch_size=2)
@@ -189,7 +189,7 @@ def test_batched_score_cam_weights_are_the_librarys(name, batch, request):
         model[2].weight[0] = 0
         model[2].bias[0] = -1
     classes = torch.tensor([0, 2, 1])
-    weights = channel_weights("Score-CAM", model, layer, x, classes, batch_size=batch)
+    weights = cam_weights("Score-CAM", model, layer, x, classes, batch_size=batch)
     expected = []
     for image, c in zip(x, classes, strict=True):
         with _LibraryScoreCAM(model, target_layers=[layer]) as cam:
@@ -203,19 +203,19 @@ def test_batched_score_cam_weights_are_the_librarys(name, batch, request):
 
 def test_score_cam_is_quiet_unless_asked(capsys):
     model = tiny_cnn()
-    channel_weights("Score-CAM", model, model[3], images(1))
+    cam_weights("Score-CAM", model, model[3], images(1))
     assert capsys.readouterr().err == ""
-    channel_weights("Score-CAM", model, model[3], images(1), progress=True)
+    cam_weights("Score-CAM", model, model[3], images(1), progress=True)
     assert "100%" in capsys.readouterr().err
 
 
 def test_frozen_models_work_and_flags_are_restored():
     model = tiny_cnn()
     x = images(2, seed=8)
-    expected = channel_weights("Grad-CAM++", model, model[3], x)
+    expected = cam_weights("Grad-CAM++", model, model[3], x)
     model[0].requires_grad_(False)
     model[6].weight.requires_grad_(False)
-    torch.testing.assert_close(channel_weights("Grad-CAM++", model, model[3], x), expected)
+    torch.testing.assert_close(cam_weights("Grad-CAM++", model, model[3], x), expected)
     flags = [p.requires_grad for p in model.parameters()]
     assert flags == [False, False, True, True, False, True]
 
@@ -223,13 +223,13 @@ def test_frozen_models_work_and_flags_are_restored():
 @pytest.mark.parametrize(
     ("call", "message"),
     [
-        (lambda m, x: channel_weights("CAM", m, m[3], x), "unknown CAM method"),
-        (lambda m, x: channel_weights("Grad-CAM", m, nn.ReLU(), x), "not part of the model"),
-        (lambda m, x: channel_weights("Grad-CAM", m, "9", x), "'9' is not a module"),
-        (lambda m, x: channel_weights("Grad-CAM", m, m[3], x[0]), "N x C x H x W"),
-        (lambda m, x: channel_weights("Grad-CAM", m, m[3], x[:0]), "holds no image"),
-        (lambda m, x: channel_weights("Grad-CAM", m, m[3], x, [0]), "must be 2 integers"),
-        (lambda m, x: channel_weights("Grad-CAM", m, m[3], x, batch_size=0), "batch_size"),
+        (lambda m, x: cam_weights("CAM", m, m[3], x), "unknown CAM method"),
+        (lambda m, x: cam_weights("Grad-CAM", m, nn.ReLU(), x), "not part of the model"),
+        (lambda m, x: cam_weights("Grad-CAM", m, "9", x), "'9' is not a module"),
+        (lambda m, x: cam_weights("Grad-CAM", m, m[3], x[0]), "N x C x H x W"),
+        (lambda m, x: cam_weights("Grad-CAM", m, m[3], x[:0]), "holds no image"),
+        (lambda m, x: cam_weights("Grad-CAM", m, m[3], x, [0]), "must be 2 integers"),
+        (lambda m, x: cam_weights("Grad-CAM", m, m[3], x, batch_size=0), "batch_size"),
         (lambda m, x: reused_cam("Grad-CAM", m, m[3], x, torch.ones(5)), "target layer has 8"),
         (lambda m, x: reused_cam("Grad-CAM", m, m[3], x, torch.ones(3, 8)), "N = 2"),
         (lambda m, x: reused_cam("Grad-CAM", m, m[3], x, torch.full((8,), np.nan)), "NaN"),

@@ -11,7 +11,7 @@ import torch
 
 from repinterp.core.polytope_weights import covered_sample, draw_indices, with_score_weights
 from repinterp.data import ImageSet, Normalization
-from repinterp.evaluation.baselines import channel_weights, reused_cam
+from repinterp.evaluation.baselines import cam_weights, reused_cam
 from repinterp.evaluation.methods import METHODS, CAMMethod
 from repinterp.evaluation.options import Options
 from repinterp.evaluation.run import Run
@@ -43,7 +43,7 @@ def tiny() -> Setup:
 
 def _mean_weights(setup: Setup, method: str, rows: torch.Tensor) -> torch.Tensor:
     inputs = setup.inputs("reference", rows)
-    return channel_weights(method, setup.model, setup.target_layer, inputs).mean(0)
+    return cam_weights(method, setup.model, setup.target_layer, inputs).mean(0)
 
 
 def test_every_cam_has_a_class_control_beside_its_cluster_control() -> None:

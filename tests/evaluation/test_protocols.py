@@ -12,7 +12,7 @@ from PIL import Image
 from repinterp.core.polytope_weights import covered_sample, with_score_weights
 from repinterp.data.datasets import ImageFormat, shapes
 from repinterp.evaluation import average_drop_increase_from_mask, protocols
-from repinterp.evaluation.baselines import channel_weights, reused_cam
+from repinterp.evaluation.baselines import cam_weights, reused_cam
 from repinterp.evaluation.groupings import ami, polytope_groups, region_groups
 from repinterp.evaluation.methods import METHODS, Method
 from repinterp.evaluation.metrics import energy_in_mask, purity_at_k
@@ -614,7 +614,7 @@ def test_cam_cluster_control_reuses_mean_weights_of_cluster_members(mnist: Setup
         chosen = members[torch.from_numpy(np.sort(rng.permutation(len(members))[:3]))]
         assert bool((centre[chosen] == v).all())
         weights.append(
-            channel_weights(
+            cam_weights(
                 "Grad-CAM", mnist.model, mnist.target_layer, mnist.inputs("reference", chosen)
             ).mean(0)
         )

@@ -14,7 +14,7 @@ from repinterp.core.cover import exact_cover, fewest_boundaries, greedy_cover
 from repinterp.core.heatmap import heatmaps
 from repinterp.core.polytope_weights import covered_sample, score_weights, with_score_weights
 from repinterp.evaluation import protocols
-from repinterp.evaluation.baselines import channel_weights
+from repinterp.evaluation.baselines import cam_weights
 from repinterp.evaluation.methods import METHODS
 from repinterp.evaluation.metrics import coverage_metrics
 from repinterp.evaluation.options import Options
@@ -78,7 +78,7 @@ def test_score_weights_are_pytorch_grad_cams_and_average_over_images():
     model = tiny_gap_cnn().eval()
     x = images(12, seed=2)
     ri = RepresentativeInterpreter(model, "3", n_boundaries=5, progress=False).fit(x)
-    library = channel_weights("Score-CAM", model, "3", x[:3], target_classes=[1, 1, 1])
+    library = cam_weights("Score-CAM", model, "3", x[:3], target_classes=[1, 1, 1])
     ours = torch.stack([score_weights(ri, x[i : i + 1], 1) for i in range(3)])
     torch.testing.assert_close(ours, library, atol=1e-6, rtol=1e-5)
     torch.testing.assert_close(score_weights(ri, x[:3], 1), library.mean(0), atol=1e-6, rtol=1e-5)

@@ -18,10 +18,10 @@ __all__ = [
     "EPS",
     "SCALE",
     "channel_means",
-    "channel_weights",
     "colorbar_css",
     "colorize",
     "heatmaps",
+    "input_side_weights",
     "normalize_maps",
     "overlay",
     "polytope_heatmaps",
@@ -30,7 +30,7 @@ __all__ = [
 EPS = 1e-7
 
 
-def channel_weights(means: Tensor, input_sides: Tensor) -> Tensor:
+def input_side_weights(means: Tensor, input_sides: Tensor) -> Tensor:
     """Channel weights ``alpha`` of each boundary of ``P(x)``.
 
     Each ``W`` is flipped so that the input lies on its positive side (an input exactly on a

@@ -23,7 +23,7 @@ from .cover import (
     sides,
 )
 from .decision_set import cover_columns
-from .heatmap import channel_weights
+from .heatmap import input_side_weights
 from .interpretation import Explainer, Interpretation
 from .reference_index import ReferenceIndex
 
@@ -147,7 +147,7 @@ def interpret(
                 delta=deltas[j],
                 conflicts=conflicts[j],
                 projections=proj[i],
-                channel_weights=channel_weights(
+                channel_weights=input_side_weights(
                     index.channel_means[chosen], input_sides[i, chosen]
                 ),
                 n_reference=len(index),

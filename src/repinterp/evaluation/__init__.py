@@ -34,7 +34,7 @@ _MODULES = {
     "baselines": (
         "CAM_METHODS",
         "ReusableCAM",
-        "channel_weights",
+        "cam_weights",
         "euclidean_neighbours",
         "reused_cam",
     ),

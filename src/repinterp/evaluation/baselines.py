@@ -86,7 +86,7 @@ _REUSING = {
 }
 
 
-def channel_weights(
+def cam_weights(
     method: CamMethod,
     model: nn.Module,
     target_layer: nn.Module | str,
@@ -128,7 +128,7 @@ def reused_cam(
     image the weights were computed on, this is the library's own heat map.
 
     Args:
-        method: the CAM method that computed ``weights`` (see ``channel_weights``).
+        method: the CAM method that computed ``weights`` (see ``cam_weights``).
         model: classifier returning logits.
         target_layer: the layer (module, or its name in ``model``) the weights belong to.
         images: N x C x H x W model inputs.
@@ -182,7 +182,7 @@ class ReusableCAM:
         batch_size: int | None = None,
         progress: bool = False,
     ) -> None:
-        """Args: as in ``channel_weights``; ``batch_size`` None uses 32 for ``heatmaps``."""
+        """Args: as in ``cam_weights``; ``batch_size`` None uses 32 for ``heatmaps``."""
         self.method = _method_name(method)
         self.model = model
         self.target_layer = resolve_module(model, target_layer)[1]

@@ -61,7 +61,7 @@ from ..interpreter import RepresentativeInterpreter
 from ..models.train import Recipe, accuracy, train
 from ..models.zoo import DataShape, model_for
 from ..runtime.devices import model_device
-from .baselines import CAM_METHODS, channel_weights, reused_cam
+from .baselines import CAM_METHODS, cam_weights, reused_cam
 from .run import Run
 from .setup import Setup
 
@@ -104,7 +104,7 @@ _QUIET = {"disable_warnings": True, "display_progressbar": False}
 
 class CAMExplainer:
     """A CAM baseline as a Quantus ``explain_func``: pytorch-grad-cam's own map of each input
-    (`baselines.channel_weights`, drawn by `baselines.reused_cam`) at ``target_layer`` of the
+    (`baselines.cam_weights`, drawn by `baselines.reused_cam`) at ``target_layer`` of the
     model Quantus passes, the trained one or a randomised copy.
 
     Args:
@@ -141,7 +141,7 @@ class CAMExplainer:
         """
         images = torch.as_tensor(np.asarray(inputs, np.float32), device=model_device(model))
         classes = None if targets is None else torch.as_tensor(np.asarray(targets).reshape(-1))
-        weights = channel_weights(self.method, model, self.target_layer, images, classes)
+        weights = cam_weights(self.method, model, self.target_layer, images, classes)
         maps = reused_cam(self.method, model, self.target_layer, images, weights)
         return maps.cpu().numpy()[:, None]
 

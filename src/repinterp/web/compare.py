@@ -53,10 +53,10 @@ class CamWeights:
             if cached is not None:
                 self._weights.move_to_end((key, method))
                 return cached
-        from ..evaluation.baselines import channel_weights  # here: pytorch-grad-cam is slow to load
+        from ..evaluation.baselines import cam_weights  # here: pytorch-grad-cam is slow to load
 
         inputs = self.normalization(pixels.unsqueeze(0)).to(self.device)
-        weights = channel_weights(name, self.model, self.layer, inputs, [target_class])[0]
+        weights = cam_weights(name, self.model, self.layer, inputs, [target_class])[0]
         with self._lock:
             self._weights[(key, method)] = weights
             while len(self._weights) > self.cache_size:

@@ -43,7 +43,7 @@ def _inputs(*files: str | None, data: str | None = None) -> list[Path]:
 def _train(args: argparse.Namespace) -> None:
     from ..data.datasets import load_dataset
     from ..data.provenance import describe_split
-    from ..models.train import train
+    from ..models.train import check_settings, train
     from ..models.zoo import DataShape, check_model, model_for, weights_bytes
     from ..store.files import replace_file
     from ..store.outputs import check_file
@@ -57,6 +57,16 @@ def _train(args: argparse.Namespace) -> None:
         raise ValueError(f"--out {out} is {what}: give a new weights file")
     check_file(out, _inputs(args.weights, data=args.dataset))  # before training, not after
     check_model(arch, args.weights)  # before the data set is read: an image folder takes long
+    check_settings(
+        args.optimizer,
+        args.schedule,
+        args.lr,
+        args.momentum,
+        args.weight_decay,
+        args.warmup_epochs,
+        args.label_smoothing,
+        args.dropout,
+    )
     data = load_dataset(
         args.dataset, seed=args.data_seed, image_size=args.image_size, mean=args.mean, std=args.std
     )

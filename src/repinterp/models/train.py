@@ -123,6 +123,41 @@ def make_optimizer(
     raise ValueError(f"unknown optimizer {optimizer!r}; choose one of: {', '.join(OPTIMIZERS)}")
 
 
+def check_settings(
+    optimizer: str = "adam",
+    schedule: str = "constant",
+    lr: float = 1e-3,
+    momentum: float = 0.9,
+    weight_decay: float = 0.0,
+    warmup_epochs: float = 0.0,
+    label_smoothing: float = 0.0,
+    dropout: float | None = None,
+) -> None:
+    """Refuse settings of `train` that cannot train a model (before any work is done): each
+    number must be finite, the learning rate, momentum, weight decay and warm-up at least 0,
+    label smoothing in [0, 1) and dropout in [0, 1].
+
+    Raises:
+        ValueError: naming the setting (as its ``train`` option) and its value.
+    """
+    if optimizer not in OPTIMIZERS:
+        raise ValueError(f"unknown optimizer {optimizer!r}; choose one of: {', '.join(OPTIMIZERS)}")
+    if schedule not in SCHEDULES:
+        raise ValueError(f"unknown schedule {schedule!r}; choose one of: {', '.join(SCHEDULES)}")
+    ranges = {
+        "lr": (lr, "at least 0"),
+        "momentum": (momentum, "at least 0"),
+        "weight-decay": (weight_decay, "at least 0"),
+        "warmup-epochs": (warmup_epochs, "at least 0"),
+        "label-smoothing": (label_smoothing, "in [0, 1)"),
+        "dropout": (0.0 if dropout is None else dropout, "in [0, 1]"),
+    }
+    for name, (value, allowed) in ranges.items():
+        below_one = {"in [0, 1)": value < 1, "in [0, 1]": value <= 1}.get(allowed, True)
+        if not (math.isfinite(value) and value >= 0 and below_one):
+            raise ValueError(f"--{name} {value}: must be a finite number {allowed}")
+
+
 def train(
     model: nn.Module,
     train_set: Dataset,
@@ -182,18 +217,11 @@ def train(
         `TrainResult`.
 
     Raises:
-        ValueError: unknown optimizer or schedule, or negative warm-up, or label smoothing
-            outside [0, 1).
+        ValueError: a setting `check_settings` refuses.
     """
-    if optimizer not in OPTIMIZERS:
-        raise ValueError(f"unknown optimizer {optimizer!r}; choose one of: {', '.join(OPTIMIZERS)}")
-    if schedule not in SCHEDULES:
-        raise ValueError(f"unknown schedule {schedule!r}; choose one of: {', '.join(SCHEDULES)}")
-    if warmup_epochs < 0 or not 0 <= label_smoothing < 1:
-        raise ValueError(
-            f"need warmup_epochs >= 0 and label_smoothing in [0, 1), got {warmup_epochs} and "
-            f"{label_smoothing}"
-        )
+    check_settings(
+        optimizer, schedule, lr, momentum, weight_decay, warmup_epochs, label_smoothing, dropout
+    )
     device = resolve_device(device)
     model.to(device)
     step = make_optimizer(

@@ -39,6 +39,7 @@ from .interpreter import RepresentativeInterpreter
 from .models.zoo import DataShape, check_model, model_for, target_layer_for
 from .runtime.checksums import file_sha256
 from .store.index_folder import MAX_CHANNELS, MAX_CLASSES, IndexLoadError, read_manifest
+from .store.outputs import distinct_names
 from .store.shards import Shards
 
 __all__ = [
@@ -366,18 +367,14 @@ def _file_name(text: str) -> str:
 
 
 def _unique_names(names: list[str], folders: list[Path | None]) -> list[str]:
-    """``names`` made distinct: a file's name gets its folder's name, then a number."""
+    """``names`` made distinct: a file's name that another shares gets its folder's name, then
+    any that are still alike are numbered (`distinct_names`)."""
     out = [_file_name(name) for name in names]
     clashes = [out.count(name) > 1 for name in out]
     for i, folder in enumerate(folders):
         if clashes[i] and folder is not None:
             out[i] = _file_name(f"{folder.name}-{out[i]}")
-    counts = {name: out.count(name) for name in out}
-    seen: dict[str, int] = {}
-    for i, name in enumerate(out):
-        seen[name] = seen.get(name, 0) + 1
-        out[i] = name if counts[name] == 1 else f"{name}-{seen[name]}"
-    return out
+    return distinct_names(out, lambda name: [name])
 
 
 def resolve_images(workspace: Workspace, specs: list[str]) -> tuple[Tensor, list[str]]:
@@ -391,7 +388,7 @@ def resolve_images(workspace: Workspace, specs: list[str]) -> tuple[Tensor, list
     images, names, folders = [], [], []
     for spec in specs:
         part, _, number = spec.partition(":")
-        if part in ("reference", "unseen") and number.isdigit():
+        if part in ("reference", "unseen") and number.isascii() and number.isdigit():
             data = workspace.data.reference if part == "reference" else workspace.data.unseen
             if int(number) >= len(data):
                 raise ValueError(f"{spec}: the {part} set has {len(data)} images")
@@ -399,6 +396,8 @@ def resolve_images(workspace: Workspace, specs: list[str]) -> tuple[Tensor, list
             names.append(f"{part}-{number}")
             folders.append(None)
         else:
+            if part in ("reference", "unseen") and not Path(spec).exists():
+                raise ValueError(f"{spec}: {part}:I takes a whole number I (or give an image file)")
             images.append(load_image_file(spec, shape))
             names.append(Path(spec).stem)
             folders.append(Path(spec).resolve().parent)

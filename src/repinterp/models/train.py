@@ -22,7 +22,7 @@ from torch.utils.data import DataLoader, Dataset
 from tqdm import tqdm
 
 from ..runtime.devices import resolve_device
-from .zoo import DataShape, LabelledImages, model_for
+from .zoo import DataShape, LabelledImages, check_input_size, model_for
 
 OPTIMIZERS = ("adam", "adamw", "sgd")
 SCHEDULES = ("constant", "cosine")
@@ -318,6 +318,7 @@ class Recipe:
         """A model of ``arch`` for ``train_set``'s classes and channels, initialised with
         ``seed`` and trained on ``train_set`` with it (`train`), in eval mode on ``device``."""
         settings = self.settings()
+        check_input_size(self.arch, train_set[0][0].shape)
         model = model_for(settings.pop("arch"), DataShape.of(train_set), seed=seed)
         result = train(
             model, train_set, held_out_set, seed=seed, device=device, progress=progress, **settings

@@ -180,6 +180,26 @@ def _map_size(model: nn.Module, name: str, input_shape: Sequence[int]) -> tuple[
     return shapes[-1][2:] if shapes and len(shapes[-1]) == 4 else ()
 
 
+def check_input_size(arch: str, input_shape: Sequence[int]) -> None:
+    """Refuse images of ``input_shape`` (C x H x W) that ``arch`` cannot take, its maps
+    shrinking to nothing (found without computing: the model is built on the meta device).
+
+    Raises:
+        ValueError: naming the size and ``--image-size``, with what torch said.
+    """
+    with torch.device("meta"):
+        model = _construct(arch, 2, int(input_shape[0])).eval()
+    try:
+        with torch.inference_mode():
+            model(torch.zeros(1, *input_shape, device="meta"))
+    except RuntimeError as exc:
+        said = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ValueError(
+            f"images of {input_shape[-2]} x {input_shape[-1]} pixels are too small for {arch} "
+            f"({said}): give a larger --image-size"
+        ) from None
+
+
 def target_layer_for(arch: str, input_shape: Sequence[int], layer: str | None = None) -> str:
     """The layer to interpret for images of ``input_shape``, such that heat maps show
     something: its feature maps have at least ``s x s`` pixels, ``s`` = `MIN_MAP_SIDE` or half
@@ -202,9 +222,11 @@ def target_layer_for(arch: str, input_shape: Sequence[int], layer: str | None = 
         The layer's name.
 
     Raises:
-        ValueError: unknown arch or layer; a ``layer`` given whose maps are 1 x 1 at this size
+        ValueError: unknown arch or layer; images too small for ``arch``
+            (`check_input_size`); a ``layer`` given whose maps are 1 x 1 at this size
             (every heat map would be constant: the message names the layer to use instead).
     """
+    check_input_size(arch, input_shape)
     default = default_target_layer(arch)
     with torch.device("meta"):
         model = _construct(arch, 2, int(input_shape[0])).eval()

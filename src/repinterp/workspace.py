@@ -368,12 +368,18 @@ def _file_name(text: str) -> str:
 
 def _unique_names(names: list[str], folders: list[Path | None]) -> list[str]:
     """``names`` made distinct: a file's name that another shares gets its folder's name, then
-    any that are still alike are numbered (`distinct_names`)."""
+    those still alike are numbered (``-1``, ``-2``, ...), and any that a number made alike
+    another name are numbered past it (`distinct_names`)."""
     out = [_file_name(name) for name in names]
     clashes = [out.count(name) > 1 for name in out]
     for i, folder in enumerate(folders):
         if clashes[i] and folder is not None:
             out[i] = _file_name(f"{folder.name}-{out[i]}")
+    counts = {name: out.count(name) for name in out}
+    seen: dict[str, int] = {}
+    for i, name in enumerate(out):
+        seen[name] = seen.get(name, 0) + 1
+        out[i] = name if counts[name] == 1 else f"{name}-{seen[name]}"
     return distinct_names(out, lambda name: [name])
 
 

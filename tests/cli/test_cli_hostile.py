@@ -6,6 +6,7 @@ them."""
 import errno
 import json
 import os
+import warnings
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -247,3 +248,34 @@ def test_an_image_size_too_small_for_the_model_is_one_line(command, tmp_path, ca
     assert_one_line_error(code, err, "images of 7 x 7 pixels are too small for shapes_cnn (")
     assert "give a larger --image-size" in err
     assert not out.exists()
+
+
+def test_fit_warns_when_the_accuracy_is_near_chance_or_far_below_the_recorded(tmp_path, capsys):
+    """Newcomer item 5: a fit at the wrong image size printed "accuracy 47.2 %" without a
+    word. One line on stderr when the reference accuracy is near chance (below 1.5 x chance),
+    or far below (15 points) the held-out accuracy ``train`` recorded in the weights file."""
+    from repinterp.models.zoo import build_model, recorded_training, weights_bytes
+
+    untrained = build_model("digits_cnn", 10, in_channels=1, seed=0)
+    fit = ["fit", "--model", "digits_cnn", "--reference", "digits", "--boundaries", "3", "--quiet"]
+    for name, recorded, warning in [
+        ("plain", None, "is near chance (10.0% for 10 classes)"),
+        ("recorded", {"held_out_accuracy": "97.50", "dataset": "digits", "image_size": "8"}, (
+            "is far below the 97.5% recorded when it was trained (on digits at 8 px)"
+        )),
+    ]:  # fmt: skip
+        weights = tmp_path / f"{name}.safetensors"
+        weights.write_bytes(weights_bytes(untrained, recorded))
+        assert recorded_training(weights) == (recorded or {})
+        argv = [*fit, "--weights", str(weights), "--out", str(tmp_path / name)]
+        with pytest.warns(UserWarning, match="the model's accuracy on the reference") as caught:
+            code, stdout, err = run(argv, capsys)
+        assert code == 0, err
+        accuracy = float(stdout.split("the model's accuracy on them: ")[1].split("%")[0])
+        assert accuracy < 15
+        (said,) = [str(w.message) for w in caught]
+        assert f"images, {accuracy:.1f}%, {warning}" in said and "\n" not in said
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the bundled weights: 99% and nothing to say
+        code, _, err = run([*fit, "--out", str(tmp_path / "bundled")], capsys)
+    assert code == 0, err

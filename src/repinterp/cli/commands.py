@@ -99,7 +99,12 @@ def _train(args: argparse.Namespace) -> None:
         dropout=args.dropout,
     )
     out.parent.mkdir(parents=True, exist_ok=True)
-    replace_file(out, weights_bytes(model))
+    recorded = {
+        "held_out_accuracy": f"{100 * result.held_out_accuracy:.2f}",
+        "dataset": args.dataset,
+        "image_size": str(data.reference[0][0].shape[-1]),
+    }
+    replace_file(out, weights_bytes(model, recorded))
     losses = ", ".join(f"{loss:.4f}" for loss in result.losses)
     print(f"epoch losses: {losses}")
     print(f"held-out accuracy: {100 * result.held_out_accuracy:.2f}% on {len(data.unseen)} images")
@@ -198,6 +203,43 @@ def _fit(args: argparse.Namespace) -> None:
     if index.labels is not None and len(index):
         right, n = int((index.predictions == index.labels).sum()), len(index)
         print(f"the model's accuracy on them: {100 * right / n:.1f}% ({right} of {n})")
+        _warn_accuracy(100 * right / n, index.n_classes, args.weights)
+
+
+# An accuracy on the reference set below 1.5 x chance, or this many points below the one
+# recorded when the model was trained, is worth a warning (a wrong --image-size, say).
+NEAR_CHANCE, FAR_BELOW = 1.5, 15.0
+
+
+def _warn_accuracy(accuracy: float, n_classes: int, weights: str | None) -> None:
+    """Warn (one line, on stderr) when the model's accuracy on the reference images (%) is
+    near chance, or far below what ``repinterp train`` recorded in its weights file (None:
+    the bundled weights, which record none)."""
+    import warnings
+
+    from ..models.zoo import recorded_training
+
+    chance = 100 / n_classes
+    recorded = recorded_training(weights) if weights else {}
+    try:
+        then = float(recorded["held_out_accuracy"])
+    except (KeyError, ValueError):
+        then = None
+    if then is not None and accuracy < then - FAR_BELOW:
+        trained = f"on {recorded.get('dataset')} at {recorded.get('image_size')} px"
+        warnings.warn(
+            f"the model's accuracy on the reference images, {accuracy:.1f}%, is far below the "
+            f"{then:.1f}% recorded when it was trained ({trained}): check --image-size, --mean, "
+            "--std and the weights",
+            stacklevel=2,
+        )
+    elif accuracy < NEAR_CHANCE * chance:
+        warnings.warn(
+            f"the model's accuracy on the reference images, {accuracy:.1f}%, is near chance "
+            f"({chance:.1f}% for {n_classes} classes): check --image-size, --mean, --std and "
+            "the weights",
+            stacklevel=2,
+        )
 
 
 # ----------------------------------------------------------------------------- explain

@@ -19,6 +19,7 @@ from types import ModuleType
 from typing import Protocol
 
 import torch
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save
 from torch import Tensor, nn
 from torchvision import models
@@ -426,10 +427,10 @@ def _weights_kind(path: Path) -> str | None:
     8-byte header length, then the JSON header), or None, from the file's first bytes."""
     with open(path, "rb") as f:
         start = f.read(9)
+    if len(start) == 9 and start[8:] == b"{":  # first: a header length may start with 0x80
+        return "safetensors"
     if start.startswith(b"PK\x03\x04") or start.startswith(b"\x80"):
         return "torch"
-    if len(start) == 9 and start[8:] == b"{":
-        return "safetensors"
     return None
 
 
@@ -514,10 +515,25 @@ def load_weights(model: nn.Module, path: str | Path, skip: Sequence[str] = ()) -
     return model
 
 
-def weights_bytes(model: nn.Module) -> bytes:
-    """`model`'s state dict as the bytes of a safetensors file (contiguous CPU tensors)."""
+def weights_bytes(model: nn.Module, metadata: dict[str, str] | None = None) -> bytes:
+    """`model`'s state dict as the bytes of a safetensors file (contiguous CPU tensors), with
+    ``metadata`` in its header (what `train` measured: see `recorded_training`)."""
     state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
-    return save(state)
+    return save(state, metadata)
+
+
+def recorded_training(path: str | Path) -> dict[str, str]:
+    """What ``repinterp train`` recorded in a safetensors weights file's header
+    (``held_out_accuracy`` in %, ``dataset``, ``image_size`` in pixels), or nothing (another
+    file, or none recorded)."""
+    path = Path(path)
+    try:
+        if _weights_kind(path) != "safetensors":
+            return {}
+        with safe_open(str(path), "pt") as f:
+            return dict(f.metadata() or {})
+    except (OSError, SafetensorError):
+        return {}
 
 
 def save_weights(model: nn.Module, path: str | Path) -> None:

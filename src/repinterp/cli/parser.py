@@ -245,9 +245,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--contrast",
         metavar="CLASS",
         help="beyond the paper: also draw, for each image predicted another class, the "
-        "contrastive map of why the model says its class rather than CLASS (a class's index or "
-        "name): the heat map of the boundary between the two classes at the image (Eq. 2's "
-        "weights)",
+        "contrastive map of why the model says its class rather than CLASS (a class's name, "
+        "else its index): the heat map of the boundary between the two classes at the image "
+        "(Eq. 2's weights)",
     )
     _overwrite(p)
     _common(p)

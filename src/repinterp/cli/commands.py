@@ -430,7 +430,7 @@ def _explain(args: argparse.Namespace) -> None:
         if args.contrast is not None:
             contrast, note = contrast_class(ws, args.contrast)
             if note:
-                _say(args, note)
+                print(note)  # even with --quiet: which class is a choice made for the user
         entries = explain_to_files(
             ws, pixels, names, out, args.top_k, not args.quiet, own, contrast=contrast
         )

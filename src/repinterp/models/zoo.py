@@ -190,9 +190,16 @@ def check_input_size(arch: str, input_shape: Sequence[int]) -> None:
     """
     with torch.device("meta"):
         model = _construct(arch, 2, int(input_shape[0])).eval()
+    _check_forward(model, arch, input_shape)
+
+
+def _check_forward(model: nn.Module, arch: str, input_shape: Sequence[int]) -> None:
+    """`check_input_size` of ``model`` (``arch``, on the meta device)."""
     try:
         with torch.inference_mode():
             model(torch.zeros(1, *input_shape, device="meta"))
+    except NotImplementedError:
+        return  # an operation without a meta kernel: nothing to tell before computing
     except RuntimeError as exc:
         said = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ValueError(
@@ -227,10 +234,10 @@ def target_layer_for(arch: str, input_shape: Sequence[int], layer: str | None = 
             (`check_input_size`); a ``layer`` given whose maps are 1 x 1 at this size
             (every heat map would be constant: the message names the layer to use instead).
     """
-    check_input_size(arch, input_shape)
     default = default_target_layer(arch)
     with torch.device("meta"):
         model = _construct(arch, 2, int(input_shape[0])).eval()
+    _check_forward(model, arch, input_shape)
     name, _ = resolve_module(model, layer or default)
     side = max(2, min(MIN_MAP_SIDE, -(-min(input_shape[-2:]) // 2)))
     size = f"{input_shape[-2]} x {input_shape[-1]}"

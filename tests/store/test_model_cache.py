@@ -200,6 +200,7 @@ def _a_partial_folder(folder):
     ("make", "sub", "message"),
     [
         (_an_index, "", "is a repinterp index: give another folder"),
+        (_an_index, ".partial", "is inside the repinterp index "),
         (_a_partial_folder, "", "is a repinterp partial folder: give another folder"),
         (lambda path: path.write_text("x"), "", "is a file, not a folder"),
         (lambda path: path.write_text("x"), "sub", "cannot be made: "),

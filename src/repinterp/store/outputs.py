@@ -334,8 +334,8 @@ def check_folder(folder: str | Path, what: str) -> None:
 
     Raises:
         OutputError: ``folder`` is a file, cannot be made (a link to nothing, a path through a
-            file) or written, or is an index or the partial folder of a fit (never another
-            command's output).
+            file) or written, or is an index, inside one, or the partial folder of a fit (never
+            another command's output).
     """
     folder = Path(folder)
     try:
@@ -347,6 +347,11 @@ def check_folder(folder: str | Path, what: str) -> None:
         raise OutputError(
             f"{what}: {folder} is a repinterp {held}: give another folder (an index is never "
             "the output of another command, even with --overwrite)"
+        )
+    index = next((p for p in folder.parents if p.is_dir() and _holds_index(p)), None)
+    if index is not None:
+        raise OutputError(
+            f"{what}: {folder} is inside the repinterp index {index}: give a folder outside it"
         )
     existing = next(p for p in (folder, *folder.parents) if p.exists())
     if not os.access(existing, os.W_OK | os.X_OK):

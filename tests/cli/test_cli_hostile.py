@@ -118,13 +118,21 @@ def test_a_folder_where_an_output_file_goes_is_one_line_before_any_file(
     assert listing(out) == before
 
 
-def test_a_folder_where_the_report_page_goes_is_one_line(index, tmp_path, capsys) -> None:
-    """Item 18: ``index.html`` a folder in a report's folder."""
+def test_a_folder_where_the_report_page_or_results_go_is_one_line(index, tmp_path, capsys) -> None:
+    """Item 18: ``index.html`` a folder in a report's folder, and ``results.md`` in an
+    evaluation's: one line, before any figure or number is computed (none written)."""
     out = tmp_path / "report"
     (out / "index.html").mkdir(parents=True)
     report = ["report", "--index", str(index), "--out", str(out), "--regions", "10", "--quiet"]
     code, _, err = run([*report, "--overwrite"], capsys)
     assert_one_line_error(code, err, f"a folder is where this file goes: {out / 'index.html'}")
+    assert [p.name for p in out.glob("[!.]*")] == ["index.html"]
+    out = tmp_path / "evaluation"
+    (out / "results.md").mkdir(parents=True)
+    argv = ["evaluate", "--dataset", "digits", "--protocol", "coverage", "--quick", "--quiet"]
+    code, _, err = run([*argv, "--out", str(out), "--overwrite"], capsys)
+    assert_one_line_error(code, err, f"a folder is where this file goes: {out / 'results.md'}")
+    assert [p.name for p in out.glob("[!.]*")] == ["results.md"]
 
 
 def test_names_of_250_characters_are_explained(index, tmp_path, capsys) -> None:

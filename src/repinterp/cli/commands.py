@@ -498,10 +498,12 @@ def _report(args: argparse.Namespace) -> None:
 
     from ..core.regions import RegionSet, distinct_polytopes
     from ..report import write_report
+    from ..store.files import refuse_folders
     from ..store.outputs import claim, refuse_inputs
 
     out = Path(args.out)
     with claim(out, "report", args.overwrite, _inputs(args.weights)):
+        refuse_folders([out / "index.html"])  # before any work, as the figures' names are
         ws = _open(args)
         refuse_inputs(out, _inputs(data=ws.recipe.get("dataset")))
         ri = ws.interpreter
@@ -566,12 +568,14 @@ def _serve(args: argparse.Namespace) -> None:
 def _evaluate(args: argparse.Namespace) -> None:
     from ..evaluation.protocols import evaluate
     from ..report import write_results
+    from ..store.files import refuse_folders
     from ..store.outputs import claim
     from .evaluate import prepare
 
     name = args.dataset.replace(":", "-").replace("/", "_")
     out = Path(args.out or f"evaluation/{name}-{args.protocol}")
     with claim(out, "evaluation", args.overwrite, _inputs(args.weights, data=args.dataset)):
+        refuse_folders(out / name for name in ("results.json", "units.json", "results.md"))
         setup, options, command = prepare(args)
         results = evaluate(setup, args.protocol, options)
         results["command"] = command

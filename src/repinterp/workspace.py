@@ -40,6 +40,7 @@ from .interpreter import RepresentativeInterpreter
 from .models.zoo import DataShape, check_model, model_for, target_layer_for
 from .runtime.checksums import file_sha256
 from .store.index_folder import MAX_CHANNELS, MAX_CLASSES, IndexLoadError, read_manifest
+from .store.outputs import distinct_names
 from .store.shards import Shards
 
 __all__ = [
@@ -361,7 +362,9 @@ def _file_name(text: str) -> str:
 
 
 def _unique_names(names: list[str], folders: list[Path | None]) -> list[str]:
-    """``names`` made distinct: a file's name gets its folder's name, then a number."""
+    """``names`` made distinct: a file's name that another shares gets its folder's name, then
+    those still alike are numbered (``-1``, ``-2``, ...), and any that a number made alike
+    another name are numbered past it (`distinct_names`)."""
     out = [_file_name(name) for name in names]
     clashes = [out.count(name) > 1 for name in out]
     for i, folder in enumerate(folders):
@@ -372,7 +375,7 @@ def _unique_names(names: list[str], folders: list[Path | None]) -> list[str]:
     for i, name in enumerate(out):
         seen[name] = seen.get(name, 0) + 1
         out[i] = name if counts[name] == 1 else f"{name}-{seen[name]}"
-    return out
+    return distinct_names(out, lambda name: [name])
 
 
 def resolve_images(workspace: Workspace, specs: list[str]) -> tuple[Tensor, list[str]]:
@@ -386,7 +389,7 @@ def resolve_images(workspace: Workspace, specs: list[str]) -> tuple[Tensor, list
     images, names, folders = [], [], []
     for spec in specs:
         part, _, number = spec.partition(":")
-        if part in ("reference", "unseen") and number.isdigit():
+        if part in ("reference", "unseen") and number.isascii() and number.isdigit():
             data = workspace.data.reference if part == "reference" else workspace.data.unseen
             if int(number) >= len(data):
                 raise ValueError(f"{spec}: the {part} set has {len(data)} images")
@@ -394,6 +397,8 @@ def resolve_images(workspace: Workspace, specs: list[str]) -> tuple[Tensor, list
             names.append(f"{part}-{number}")
             folders.append(None)
         else:
+            if part in ("reference", "unseen") and not Path(spec).exists():
+                raise ValueError(f"{spec}: {part}:I takes a whole number I (or give an image file)")
             images.append(load_image_file(spec, shape))
             names.append(Path(spec).stem)
             folders.append(Path(spec).resolve().parent)

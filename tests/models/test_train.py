@@ -198,7 +198,7 @@ def test_label_smoothing_and_autocast_reach_the_loss():
     assert model.dtypes == [torch.bfloat16] and model.linear.weight.dtype == torch.float32
     train.train(model, tiny, _frozen(), device="cpu", progress=False)
     assert model.dtypes[-1] == torch.float32
-    with pytest.raises(ValueError, match=r"label_smoothing in \[0, 1\), got 0.0 and 1.0$"):
+    with pytest.raises(ValueError, match=r"^--label-smoothing 1.0: must be a finite number in"):
         _frozen(label_smoothing=1.0)
 
 
@@ -240,3 +240,32 @@ def test_dropout_is_overridden_while_training_only():
     assert (plain.sum(1) == 1).all()  # every image seen as it is
     train.train(model, tiny, _frozen(batch_size=16), progress=False)
     assert (recorder.seen[1] == 0).float().mean() > 0.3  # the model's own dropout, p = 0.5
+
+
+@pytest.mark.parametrize(
+    "option, message",
+    [
+        ("--lr inf", "--lr inf: must be a finite number at least 0"),
+        ("--lr nan", "--lr nan: must be a finite number at least 0"),
+        ("--optimizer sgd --momentum nan", "--momentum nan: must be a finite number at least 0"),
+        ("--weight-decay=-inf", "--weight-decay -inf: must be a finite number at least 0"),
+        ("--warmup-epochs nan", "--warmup-epochs nan: must be a finite number at least 0"),
+        ("--dropout 1.5", "--dropout 1.5: must be a finite number in [0, 1]"),
+    ],
+)
+def test_train_refuses_settings_that_cannot_train_before_any_work(
+    option, message, monkeypatch, tmp_path, capsys
+):
+    """Issue 38, item 13: ``--lr inf`` or ``--momentum nan`` wrote all-NaN weights with exit 0;
+    now one line naming the option, before the data set is read, and nothing written."""
+    from ..commandline import assert_one_line_error, run
+
+    def unread(*args, **kwargs):
+        raise AssertionError("the data set was read")
+
+    monkeypatch.setattr(data, "load_dataset", unread)
+    out = tmp_path / "w.safetensors"
+    argv = ["train", "--dataset", "digits", "--model", "digits_cnn", "--out", str(out)]
+    code, _, err = run([*argv, *option.split(), "--quiet"], capsys)
+    assert_one_line_error(code, err, message)
+    assert list(tmp_path.iterdir()) == []

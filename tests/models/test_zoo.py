@@ -297,3 +297,20 @@ def test_bundled_mnist_super_weights_are_the_documented_ones():
     data = mnist_super()
     model = zoo.model_for("mnist_super_cnn", zoo.DataShape.of(data.reference), path)
     assert round(100 * accuracy(model, data.unseen), 2) == 96.40
+
+
+def test_a_safetensors_file_whose_header_length_starts_with_0x80_is_one(tmp_path) -> None:
+    """Issue 38 (found with newcomer item 5): a safetensors header of 0x..80 bytes begins as a
+    pickle does (0x80) and was read as a PyTorch checkpoint; the header's ``{`` decides."""
+    model = zoo.build_model("digits_cnn", 10, in_channels=1, seed=0)
+    path = tmp_path / "w.safetensors"
+    for pad in range(256):
+        path.write_bytes(zoo.weights_bytes(model, {"pad": "x" * pad}))
+        if path.read_bytes()[0] == 0x80:
+            break
+    other = zoo.build_model("digits_cnn", 10, in_channels=1, seed=1)
+    zoo.load_weights(other, path)
+    assert path.read_bytes()[0] == 0x80
+    for name, tensor in model.state_dict().items():
+        assert torch.equal(tensor, other.state_dict()[name]), name
+    assert zoo.recorded_training(path)["pad"].startswith("x")

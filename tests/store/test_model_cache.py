@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 
 import pytest
 import torch
@@ -20,7 +21,7 @@ from repinterp.runtime.checksums import file_sha256
 from repinterp.store import model_cache
 from repinterp.store.model_cache import trained_model
 
-from ..commandline import assert_one_line_error, run
+from ..commandline import assert_one_line_error, listing, run
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -146,7 +147,8 @@ def test_without_model_seeds_every_run_names_the_bundled_weights() -> None:
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--model-seeds", "0"], "--model-seeds must be >= 1, got 0"),
+        (["--model-seeds", "0"], "--model-seeds must be from 1 to 100 (models trained), got 0"),
+        (["--model-seeds", "101"], "--model-seeds must be from 1 to 100 (models trained), got 101"),
         (["--model-seeds", "2", "--runs", "3"], "--runs 3 with --model-seeds 2"),
         (["--model-cache", "x"], "--model-cache needs --model-seeds"),
         (["--model-seeds", "2", "--weights", "w.pt", "--model", "digits_cnn"], "give no --weights"),
@@ -160,3 +162,74 @@ def test_bad_model_seeds_are_one_line_errors(argv, message, tmp_path, capsys) ->
     base = ["evaluate", "--dataset", "digits", "--protocol", "coverage", "--quiet"]
     code, _, err = run([*base, "--out", str(tmp_path / "out"), *argv], capsys)
     assert_one_line_error(code, err, message)
+
+
+def test_swapped_cache_entries_are_refused(digits, tmp_path) -> None:
+    """Issue 38, item 12: the weights and card of seed 0 under seed 1's key and back were used
+    without a word; a card whose seed (or recipe, data, device) is not its key's is refused."""
+    zero, one = (_train(TINY, digits, seed, tmp_path) for seed in (0, 1))
+    for suffix in (".safetensors", ".json"):
+        a, b = zero.path.with_suffix(suffix), one.path.with_suffix(suffix)
+        data = a.read_bytes()
+        a.write_bytes(b.read_bytes())
+        b.write_bytes(data)
+    for seed, other in ((0, 1), (1, 0)):
+        card = one.path.with_suffix(".json") if seed == 1 else zero.path.with_suffix(".json")
+        message = f"{card} is the card of another model than its name says "
+        message += f"(seed {other}, not {seed})"
+        with pytest.raises(ValueError, match=f"^--model-cache: {re.escape(message)}"):
+            _train(TINY, digits, seed, tmp_path)
+
+
+@pytest.mark.parametrize("card", ["[]", '"x"', "1", "null"])
+def test_a_card_that_is_json_but_not_an_object_is_trained_again(card, digits, tmp_path) -> None:
+    """Issue 38, item 15: a card that is JSON but not an object was an AttributeError; it is
+    taken as damaged, as a card that is not JSON is: the model is trained again."""
+    base = _train(TINY, digits, 0, tmp_path)
+    base.path.with_suffix(".json").write_text(card)
+    again = _train(TINY, digits, 0, tmp_path)
+    assert not again.cached and again.sha256 == base.sha256
+    assert json.loads(again.path.with_suffix(".json").read_text())["seed"] == 0
+
+
+def _an_index(folder):
+    folder.mkdir()
+    (folder / "manifest.json").write_text('{"format_version": 3, "sha256": {}}')
+
+
+def _a_partial_folder(folder):
+    folder.mkdir()
+    (folder / ".repinterp-output.json").write_text('{"kind": "partial", "files": []}')
+
+
+@pytest.mark.parametrize(
+    ("make", "sub", "message"),
+    [
+        (_an_index, "", "is a repinterp index: give another folder"),
+        (_an_index, ".partial", "is inside the repinterp index "),
+        (_a_partial_folder, "", "is a repinterp partial folder: give another folder"),
+        (lambda path: path.write_text("x"), "", "is a file, not a folder"),
+        (lambda path: path.write_text("x"), "sub", "cannot be made: "),
+    ],
+)
+def test_the_model_cache_folder_is_checked_before_any_work(
+    make, sub, message, tmp_path, capsys, monkeypatch
+) -> None:
+    """Issue 38, items 3 and 16: ``--model-cache`` an index folder (or its ``.partial``) got
+    weights and cards written into it; a file (or a path through one) was a traceback after
+    training. Now one line naming the option, before the data is read, nothing written."""
+    from repinterp.evaluation import setup
+
+    def unread(*args, **kwargs):
+        raise AssertionError("the data set was read")
+
+    monkeypatch.setattr(setup, "load_dataset", unread)
+    cache = tmp_path / "cache"
+    make(cache)
+    before = listing(tmp_path)
+    base = ["evaluate", "--dataset", "digits", "--protocol", "coverage", "--quiet"]
+    argv = [*base, "--model-seeds", "1", "--model-cache", str(cache / sub if sub else cache)]
+    code, _, err = run([*argv, "--out", str(tmp_path / "out")], capsys)
+    assert_one_line_error(code, err, "--model-cache: ")
+    assert message in err
+    assert listing(tmp_path) == before

@@ -27,6 +27,7 @@ from repinterp.store.outputs import (
     OutputError,
     claim,
     folder_kind,
+    remove_listed,
     write_outputs,
 )
 
@@ -341,3 +342,38 @@ def test_damaged_manifests_do_not_load(old_and_new, tmp_path, capsys) -> None:
         if name != "recipe field":
             with pytest.raises(IndexLoadError, match=message.split(" (")[0].replace("(", r"\(")):
                 load_index(index)
+
+
+def test_a_folder_where_a_file_goes_is_refused_before_any_file_is_written(tmp_path) -> None:
+    """Issue 38, item 18: a folder named as one of the files (``results.md``) was an
+    ``IsADirectoryError`` after the files before it were renamed into place; now it is refused
+    before any is written, naming it, and nothing else changes."""
+    (tmp_path / "results.md").mkdir()
+    (tmp_path / "results.json").write_text("earlier")
+    contents = {tmp_path / "results.json": b"{}", tmp_path / "results.md": b"# results"}
+    with pytest.raises(IsADirectoryError) as refused:
+        files.replace_files(contents)
+    assert refused.value.filename == str(tmp_path / "results.md")
+    assert (tmp_path / "results.json").read_text() == "earlier"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["results.json", "results.md"]
+
+
+def test_temporary_names_of_long_names_fit_and_are_known(tmp_path) -> None:
+    """Issue 38, item 14: a name of 242 to 255 bytes is written through a temporary name that
+    fits 255 bytes, and the temporary file a kill would leave is known as that file's (the
+    next command removes it, and nothing else)."""
+    names = ["é" + "x" * (size - 2) for size in (240, 242, 245, 255)]
+    for name in names:
+        files.replace_file(tmp_path / name, b"data")
+        assert (tmp_path / name).read_bytes() == b"data"
+    stems = files.temporary_stems(names)
+    left = [f".{stem}.tmp-0123abcd" for stem in stems]  # what a kill leaves
+    assert all(len(name.encode()) <= 255 for name in left)
+    for name in left:
+        (tmp_path / name).write_bytes(b"half")
+    (tmp_path / ".x.tmp-0123abcd").write_bytes(b"a user's")
+    (tmp_path / MARKER_FILE).write_text(json.dumps({"kind": "explain", "files": names}))
+    remove_listed(tmp_path, keep=names)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        [*names, MARKER_FILE, ".x.tmp-0123abcd"]
+    )

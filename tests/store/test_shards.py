@@ -101,12 +101,33 @@ def test_killed_fit_resumes_bit_for_bit(setup, tmp_path) -> None:
         warnings.simplefilter("error")  # nothing damaged: no warning
         resumed = interpreter(model).fit(resumed_set, keep_features=True, shards=resume)
     # the images that check the model, the |Q| images behind Q (they check that the data is
-    # the same) and shards 2 to 4 only
-    assert resumed_set.reads == CHECKED_IMAGES + N_Q + N - 2 * SHARD
+    # the same), shards 0 and 1 to check that their images are those they were made from, and
+    # shards 2 to 4
+    assert resumed_set.reads == CHECKED_IMAGES + N_Q + N
     assert_same_index(resumed, uninterrupted)
 
     resume.remove()
     assert not shards.directory.exists()
+
+
+def test_a_shard_made_from_an_image_changed_since_is_recomputed(setup, tmp_path) -> None:
+    """Issue 38, item 11: a reference image changed (not one behind Q) before ``--resume``: the
+    stale shard was reused, the index holding the old image's rows. Each shard records the
+    SHA-256 of its images; a resumed fit recomputes a shard whose images changed, with a
+    warning, and gives the index of a fresh fit of the new images."""
+    model, images, uninterrupted = setup
+    shards = Shards(tmp_path / "partial", size=SHARD)
+    interrupted_fit(model, images, shards, after=150)  # shards 0 and 1 are complete
+    behind_q = set(uninterrupted.fitted_index.sources.tolist())
+    changed = next(i for i in range(SHARD, 2 * SHARD) if i not in behind_q)  # in shard 1
+    new = images.clone()
+    new[changed] = new[changed].flip(-1) + 0.5
+    fresh = interpreter(model).fit(Reference(new), keep_features=True)
+    resume = Shards(shards.directory, size=SHARD, resume=True)
+    with pytest.warns(UserWarning, match="shard 1 in .* was made from other reference images"):
+        resumed = interpreter(model).fit(Reference(new), keep_features=True, shards=resume)
+    assert_same_index(resumed, fresh)
+    assert not torch.equal(resumed.fitted_index.projections, uninterrupted.fitted_index.projections)
 
 
 def test_damaged_shards_are_recomputed(setup, tmp_path) -> None:
@@ -129,7 +150,8 @@ def test_damaged_shards_are_recomputed(setup, tmp_path) -> None:
     with pytest.warns(UserWarning, match="damaged") as caught:
         resumed = interpreter(model).fit(reread, keep_features=True, shards=resume)
     assert sorted(str(w.message).split()[1] for w in caught) == ["1", "3"]
-    assert reread.reads == CHECKED_IMAGES + N_Q + 2 * SHARD
+    # the images that check the model, and shards 1 and 3 recomputed, the others' images checked
+    assert reread.reads == CHECKED_IMAGES + N_Q + N
     assert_same_index(resumed, uninterrupted)
 
 
@@ -192,11 +214,11 @@ def interrupt_after_shards(monkeypatch: pytest.MonkeyPatch, n: int) -> None:
     save_shard = shards_module.PartialBuild.save_shard
     saved = []
 
-    def save_then_interrupt(self, k, tensors, features_sha):
+    def save_then_interrupt(self, k, *args):
         if len(saved) == n:
             raise KeyboardInterrupt
         saved.append(k)
-        save_shard(self, k, tensors, features_sha)
+        save_shard(self, k, *args)
 
     monkeypatch.setattr(shards_module.PartialBuild, "save_shard", save_then_interrupt)
 

@@ -52,7 +52,7 @@ def _train(args: argparse.Namespace) -> None:
     from ..data.datasets import load_dataset
     from ..data.provenance import describe_split
     from ..models.train import Recipe, train
-    from ..models.zoo import DataShape, check_model, model_for, weights_bytes
+    from ..models.zoo import DataShape, check_input_size, check_model, model_for, weights_bytes
     from ..store.files import replace_file
     from ..store.outputs import check_file
 
@@ -65,15 +65,6 @@ def _train(args: argparse.Namespace) -> None:
         raise ValueError(f"--out {out} is {what}: give a new weights file")
     check_file(out, _inputs(args.weights, data=args.dataset))  # before training, not after
     check_model(arch, args.weights)  # before the data set is read: an image folder takes long
-    data = load_dataset(args.dataset, seed=args.data_seed, image_format=_image_format(args))
-    _say(args, describe_split(data, args.dataset, args.data_seed))
-    model = model_for(
-        arch,
-        DataShape.of(data.reference),
-        args.weights,
-        reset_head=args.weights is not None,
-        seed=args.seed,
-    )
     recipe = Recipe(
         arch,
         epochs=args.epochs,
@@ -88,6 +79,16 @@ def _train(args: argparse.Namespace) -> None:
         hflip=args.hflip,
         dropout=args.dropout,
     )
+    data = load_dataset(args.dataset, seed=args.data_seed, image_format=_image_format(args))
+    _say(args, describe_split(data, args.dataset, args.data_seed))
+    check_input_size(arch, data.reference[0][0].shape)
+    model = model_for(
+        arch,
+        DataShape.of(data.reference),
+        args.weights,
+        reset_head=args.weights is not None,
+        seed=args.seed,
+    )
     result = train(
         model,
         data.reference,
@@ -98,7 +99,12 @@ def _train(args: argparse.Namespace) -> None:
         progress=not args.quiet,
     )
     out.parent.mkdir(parents=True, exist_ok=True)
-    replace_file(out, weights_bytes(model))
+    recorded = {
+        "held_out_accuracy": f"{100 * result.held_out_accuracy:.2f}",
+        "dataset": args.dataset,
+        "image_size": str(data.reference[0][0].shape[-1]),
+    }
+    replace_file(out, weights_bytes(model, recorded))
     losses = ", ".join(f"{loss:.4f}" for loss in result.losses)
     print(f"epoch losses: {losses}")
     print(f"held-out accuracy: {100 * result.held_out_accuracy:.2f}% on {len(data.unseen)} images")
@@ -196,10 +202,47 @@ def _fit(args: argparse.Namespace) -> None:
     if index.labels is not None and len(index):
         right, n = int((index.predictions == index.labels).sum()), len(index)
         print(f"the model's accuracy on them: {100 * right / n:.1f}% ({right} of {n})")
+        _warn_accuracy(100 * right / n, index.n_classes, args.weights)
     if ws.interpreter.granularity == "strategy":
         print(
             f"{ws.interpreter.granularity_text}: found at layer {ws.interpreter.target_layer!r}, "
             f"where the maps are drawn; repinterp audit --index {out} --out DIR ranks them"
+        )
+
+
+# An accuracy on the reference set below 1.5 x chance, or this many points below the one
+# recorded when the model was trained, is worth a warning (a wrong --image-size, say).
+NEAR_CHANCE, FAR_BELOW = 1.5, 15.0
+
+
+def _warn_accuracy(accuracy: float, n_classes: int, weights: str | None) -> None:
+    """Warn (one line, on stderr) when the model's accuracy on the reference images (%) is
+    near chance, or far below what ``repinterp train`` recorded in its weights file (None:
+    the bundled weights, which record none)."""
+    import warnings
+
+    from ..models.zoo import recorded_training
+
+    chance = 100 / n_classes
+    recorded = recorded_training(weights) if weights else {}
+    try:
+        then = float(recorded["held_out_accuracy"])
+    except (KeyError, ValueError):
+        then = None
+    if then is not None and accuracy < then - FAR_BELOW:
+        trained = f"on {recorded.get('dataset')} at {recorded.get('image_size')} px"
+        warnings.warn(
+            f"the model's accuracy on the reference images, {accuracy:.1f}%, is far below the "
+            f"{then:.1f}% recorded when it was trained ({trained}): check --image-size, --mean, "
+            "--std and the weights",
+            stacklevel=2,
+        )
+    elif accuracy < NEAR_CHANCE * chance:
+        warnings.warn(
+            f"the model's accuracy on the reference images, {accuracy:.1f}%, is near chance "
+            f"({chance:.1f}% for {n_classes} classes): check --image-size, --mean, --std and "
+            "the weights",
+            stacklevel=2,
         )
 
 
@@ -214,6 +257,7 @@ def explain_to_files(
     own: list[int | None] | None = None,
     metric: str = "semantic",
     contrast: int | None = None,
+    extra: list[dict[str, Any]] | None = None,
 ) -> list[dict[str, Any]]:
     """Explain images (N x C x H x W in [0, 1]); write a case-study PNG and a JSON each, the
     pair replacing any earlier one together (`write_outputs`: a failure while writing leaves
@@ -222,7 +266,9 @@ def explain_to_files(
     Args:
         workspace: the index with its model and data.
         pixels: the images, N x C x H x W in [0, 1].
-        names: one distinct file name (without extension) per image.
+        names: one file name (without extension) per image; names whose files would share a
+            file (``a`` with ``contrast`` 2 and ``a-vs-2``, two alike) or pass 255 bytes are
+            made distinct (`distinct_names`), as the entries say.
         out: the folder written into (claimed by the caller).
         top_k: similar reference images shown per image.
         progress: show a bar over the figures.
@@ -234,9 +280,13 @@ def explain_to_files(
             its contrastive map against ``c'`` (see
             [`contrastive_heatmap`][repinterp.interpreter.RepresentativeInterpreter.contrastive_heatmap]),
             ``NAME-vs-C.png`` (``C`` the class's index), which the JSON's ``contrast`` names.
+        extra: per image, more fields of its JSON summary (written with it, once).
 
     Returns:
         One report entry per image (see `write_report`).
+
+    Raises:
+        IsADirectoryError: a folder is where one of the files goes (before any is explained).
     """
     import json
 
@@ -244,15 +294,23 @@ def explain_to_files(
     from tqdm.auto import tqdm
 
     from ..report import case_study, save_case_study_figure
-    from ..store.outputs import write_outputs
+    from ..store.files import refuse_folders
+    from ..store.outputs import distinct_names, write_outputs
 
+    def files_of(name: str) -> list[str]:
+        vs = [] if contrast is None else [_contrast_figure(name, contrast)]
+        return [f"{name}.png", f"{name}.json", *vs]
+
+    names = distinct_names(names, files_of)
+    refuse_folders(out / file for name in names for file in files_of(name))
     ri = workspace.interpreter
     normalize = workspace.normalization
     names_of_classes = ri.class_names or []
     entries = []
     explanations = ri.explain_batch(normalize(pixels).to(ri.device))
-    done = zip(names, pixels, explanations, own or [None] * len(names), strict=True)
-    for name, image, e, me in tqdm(done, total=len(names), desc="figures", disable=not progress):
+    n = len(names)
+    done = zip(names, pixels, explanations, own or [None] * n, extra or [{}] * n, strict=True)
+    for name, image, e, me, more in tqdm(done, total=n, desc="figures", disable=not progress):
         similar = [i for i in e.similar(top_k + 1, metric).tolist() if i != me][:top_k]
         shown = torch.cat([image.unsqueeze(0), workspace.reference_pixels(similar)])
         class_name = (
@@ -280,6 +338,7 @@ def explain_to_files(
         if contrast is not None:
             c = e.predicted_class
             summary["contrast"] = _contrast(workspace, image, c, contrast, name, out, files)
+        summary.update(more)
         files[out / f"{name}.json"] = (json.dumps(summary, indent=2) + "\n").encode()
         write_outputs(files)
         entries.append(
@@ -312,7 +371,7 @@ def _contrast(
     study = contrastive_case_study(
         workspace.interpreter, pixels, workspace.normalization, contrast, names[predicted]
     )
-    figure = f"{name}-vs-{contrast}.png"
+    figure = _contrast_figure(name, contrast)
     drawn = io.BytesIO()
     save_case_study_figure(study, drawn, f"{name}, contrast with {names[contrast]!r}")
     files[out / figure] = drawn.getvalue()
@@ -320,18 +379,35 @@ def _contrast(
     return summary
 
 
-def contrast_class(workspace: Workspace, given: str) -> int:
-    """The class ``--contrast`` names, by its index or its name.
+def _contrast_figure(name: str, contrast: int) -> str:
+    return f"{name}-vs-{contrast}.png"
+
+
+def _number(text: str) -> int | None:
+    """``text`` as a whole number of ASCII digits (``"²"`` is not one), or None."""
+    return int(text) if text.isascii() and text.isdigit() else None
+
+
+def contrast_class(workspace: Workspace, given: str) -> tuple[int, str | None]:
+    """The class ``--contrast`` names, by its name or else its index, and a note to show
+    when ``given`` is both a class's name and another class's index (the name is taken).
 
     Raises:
         ValueError: no such class.
     """
     names = workspace.interpreter.class_names or []
     n = workspace.interpreter.fitted_index.n_classes
-    if given.isdigit() and int(given) < n:
-        return int(given)
+    index = _number(given)
     if given in names:
-        return names.index(given)
+        c = names.index(given)
+        if index is None or index == c or index >= n:
+            return c, None
+        return c, (
+            f"--contrast {given}: the class named {given!r} (index {c}), not class index "
+            f"{index} (named {names[index]!r})"
+        )
+    if index is not None and index < n:
+        return index, None
     known = ", ".join(names) if names else f"0 to {n - 1}"
     raise ValueError(f"--contrast {given}: no such class (classes: {known})")
 
@@ -352,14 +428,18 @@ def _explain(args: argparse.Namespace) -> None:
 
     out = Path(args.out)
     parts = [spec.partition(":") for spec in args.images]
-    numbered = [p in ("reference", "unseen") and n.isdigit() for p, _, n in parts]  # no files
+    numbered = [p in ("reference", "unseen") and _number(n) is not None for p, _, n in parts]
     files = [spec for spec, no in zip(args.images, numbered, strict=True) if not no]
     with claim(out, "explain", args.overwrite, _inputs(args.weights, *files)):
         ws = _open(args)
         refuse_inputs(out, _inputs(data=ws.recipe.get("dataset")))
         pixels, names = resolve_images(ws, args.images)
-        own = [int(n) if p == "reference" and n.isdigit() else None for p, _, n in parts]
-        contrast = None if args.contrast is None else contrast_class(ws, args.contrast)
+        own = [_number(n) if p == "reference" else None for p, _, n in parts]
+        contrast = None
+        if args.contrast is not None:
+            contrast, note = contrast_class(ws, args.contrast)
+            if note:
+                print(note)  # even with --quiet: which class is a choice made for the user
         entries = explain_to_files(
             ws, pixels, names, out, args.top_k, not args.quiet, own, contrast=contrast
         )
@@ -377,6 +457,9 @@ def _explain(args: argparse.Namespace) -> None:
                 f"than {far:.1f}% of them from theirs (above {FAR_PERCENTILE}%): it may be unlike "
                 "every reference image, and its explanation a guess"
             )
+        vs = s.get("contrast", {})
+        if "message" in vs:
+            print(f"{entry['name']}: no contrast with class {vs['class_name']!r}: {vs['message']}")
 
 
 # ----------------------------------------------------------------------------- demo
@@ -426,17 +509,18 @@ def _demo(args: argparse.Namespace) -> None:
 
 # ----------------------------------------------------------------------------- report
 def _report(args: argparse.Namespace) -> None:
-    import json
 
     from tqdm.auto import tqdm
 
     from ..core.regions import RegionSet, distinct_polytopes
     from ..evaluation.groupings import region_groups
     from ..report import write_report
+    from ..store.files import refuse_folders
     from ..store.outputs import claim, refuse_inputs
 
     out = Path(args.out)
     with claim(out, "report", args.overwrite, _inputs(args.weights)):
+        refuse_folders([out / "index.html"])  # before any work, as the figures' names are
         ws = _open(args)
         refuse_inputs(out, _inputs(data=ws.recipe.get("dataset")))
         ri = ws.interpreter
@@ -447,13 +531,14 @@ def _report(args: argparse.Namespace) -> None:
         inputs = [p.inputs[0] for p in polytopes]
         names = [f"polytope-{n + 1}-ref-{i}" for n, i in enumerate(inputs)]
         pixels = ws.reference_pixels(inputs)
-        entries = explain_to_files(ws, pixels, names, out, args.top_k, not args.quiet, inputs)
-        for entry, p in zip(entries, polytopes, strict=True):
-            entry["summary"].update(regions=p.regions, interprets=p.interpreted)
+        extra = []
+        for p in polytopes:
+            more = {"regions": p.regions, "interprets": p.interpreted}
             sub_labels = ws.composition(p.members)
-            if sub_labels is not None:
-                entry["summary"]["sub_labels"] = sub_labels
-            (out / entry["json"]).write_text(json.dumps(entry["summary"], indent=2) + "\n")
+            extra.append(more if sub_labels is None else {**more, "sub_labels": sub_labels})
+        entries = explain_to_files(
+            ws, pixels, names, out, args.top_k, not args.quiet, inputs, extra=extra
+        )
         intro = (
             f"{len(regions)} regions: k-means (seed {args.seed}) on the reference feature maps "
             f"of {args.index}, within each class the model predicts on them, the regions shared "
@@ -512,12 +597,14 @@ def _serve(args: argparse.Namespace) -> None:
 def _evaluate(args: argparse.Namespace) -> None:
     from ..evaluation.protocols import evaluate
     from ..report import write_results
+    from ..store.files import refuse_folders
     from ..store.outputs import claim
     from .evaluate import prepare
 
     name = args.dataset.replace(":", "-").replace("/", "_")
     out = Path(args.out or f"evaluation/{name}-{args.protocol}")
     with claim(out, "evaluation", args.overwrite, _inputs(args.weights, data=args.dataset)):
+        refuse_folders(out / name for name in ("results.json", "units.json", "results.md"))
         setup, options, command = prepare(args)
         results = evaluate(setup, args.protocol, options)
         results["command"] = command

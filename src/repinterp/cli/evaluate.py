@@ -22,6 +22,8 @@ MODELS = (
     "a wrong name lists them all) or timm:NAME"
 )
 
+MAX_MODEL_SEEDS = 100  # each is a model trained, and a run
+
 if TYPE_CHECKING:
     from ..evaluation.options import Options
     from ..evaluation.setup import Setup
@@ -143,8 +145,11 @@ def prepare(args: argparse.Namespace) -> tuple[Setup, Options, str]:
 
         target_class(args.dataset)  # before any model is trained
     sizes = QUICK if args.quick else FULL
-    if args.model_seeds is not None and args.model_seeds < 1:
-        raise ValueError(f"--model-seeds must be >= 1, got {args.model_seeds}")
+    if args.model_seeds is not None and not 1 <= args.model_seeds <= MAX_MODEL_SEEDS:
+        raise ValueError(
+            f"--model-seeds must be from 1 to {MAX_MODEL_SEEDS} (models trained), got "
+            f"{args.model_seeds}"
+        )
     if args.model_seeds is not None and args.runs not in (None, args.model_seeds):
         raise ValueError(
             f"--runs {args.runs} with --model-seeds {args.model_seeds}: run r uses "
@@ -152,6 +157,11 @@ def prepare(args: argparse.Namespace) -> tuple[Setup, Options, str]:
         )
     if args.model_cache is not None and args.model_seeds is None:
         raise ValueError("--model-cache needs --model-seeds")
+    if args.model_seeds is not None:  # before the data set is read and the models trained
+        from ..store.model_cache import default_cache
+        from ..store.outputs import check_folder
+
+        check_folder(args.model_cache or default_cache(), "--model-cache")
     runs = sizes["runs"] if args.model_seeds is None else args.model_seeds
     chosen = {
         "runs": runs if args.runs is None else args.runs,

@@ -47,8 +47,16 @@ EXTRAS = {
 
 
 # What the machine refuses, not a bug: a full disk or quota, a name too long, a read-only file
-# system, a file too large (what was saved before is kept: see docs/reliability.md).
-_THE_MACHINES = {errno.ENOSPC, errno.EDQUOT, errno.ENAMETOOLONG, errno.EROFS, errno.EFBIG}
+# system, a file too large, a folder where a file goes (what was saved before is kept: see
+# docs/reliability.md).
+_THE_MACHINES = {
+    errno.ENOSPC,
+    errno.EDQUOT,
+    errno.ENAMETOOLONG,
+    errno.EROFS,
+    errno.EFBIG,
+    errno.EISDIR,
+}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -87,8 +95,12 @@ def _at_least(low: int, high: int | None = None, why: str = "") -> Any:
     return parse
 
 
+# Seeds are 32-bit: NumPy's generators take no more (and torch's no more than 64 bits).
+_SEED = _at_least(0, 2**32 - 1, " (seeds are 32-bit)")
+
+
 def _common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--seed", type=int, default=0, help="seed of everything random (0)")
+    parser.add_argument("--seed", type=_SEED, default=0, help="seed of everything random (0)")
     parser.add_argument(
         "--device", default="auto", help="torch device: auto (CUDA when available), cpu, cuda..."
     )
@@ -150,7 +162,7 @@ def build_parser() -> argparse.ArgumentParser:
         "set holds more than one batch (batch norm needs two images)",
     )
     p.add_argument("--weights", help="start from these weights (fine-tuning; last layer reset)")
-    p.add_argument("--data-seed", type=int, default=0, help="seed of the data split (0)")
+    p.add_argument("--data-seed", type=_SEED, default=0, help="seed of the data split (0)")
     p.add_argument("--out", required=True, help="weights file to write (.safetensors)")
     p.add_argument("--optimizer", default="adam", help="adam, adamw or sgd (adam)")
     p.add_argument("--momentum", type=float, default=0.9, help="SGD momentum (0.9)")
@@ -183,7 +195,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--batch-size", type=_at_least(1), default=64, help="images per forward pass (64)"
     )
-    p.add_argument("--data-seed", type=int, default=0, help="seed of the data split (0)")
+    p.add_argument("--data-seed", type=_SEED, default=0, help="seed of the data split (0)")
     p.add_argument(
         "--granularity",
         choices=GRANULARITIES,  # repinterp.core.granularities's, named here without torch
@@ -235,9 +247,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--contrast",
         metavar="CLASS",
         help="beyond the paper: also draw, for each image predicted another class, the "
-        "contrastive map of why the model says its class rather than CLASS (a class's index or "
-        "name): the heat map of the boundary between the two classes at the image (Eq. 2's "
-        "weights)",
+        "contrastive map of why the model says its class rather than CLASS (a class's name, "
+        "else its index): the heat map of the boundary between the two classes at the image "
+        "(Eq. 2's weights)",
     )
     _overwrite(p)
     _common(p)

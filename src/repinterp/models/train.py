@@ -24,7 +24,7 @@ from torch.utils.data import DataLoader, Dataset
 from tqdm import tqdm
 
 from ..runtime.devices import resolve_device
-from .zoo import DataShape, LabelledImages, model_for
+from .zoo import DataShape, LabelledImages, check_input_size, model_for
 
 OPTIMIZERS = ("adam", "adamw", "sgd")
 SCHEDULES = ("constant", "cosine")
@@ -123,6 +123,41 @@ def make_optimizer(
     if optimizer == "sgd":
         return torch.optim.SGD(parameters, lr=lr, momentum=momentum, weight_decay=weight_decay)
     raise ValueError(f"unknown optimizer {optimizer!r}; choose one of: {', '.join(OPTIMIZERS)}")
+
+
+def check_settings(
+    optimizer: str = "adam",
+    schedule: str = "constant",
+    lr: float = 1e-3,
+    momentum: float = 0.9,
+    weight_decay: float = 0.0,
+    warmup_epochs: float = 0.0,
+    label_smoothing: float = 0.0,
+    dropout: float | None = None,
+) -> None:
+    """Refuse settings of a `Recipe` that cannot train a model (before any work is done): each
+    number must be finite, the learning rate, momentum, weight decay and warm-up at least 0,
+    label smoothing in [0, 1) and dropout in [0, 1].
+
+    Raises:
+        ValueError: naming the setting (as its ``train`` option) and its value.
+    """
+    if optimizer not in OPTIMIZERS:
+        raise ValueError(f"unknown optimizer {optimizer!r}; choose one of: {', '.join(OPTIMIZERS)}")
+    if schedule not in SCHEDULES:
+        raise ValueError(f"unknown schedule {schedule!r}; choose one of: {', '.join(SCHEDULES)}")
+    ranges = {
+        "lr": (lr, "at least 0"),
+        "momentum": (momentum, "at least 0"),
+        "weight-decay": (weight_decay, "at least 0"),
+        "warmup-epochs": (warmup_epochs, "at least 0"),
+        "label-smoothing": (label_smoothing, "in [0, 1)"),
+        "dropout": (0.0 if dropout is None else dropout, "in [0, 1]"),
+    }
+    for name, (value, allowed) in ranges.items():
+        below_one = {"in [0, 1)": value < 1, "in [0, 1]": value <= 1}.get(allowed, True)
+        if not (math.isfinite(value) and value >= 0 and below_one):
+            raise ValueError(f"--{name} {value}: must be a finite number {allowed}")
 
 
 def train(
@@ -249,8 +284,8 @@ class Recipe:
             afterwards, so the trained model is the same architecture); None keeps the model's.
 
     Raises:
-        ValueError: unknown optimizer or schedule, or negative warm-up, or label smoothing
-            outside [0, 1).
+        ValueError: a setting that cannot train a model (`check_settings`: an unknown
+            optimizer or schedule, a number not finite or out of its range).
     """
 
     arch: str
@@ -267,19 +302,16 @@ class Recipe:
     dropout: float | None = None
 
     def __post_init__(self) -> None:
-        if self.optimizer not in OPTIMIZERS:
-            raise ValueError(
-                f"unknown optimizer {self.optimizer!r}; choose one of: {', '.join(OPTIMIZERS)}"
-            )
-        if self.schedule not in SCHEDULES:
-            raise ValueError(
-                f"unknown schedule {self.schedule!r}; choose one of: {', '.join(SCHEDULES)}"
-            )
-        if self.warmup_epochs < 0 or not 0 <= self.label_smoothing < 1:
-            raise ValueError(
-                f"need warmup_epochs >= 0 and label_smoothing in [0, 1), got "
-                f"{self.warmup_epochs} and {self.label_smoothing}"
-            )
+        check_settings(
+            self.optimizer,
+            self.schedule,
+            self.lr,
+            self.momentum,
+            self.weight_decay,
+            self.warmup_epochs,
+            self.label_smoothing,
+            self.dropout,
+        )
 
     def settings(self) -> dict[str, Any]:
         """Every setting, by name (JSON-ready)."""
@@ -295,6 +327,7 @@ class Recipe:
     ) -> tuple[nn.Module, TrainResult]:
         """A model of ``arch`` for ``train_set``'s classes and channels, initialised with
         ``seed`` and trained on ``train_set`` with it (`train`), in eval mode on ``device``."""
+        check_input_size(self.arch, train_set[0][0].shape)
         model = model_for(self.arch, DataShape.of(train_set), seed=seed)
         result = train(
             model,

@@ -19,6 +19,7 @@ from types import ModuleType
 from typing import Protocol
 
 import torch
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save
 from torch import Tensor, nn
 from torchvision import models
@@ -180,6 +181,33 @@ def _map_size(model: nn.Module, name: str, input_shape: Sequence[int]) -> tuple[
     return shapes[-1][2:] if shapes and len(shapes[-1]) == 4 else ()
 
 
+def check_input_size(arch: str, input_shape: Sequence[int]) -> None:
+    """Refuse images of ``input_shape`` (C x H x W) that ``arch`` cannot take, its maps
+    shrinking to nothing (found without computing: the model is built on the meta device).
+
+    Raises:
+        ValueError: naming the size and ``--image-size``, with what torch said.
+    """
+    with torch.device("meta"):
+        model = _construct(arch, 2, int(input_shape[0])).eval()
+    _check_forward(model, arch, input_shape)
+
+
+def _check_forward(model: nn.Module, arch: str, input_shape: Sequence[int]) -> None:
+    """`check_input_size` of ``model`` (``arch``, on the meta device)."""
+    try:
+        with torch.inference_mode():
+            model(torch.zeros(1, *input_shape, device="meta"))
+    except NotImplementedError:
+        return  # an operation without a meta kernel: nothing to tell before computing
+    except RuntimeError as exc:
+        said = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ValueError(
+            f"images of {input_shape[-2]} x {input_shape[-1]} pixels are too small for {arch} "
+            f"({said}): give a larger --image-size"
+        ) from None
+
+
 def target_layer_for(arch: str, input_shape: Sequence[int], layer: str | None = None) -> str:
     """The layer to interpret for images of ``input_shape``, such that heat maps show
     something: its feature maps have at least ``s x s`` pixels, ``s`` = `MIN_MAP_SIDE` or half
@@ -202,12 +230,14 @@ def target_layer_for(arch: str, input_shape: Sequence[int], layer: str | None = 
         The layer's name.
 
     Raises:
-        ValueError: unknown arch or layer; a ``layer`` given whose maps are 1 x 1 at this size
+        ValueError: unknown arch or layer; images too small for ``arch``
+            (`check_input_size`); a ``layer`` given whose maps are 1 x 1 at this size
             (every heat map would be constant: the message names the layer to use instead).
     """
     default = default_target_layer(arch)
     with torch.device("meta"):
         model = _construct(arch, 2, int(input_shape[0])).eval()
+    _check_forward(model, arch, input_shape)
     name, _ = resolve_module(model, layer or default)
     side = max(2, min(MIN_MAP_SIDE, -(-min(input_shape[-2:]) // 2)))
     size = f"{input_shape[-2]} x {input_shape[-1]}"
@@ -404,10 +434,10 @@ def _weights_kind(path: Path) -> str | None:
     8-byte header length, then the JSON header), or None, from the file's first bytes."""
     with open(path, "rb") as f:
         start = f.read(9)
+    if len(start) == 9 and start[8:] == b"{":  # first: a header length may start with 0x80
+        return "safetensors"
     if start.startswith(b"PK\x03\x04") or start.startswith(b"\x80"):
         return "torch"
-    if len(start) == 9 and start[8:] == b"{":
-        return "safetensors"
     return None
 
 
@@ -492,10 +522,25 @@ def load_weights(model: nn.Module, path: str | Path, skip: Sequence[str] = ()) -
     return model
 
 
-def weights_bytes(model: nn.Module) -> bytes:
-    """`model`'s state dict as the bytes of a safetensors file (contiguous CPU tensors)."""
+def weights_bytes(model: nn.Module, metadata: dict[str, str] | None = None) -> bytes:
+    """`model`'s state dict as the bytes of a safetensors file (contiguous CPU tensors), with
+    ``metadata`` in its header (what `train` measured: see `recorded_training`)."""
     state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
-    return save(state)
+    return save(state, metadata)
+
+
+def recorded_training(path: str | Path) -> dict[str, str]:
+    """What ``repinterp train`` recorded in a safetensors weights file's header
+    (``held_out_accuracy`` in %, ``dataset``, ``image_size`` in pixels), or nothing (another
+    file, or none recorded)."""
+    path = Path(path)
+    try:
+        if _weights_kind(path) != "safetensors":
+            return {}
+        with safe_open(str(path), "pt") as f:
+            return dict(f.metadata() or {})
+    except (OSError, SafetensorError):
+        return {}
 
 
 def save_weights(model: nn.Module, path: str | Path) -> None:

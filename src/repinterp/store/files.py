@@ -4,14 +4,17 @@ with.
 `write_file` writes and flushes a file (or a part of one); `replace_file` replaces
 a whole file in one atomic rename, so that a crash leaves the old file or the new one, never a
 mix (`replace_files` several, all written before any is renamed). Both return the SHA-256 of
-the bytes as they were written. The temporary file of a replacement is named ``.NAME.tmp-TOKEN``
-beside ``NAME`` (`temporary_of` tells one).
+the bytes as they were written. The temporary file of a replacement is named ``.STEM.tmp-TOKEN``
+beside ``NAME``, ``STEM`` being ``NAME`` or, where that would pass the 255 bytes a file name may
+have, the start of ``NAME`` and a hash of all of it (`temporary_of` tells one, `temporary_stems`
+the stems of names).
 
 This module imports nothing from repinterp.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import re
@@ -21,9 +24,41 @@ from contextlib import suppress
 from pathlib import Path
 from typing import IO
 
-__all__ = ["replace_file", "replace_files", "sync_dir", "temporary_of", "write_file"]
+__all__ = [
+    "MAX_NAME",
+    "fits_name",
+    "refuse_folders",
+    "replace_file",
+    "replace_files",
+    "sync_dir",
+    "temporary_of",
+    "temporary_stems",
+    "write_file",
+]
 
+MAX_NAME = 255  # bytes of a file name (Linux's file systems, macOS's, Windows' in UTF-16 units)
 _TEMPORARY = re.compile(r"\.(.+)\.tmp-[0-9a-f]{8}")
+_ADDED = len(".") + len(".tmp-") + 8  # what a temporary name adds to its stem, in bytes
+_HASHED = 17  # "~" and 16 hexadecimal digits of the name's SHA-256
+
+
+def fits_name(name: str) -> bool:
+    """Whether ``name`` is short enough for a file name (at most `MAX_NAME` bytes in UTF-8)."""
+    return len(name.encode()) <= MAX_NAME
+
+
+def _stem(name: str) -> str:
+    """What the temporary files of ``name`` are named after: ``name``, or where the temporary
+    name would not fit `MAX_NAME` bytes, its start and ``~`` and a hash of it."""
+    if len(name.encode()) + _ADDED <= MAX_NAME:
+        return name
+    start = name.encode()[: MAX_NAME - _ADDED - _HASHED].decode(errors="ignore")
+    return f"{start}~{hashlib.sha256(name.encode()).hexdigest()[:16]}"
+
+
+def temporary_stems(names: Iterable[str]) -> set[str]:
+    """The stems of ``names``' temporary files, which `temporary_of` gives back for them."""
+    return {_stem(name) for name in names}
 
 
 def _write(f: IO[bytes], data: bytes | memoryview) -> None:
@@ -89,10 +124,12 @@ def replace_files(contents: dict[Path, bytes]) -> dict[Path, str]:
         The SHA-256 of each file's bytes as they were written, by path.
 
     Raises:
+        IsADirectoryError: a folder is where a file is to go (before anything is written).
         OSError: a file could not be written (all unchanged) or renamed; it names the file.
     """
+    refuse_folders(contents)
     temporaries = {
-        path: path.with_name(f".{path.name}.tmp-{secrets.token_hex(4)}") for path in contents
+        path: path.with_name(f".{_stem(path.name)}.tmp-{secrets.token_hex(4)}") for path in contents
     }
     digests, path = {}, None
     try:
@@ -113,9 +150,20 @@ def replace_files(contents: dict[Path, bytes]) -> dict[Path, str]:
     return digests
 
 
+def refuse_folders(paths: Iterable[Path]) -> None:
+    """Refuse to write files where folders are (a link to a folder is replaced, as any link).
+
+    Raises:
+        IsADirectoryError: naming the first such path.
+    """
+    for path in paths:
+        if path.is_dir() and not path.is_symlink():
+            raise IsADirectoryError(errno.EISDIR, "a folder is where this file goes", str(path))
+
+
 def temporary_of(name: str) -> str | None:
-    """The name of the file that ``name`` is a temporary file of (see `replace_file`),
-    or None if it is not one."""
+    """The stem of the file that ``name`` is a temporary file of (see `replace_file`): the
+    file's name where it is short (`temporary_stems` for others), or None if it is not one."""
     match = _TEMPORARY.fullmatch(name)
     return match.group(1) if match else None
 

@@ -9,6 +9,7 @@ keeping per image its projections on ``Q``, logits, prediction and label; option
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -29,7 +30,7 @@ from ..data.reference import (
     check_finite_rows,
 )
 from ..models.split import SplitModel, check_feature_map, model_fingerprint
-from ..runtime.checksums import tensor_sha256
+from ..runtime.checksums import tensor_bytes, tensor_sha256
 from ..runtime.distributed import broadcast, gather, rank_and_world
 from ..runtime.precision import exact_float32
 from ..runtime.progress import progress_bar
@@ -228,7 +229,30 @@ def _prepare(
     return _Sources(sources, rows, flat), q, decisions, shape, partial
 
 
-ShardResult = tuple[int, dict[str, Tensor], np.ndarray | None]
+ShardResult = tuple[int, dict[str, Tensor], np.ndarray | None, str]
+
+
+def _add_batch(digest: Any, images: Tensor, labels: Tensor | None) -> None:
+    """Add a batch of reference images (and labels), as the reference set yields them, to the
+    SHA-256 ``digest`` of their shard."""
+    digest.update(tensor_bytes(images))
+    if labels is not None:
+        digest.update(tensor_bytes(labels))
+
+
+def _image_digests(
+    reference: ReferenceSet, plan: ShardPlan, shard_ids: Sequence[int], num_workers: int
+) -> dict[int, str]:
+    """The SHA-256 of the images (and labels) of each of ``shard_ids`` as they are now, read
+    in the batches a build reads them in (what a resumed build checks its shards against)."""
+    batches = reference.batches(plan.batch, num_workers, plan.batches(shard_ids))
+    digests = {}
+    for k in shard_ids:
+        digest = hashlib.sha256()
+        for _ in plan.batches([k]):
+            _add_batch(digest, *next(batches))
+        digests[k] = digest.hexdigest()
+    return digests
 
 
 def _index_shard(
@@ -242,22 +266,25 @@ def _index_shard(
     device: torch.device,
     dtype: torch.dtype,
     decisions: Decisions,
-) -> tuple[dict[str, Tensor], np.ndarray | None]:
+) -> tuple[dict[str, Tensor], np.ndarray | None, str]:
     """Index shard ``k``, whose batches are the next ones of ``batches``; the rows of ``Q``'s
     sources are taken from ``sources``, not computed again.
 
     Returns:
         Its projections (n x |Q|), logits (n x classes), predictions (n) and labels (n, if the
         Dataset has them), on the CPU; its flattened feature maps (n x d float32) if
-        ``sources`` has them, else None.
+        ``sources`` has them, else None; the SHA-256 of its images and labels as they were read
+        (see `_image_digests`).
     """
     start, stop = plan.bounds(k)
     parts = []
+    digest = hashlib.sha256()
     rows = None
     if sources.features is not None:
         rows = np.empty((stop - start, sources.features.shape[1]), np.float32)
     for first, last in plan.batches([k]):
         images, labels = next(batches)
+        _add_batch(digest, images, labels)
         what = f"reference images {first}..{last - 1}"
         images = as_batch(images, dtype, device, input_shape, what, non_blocking=True)
         compute, held = sources.split(first, last)
@@ -276,7 +303,8 @@ def _index_shard(
             if t is not None:
                 block[compute.numpy()] = t.flatten(1).float().cpu().numpy()
             block[~compute.numpy()] = sources.features[held.numpy()]
-    return {name: torch.cat([p[name] for p in parts]).cpu() for name in parts[0]}, rows
+    tensors = {name: torch.cat([p[name] for p in parts]).cpu() for name in parts[0]}
+    return tensors, rows, digest.hexdigest()
 
 
 def _index_shards(
@@ -319,11 +347,11 @@ def _keep(
     for result in results:
         if result is None:
             continue
-        k, tensors, rows = result
+        k, tensors, rows, images_sha = result
         start, stop = plan.bounds(k)
         features_sha = store.write(start, rows) if store is not None else None
         if partial is not None:
-            partial.save_shard(k, tensors, features_sha)
+            partial.save_shard(k, tensors, features_sha, images_sha)
         assembly.put(start, tensors)
         bar.update(stop - start)
 
@@ -411,7 +439,11 @@ def _build(
         if feature_file is not None:
             dim = q.weight[0].numel()
             store = FeatureFile(feature_file, n_ref, dim, partial is not None and partial.resumed)
-        done = partial.complete(plan, store) if partial is not None else {}
+
+        def now(ks: Sequence[int]) -> dict[int, str]:
+            return _image_digests(reference, plan, ks, config.num_workers)
+
+        done = partial.complete(plan, store, now) if partial is not None else {}
         header = (sources, q.to("cpu"), decisions, input_shape, sorted(done))
     sources, q, decisions, input_shape, done_ids = broadcast(header)
     q = q.to(device)

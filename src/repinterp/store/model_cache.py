@@ -4,8 +4,11 @@ A model is named by the SHA-256 of its recipe's settings, its seed, the device t
 trained on (CPU and CUDA round differently) and the fingerprint of its data (the pixels and
 labels of both parts of the split, `fingerprint`): ``KEY.safetensors`` holds its weights and
 ``KEY.json`` what the training measured. Both are written atomically (`replace_file`), the
-card after the weights; a model is reused only when its card names the SHA-256 of the weights
-file beside it, else it is trained again. Never pickle: weights are safetensors.
+card after the weights; a model is reused only when its card (a JSON object) names the SHA-256
+of the weights file beside it, else it is trained again, and a card whose recipe, seed, data or
+device is not its name's (files swapped or moved) is refused. The cache folder is checked
+before any training (`check_folder`: never an index or the partial folder of a fit, a file or
+a path through one). Never pickle: weights are safetensors.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from ..models.zoo import DataShape, model_for, weights_bytes
 from ..runtime.checksums import file_sha256
 from ..runtime.devices import resolve_device
 from .files import replace_file
+from .outputs import check_folder
 
 __all__ = ["TrainedModel", "default_cache", "model_key", "trained_model"]
 
@@ -68,14 +72,29 @@ def model_key(recipe: Recipe, seed: int, data: dict[str, Any], device_type: str)
     return hashlib.sha256(json.dumps(made_of, sort_keys=True).encode()).hexdigest()
 
 
-def _cached(weights: Path, card_file: Path) -> dict[str, Any] | None:
+def _cached(weights: Path, card_file: Path, made_of: dict[str, Any]) -> dict[str, Any] | None:
     """The card of a cached model whose weights file is whole (its SHA-256 the card's), else
-    None."""
+    None.
+
+    Raises:
+        ValueError: the card is of another model than ``made_of`` (its recipe, seed, data and
+            device), which its name is the key of.
+    """
     try:
         card = json.loads(card_file.read_text())
-        return card if card.get("weights_sha256") == file_sha256(weights) else None
+        if not (isinstance(card, dict) and card.get("weights_sha256") == file_sha256(weights)):
+            return None
     except (OSError, ValueError):
         return None
+    other = [key for key, value in made_of.items() if card.get(key) != value]
+    if other:
+        said = ", ".join(f"{key} {card.get(key)!r}, not {made_of[key]!r}" for key in other)
+        raise ValueError(
+            f"--model-cache: {card_file} is the card of another model than its name says "
+            f"({said}): its files were swapped or moved; remove {card_file.name} and "
+            f"{weights.name} to train it again"
+        )
+    return card
 
 
 def trained_model(
@@ -99,12 +118,23 @@ def trained_model(
         cache: the cache folder (made when missing).
         device: where to train; the model is returned there.
         progress: show the training's progress bar.
+
+    Raises:
+        OutputError: ``cache`` is refused (see `check_folder`).
+        ValueError: the cached card of this key is another model's.
     """
     device = resolve_device(device)
     key = model_key(recipe, seed, fingerprint(data, spec, data_seed), device.type)
     cache = Path(cache)
+    check_folder(cache, "--model-cache")
     weights, card_file = cache / f"{key}.safetensors", cache / f"{key}.json"
-    card = _cached(weights, card_file)
+    made_of = {
+        "recipe": recipe.settings(),
+        "seed": seed,
+        "data": {"dataset": spec, "seed": data_seed},
+        "device": device.type,
+    }
+    card = _cached(weights, card_file, made_of)
     if card is not None:
         model = model_for(recipe.arch, DataShape.of(data.reference), weights).to(device)
         return TrainedModel(model, weights, card["weights_sha256"], seed, card, cached=True)
@@ -114,10 +144,7 @@ def trained_model(
     cache.mkdir(parents=True, exist_ok=True)
     sha256 = replace_file(weights, weights_bytes(model))
     card = {
-        "recipe": recipe.settings(),
-        "seed": seed,
-        "data": {"dataset": spec, "seed": data_seed},
-        "device": device.type,
+        **made_of,
         "weights_sha256": sha256,
         "held_out_accuracy": 100 * result.held_out_accuracy,
         "losses": result.losses,

@@ -28,7 +28,7 @@ from __future__ import annotations
 import json
 import os
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
@@ -36,7 +36,14 @@ from typing import Any
 import filelock
 
 from ..runtime.checksums import file_sha256
-from .files import replace_file, replace_files, temporary_of
+from .files import (
+    MAX_NAME,
+    fits_name,
+    replace_file,
+    replace_files,
+    temporary_of,
+    temporary_stems,
+)
 
 __all__ = [
     "KINDS",
@@ -44,8 +51,10 @@ __all__ = [
     "MARKER_FILE",
     "OutputError",
     "check_file",
+    "check_folder",
     "claim",
     "discard",
+    "distinct_names",
     "folder_kind",
     "listed",
     "lock",
@@ -148,6 +157,31 @@ def write_outputs(contents: dict[Path, bytes]) -> None:
     replace_files(contents)
 
 
+def distinct_names(names: list[str], files: Callable[[str], list[str]]) -> list[str]:
+    """``names`` made distinct as the names of output files: no two names' files
+    (``files(name)``, e.g. ``NAME.png`` and ``NAME.json``) share a file, and each fits
+    `MAX_NAME` bytes. A name keeps its place in order: it is kept if it can be, else cut to
+    fit and numbered (``NAME-2``, ``NAME-3``, ...) past the files of the names before it.
+
+    Args:
+        names: the wanted names, in order.
+        files: the file names that a name gives, each made of the name and what follows it.
+    """
+    taken: set[str] = set()
+    out = []
+    for name in names:
+        longest = max(len(file.encode()) for file in files(name)) - len(name.encode())
+        cut = name.encode()[: MAX_NAME - longest - len("-99999")].decode(errors="ignore")
+        candidate = name if len(name.encode()) + longest <= MAX_NAME else cut
+        n = 1
+        while taken & set(files(candidate)):
+            n += 1
+            candidate = f"{cut}-{n}"
+        taken |= set(files(candidate))
+        out.append(candidate)
+    return out
+
+
 def remove_listed(folder: str | Path, keep: Iterable[str]) -> None:
     """Remove from ``folder`` the files that its marker lists but ``keep`` does not name, and
     the temporary files of the files it lists (see `replace_file`):
@@ -156,7 +190,7 @@ def remove_listed(folder: str | Path, keep: Iterable[str]) -> None:
     ours = listed(folder)
     for entry in folder.iterdir():
         of = temporary_of(entry.name)
-        unused = of in ours if of is not None else entry.name in ours - keep
+        unused = of in temporary_stems(ours) if of is not None else entry.name in ours - keep
         if unused and entry.is_file() and not entry.is_symlink():
             with suppress(OSError):
                 entry.unlink()
@@ -278,23 +312,50 @@ def check_file(path: str | Path, inputs: Iterable[str | Path] = ()) -> None:
     command does its work; whether it may replace an existing file is the caller's to say.
 
     Raises:
-        OutputError: ``path`` is one of ``inputs`` or inside a folder of them; its folder is
-            an index or the partial folder of a fit (never another command's output), cannot
-            be made (a link to nothing, a path through a file) or cannot be written.
+        OutputError: ``path`` is one of ``inputs`` or inside a folder of them; its name is too
+            long for the file system with the temporary name it is written under; its folder
+            is refused by `check_folder`.
     """
     path = Path(path)
     refuse_inputs(path, inputs)
-    folder = path.parent
-    found = folder_kind(folder)
+    if not fits_name(path.name):
+        raise OutputError(f"{path}: File name too long (at most {MAX_NAME} bytes)")
+    check_folder(path.parent, f"the folder of {path.name}")
+
+
+def check_folder(folder: str | Path, what: str) -> None:
+    """Refuse ``folder`` as one that a command writes files of its own into, outside the
+    output kinds of `claim` (the folder of ``train --out``, ``evaluate --model-cache``),
+    before the command does its work.
+
+    Args:
+        folder: the folder, which may not exist yet.
+        what: how the error names it (e.g. ``"--model-cache"``).
+
+    Raises:
+        OutputError: ``folder`` is a file, cannot be made (a link to nothing, a path through a
+            file) or written, or is an index, inside one, or the partial folder of a fit (never
+            another command's output).
+    """
+    folder = Path(folder)
+    try:
+        found = folder_kind(folder)
+    except OutputError as exc:
+        raise OutputError(f"{what}: {exc}") from None
     if found in ("index", "partial") or (folder.is_dir() and _holds_index(folder)):
+        held = "index" if found != "partial" else "partial folder"
         raise OutputError(
-            f"{folder} is a repinterp {'index' if found != 'partial' else 'partial folder'}: "
-            f"give {path.name} another folder (an index is never the output of another "
-            "command, even with --overwrite)"
+            f"{what}: {folder} is a repinterp {held}: give another folder (an index is never "
+            "the output of another command, even with --overwrite)"
+        )
+    index = next((p for p in folder.parents if p.is_dir() and _holds_index(p)), None)
+    if index is not None:
+        raise OutputError(
+            f"{what}: {folder} is inside the repinterp index {index}: give a folder outside it"
         )
     existing = next(p for p in (folder, *folder.parents) if p.exists())
     if not os.access(existing, os.W_OK | os.X_OK):
-        raise OutputError(f"cannot write to {folder}: permission denied")
+        raise OutputError(f"{what}: cannot write to {folder}: permission denied")
 
 
 @contextmanager
@@ -452,8 +513,9 @@ def claim(
 def _remove_temporaries(folder: Path, names: set[str]) -> None:
     """Remove the temporary files of the files ``names`` (see `replace_files`) that a killed
     command left in ``folder``: under the folder's lock, no other command is writing them."""
+    stems = temporary_stems(names)
     for entry in folder.iterdir():
-        if temporary_of(entry.name) in names and entry.is_file() and not entry.is_symlink():
+        if temporary_of(entry.name) in stems and entry.is_file() and not entry.is_symlink():
             with suppress(OSError):
                 entry.unlink()
 

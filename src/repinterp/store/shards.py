@@ -15,7 +15,7 @@ import json
 import os
 import re
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -49,11 +49,13 @@ class Shards:
     shard, so that a killed build resumes.
 
     After every ``size`` images, the shard's projections, logits, predictions (and labels) go to
-    ``directory`` as a safetensors file, and a line with its SHA-256 (and that of its rows of
-    the feature file, if one is written) is appended to ``shards.jsonl``; ``Q`` and the
+    ``directory`` as a safetensors file, and a line with its SHA-256, that of the images and labels
+    it was made from (and that of its rows of the feature file, if one is written) is appended
+    to ``shards.jsonl``; ``Q`` and the
     settings of the build are kept in ``boundaries.safetensors`` and ``partial.json``. A resumed
-    build reuses ``Q`` and every shard whose checksums hold, recomputes the others, and gives
-    the index of one uninterrupted pass, bit for bit.
+    build reuses ``Q`` and every shard whose checksums hold and whose images are those it was
+    made from (they are read again to check), recomputes the others (a warning names each),
+    and gives the index of one uninterrupted pass, bit for bit.
 
     Attributes:
         directory: the partial folder (created if missing).
@@ -303,10 +305,15 @@ class PartialBuild:
         self._write_manifest()
 
     def complete(
-        self, plan: ShardPlan, features: FeatureFile | None
+        self,
+        plan: ShardPlan,
+        features: FeatureFile | None,
+        images: Callable[[Sequence[int]], dict[int, str]],
     ) -> dict[int, dict[str, Tensor]]:
         """The shards recorded as complete whose checksums hold, loaded (on the CPU); a damaged
-        one is reported with a warning and left to be recomputed."""
+        one, or one made from other images (its recorded SHA-256 of its images and labels
+        not ``images``' of them now, by shard), is reported with a warning and left to be
+        recomputed."""
         log = self.dir / _SHARD_LOG
         if not self.resumed or not log.is_file():
             return {}
@@ -317,26 +324,40 @@ class PartialBuild:
                 records[int(record["shard"])] = record
             except (json.JSONDecodeError, KeyError, TypeError, ValueError):
                 continue  # a line torn by the kill: its shard is recomputed
-        done = {}
+        intact = {}
         for k, record in sorted(records.items()):
             if not 0 <= k < plan.n_shards:
                 continue
             path, (start, stop) = self.dir / _shard_name(k), plan.bounds(k)
-            intact = (
+            if not (
                 path.is_file()
                 and file_sha256(path) == record.get("sha256")
                 and (features is None or features.sha256(start, stop) == record.get("features"))
-            )
-            if not intact:
+            ):
                 warnings.warn(f"shard {k} in {self.dir} is damaged: recomputing it", stacklevel=3)
                 continue
+            intact[k] = record
+        now = images(sorted(intact)) if intact else {}
+        done = {}
+        for k, record in intact.items():
+            if record.get("images") != now[k]:
+                start, stop = plan.bounds(k)
+                warnings.warn(
+                    f"shard {k} in {self.dir} was made from other reference images than images "
+                    f"{start}..{stop - 1} are now: recomputing it",
+                    stacklevel=3,
+                )
+                continue
             if features is not None:
-                features.record(start, stop, record["features"])
-            done[k] = load_file(str(path))
+                features.record(*plan.bounds(k), record["features"])
+            done[k] = load_file(str(self.dir / _shard_name(k)))
         return done
 
-    def save_shard(self, k: int, tensors: dict[str, Tensor], features_sha: str | None) -> None:
-        """Write shard ``k`` and record its checksums (the shard file first, then the record)."""
+    def save_shard(
+        self, k: int, tensors: dict[str, Tensor], features_sha: str | None, images_sha: str
+    ) -> None:
+        """Write shard ``k`` and record its checksums, that of the images it was made from
+        included (the shard file first, then the record)."""
         digest = replace_file(self.dir / _shard_name(k), save_bytes(tensors))
-        record = {"shard": k, "sha256": digest, "features": features_sha}
+        record = {"shard": k, "sha256": digest, "features": features_sha, "images": images_sha}
         write_file(self.dir / _SHARD_LOG, [(json.dumps(record) + "\n").encode()], mode="ab")

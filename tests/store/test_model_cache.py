@@ -49,6 +49,7 @@ def test_seeds_train_distinct_models_and_a_second_call_reads_the_cache(
         card = json.loads(m.path.with_suffix(".json").read_text())
         assert card["weights_sha256"] == m.sha256 and card["recipe"] == TINY.settings()
         assert 0 < card["held_out_accuracy"] <= 100 and len(card["losses"]) == 1
+        assert card["trained_on"].endswith(f"torch {torch.__version__}")  # which CPU made it
     assert sorted(p.suffix for p in tmp_path.iterdir()) == [".json"] * 2 + [".safetensors"] * 2
 
     def no_training(*args, **kwargs):

@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import platform
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,7 +34,7 @@ from ..runtime.devices import resolve_device
 from .files import replace_file
 from .outputs import check_folder
 
-__all__ = ["TrainedModel", "default_cache", "model_key", "trained_model"]
+__all__ = ["TrainedModel", "default_cache", "model_key", "trained_model", "trained_on"]
 
 
 def default_cache() -> Path:
@@ -97,6 +98,23 @@ def _cached(weights: Path, card_file: Path, made_of: dict[str, Any]) -> dict[str
     return card
 
 
+def trained_on(device: torch.device) -> str:
+    """The machine a model is trained on, as its card records it: the same recipe, seed and data
+    give other weights on another CPU (its floating-point kernels differ), so the card says
+    which CPU (or GPU) made them."""
+    if device.type == "cuda":
+        return f"{torch.cuda.get_device_name(device)}, {platform.machine()}"
+    cpu = platform.processor() or platform.machine()
+    try:  # the model name where the kernel says it (Linux)
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{cpu}, {torch.get_num_threads()} torch thread(s), torch {torch.__version__}"
+
+
 def trained_model(
     recipe: Recipe,
     data: Split,
@@ -150,6 +168,7 @@ def trained_model(
         "losses": result.losses,
         "train_s": seconds,
         "torch": torch.__version__,
+        "trained_on": trained_on(device),
     }
     replace_file(card_file, (json.dumps(card, indent=2) + "\n").encode())
     return TrainedModel(model.eval(), weights, sha256, seed, card, cached=False)

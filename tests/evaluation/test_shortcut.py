@@ -1,6 +1,8 @@
 """The shortcut protocol's measures (exact values on hand-built cases) and the protocol."""
 
+import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -11,6 +13,7 @@ from repinterp.evaluation import shortcut as sc
 from repinterp.evaluation.options import Options
 from repinterp.evaluation.protocols import evaluate
 from repinterp.evaluation.setup import WEIGHTS_DIR, load_setup
+from repinterp.report.tables import write_results
 
 from ..commandline import assert_one_line_error, run
 
@@ -76,7 +79,7 @@ def test_cli_refuses_the_shortcut_protocol_on_another_data_set(capsys) -> None:
 @pytest.mark.slow
 @pytest.mark.usefixtures("one_thread")
 def test_protocol_scores_every_grouping_and_map_and_takes_one_line_registrations(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     setup = load_setup(
         "mnist-markrand:0.3",
@@ -111,3 +114,9 @@ def test_protocol_scores_every_grouping_and_map_and_takes_one_line_registrations
     assert len(per_image) == int(marked.sum())
     assert np.nanmean(per_image) == pytest.approx(results["maps"]["RI"]["mass_in_box"], abs=1e-3)
     assert set(results["paired"]) == {"groupings", "maps"}
+    files = {path.name for path in write_results(results, tmp_path)}
+    assert files >= {"results.json", "results.md", "units.json", "mnist-markrand-0.3-shortcut.png"}
+    written = json.loads((tmp_path / "results.json").read_text())
+    assert written["groupings"]["RI"]["audit_rank"] is None  # null until an audit ranks
+    markdown = (tmp_path / "results.md").read_text()
+    assert "| Grouping | F1 marked | AMI |" in markdown and "| oracle | " in markdown

@@ -114,12 +114,16 @@ def _with_runs(results: dict[str, Any], blocks: dict[str, Any]) -> dict[str, Any
 
 
 def _columns_table(
-    blocks: dict[str, Any], columns: list[tuple[str, str, bool]], first: str, times: bool = False
+    blocks: dict[str, Any],
+    columns: list[tuple[str, str, bool | None]],
+    first: str,
+    times: bool = False,
 ) -> list[str]:
-    """One row per block, one column per key present in any block, the best of each bold;
-    then the block's ``time_s`` if ``times``."""
+    """One row per block, one column per key present in any block, the best of each bold
+    (higher or lower, as the column says; None: no bold); then the block's ``time_s`` if
+    ``times``."""
     columns = [c for c in columns if any(c[0] in b for b in blocks.values())]
-    best = {key: _best(blocks, key, higher) for key, _, higher in columns}
+    best = {key: None if up is None else _best(blocks, key, up) for key, _, up in columns}
     rows = [
         [method_label(name), *[cell(b, key, best=best[key] == name) for key, _, _ in columns]]
         + ([f"{b['time_s']:.1f}"] if times else [])
@@ -622,18 +626,18 @@ def _md_sanity(results: dict[str, Any]) -> list[str]:
     ]
 
 
-_SHORTCUT_GROUPINGS = [
+_SHORTCUT_GROUPINGS: list[tuple[str, str, bool | None]] = [
     ("f1_marked", "F1 marked", True),
     ("ami", "AMI", True),
-    ("ami_null_p95", "AMI null p95", False),
-    ("ami_ceiling", "AMI k-means ceiling", True),
-    ("groups", "groups", False),
+    ("ami_null_p95", "AMI null p95", None),
+    ("ami_ceiling", "AMI k-means ceiling", None),
+    ("groups", "groups", None),
     ("audit_rank", "audit rank", False),
 ]
-_SHORTCUT_MAPS = [
+_SHORTCUT_MAPS: list[tuple[str, str, bool | None]] = [
     ("mass_in_box", "on the box, marked (%)", True),
     ("mass_in_box_group", "mean map on the box (%)", True),
-    ("mass_in_box_unmarked", "on the box, unmarked (%)", False),
+    ("mass_in_box_unmarked", "on the box, unmarked (%)", None),
 ]
 
 

@@ -655,14 +655,21 @@ def _shortcut_pairs(results: dict[str, Any], reading: str, key: str) -> list[str
 
 def _md_shortcut(results: dict[str, Any]) -> list[str]:
     """Isolation of the marked images by each grouping, mass of each map on the mark's box."""
-    to_target = cell(results, "marked_to_target")
+    to_target = results.get("marked_to_target")
+    looked_at = (
+        f"{results['images']:.0f} predicted the class the mark leads to, "
+        f"{results['marked']:.0f} of them marked; the model calls "
+        f"{cell(results, 'marked_to_target')}% of the unseen marked images by the mark"
+        if to_target is not None and math.isfinite(to_target)
+        else f"{results['images']:.0f}, {results['marked']:.0f} of them marked (a control: "
+        "every class on `*-markrand:F`, where the mark leads to no class; the class it would "
+        "lead to on `*-mark:0`, where no image is marked)"
+    )
     return [
-        f"Unseen images looked at: {results['images']:.0f} predicted the class the mark leads "
-        f"to (every class on a control), {results['marked']:.0f} of them marked; the model "
-        f"calls {to_target}% of the unseen marked images by the mark. Groupings (fitted on the "
-        "reference images of the same predicted classes, without labels) against the marked "
-        "flag: F1 of the group holding most marked images, within-class AMI with its shuffle "
-        "null (95th percentile) and k-means ceiling (k = 2):",
+        f"Unseen images looked at: {looked_at}. Groupings (fitted on the reference images of "
+        "the same predicted classes, without labels) against the marked flag: F1 of the group "
+        "holding most marked images, within-class AMI with its shuffle null (95th percentile) "
+        "and k-means ceiling (k = 2):",
         "",
         *_columns_table(_with_runs(results, results["groupings"]), _SHORTCUT_GROUPINGS, "Grouping"),
         *_shortcut_pairs(results, "groupings", "f1_marked"),

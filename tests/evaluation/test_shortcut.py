@@ -74,6 +74,11 @@ def test_cli_refuses_the_shortcut_protocol_on_another_data_set(capsys) -> None:
     argv = ["evaluate", "--dataset", "mnist5k", "--protocol", "shortcut", "--quick"]
     code, _, err = run(argv, capsys)
     assert_one_line_error(code, err, "the shortcut protocol runs on mnist-mark:F, shapes-mark:F")
+    argv = ["evaluate", "--dataset", "mnist-mark:1.5", "--protocol", "shortcut", "--quick"]
+    code, _, err = run([*argv, "--model-seeds", "2"], capsys)
+    assert_one_line_error(
+        code, err, "mnist-mark:F needs a number F in [0, 1], got 'mnist-mark:1.5'"
+    )
 
 
 @pytest.mark.slow

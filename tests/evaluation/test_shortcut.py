@@ -1,6 +1,8 @@
 """The shortcut protocol's measures (exact values on hand-built cases) and the protocol."""
 
+import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -11,6 +13,7 @@ from repinterp.evaluation.groupings import ami_null
 from repinterp.evaluation.options import Options
 from repinterp.evaluation.protocols import evaluate
 from repinterp.evaluation.setup import WEIGHTS_DIR, load_setup
+from repinterp.report.tables import write_results
 
 from ..commandline import assert_one_line_error, run
 
@@ -71,12 +74,17 @@ def test_cli_refuses_the_shortcut_protocol_on_another_data_set(capsys) -> None:
     argv = ["evaluate", "--dataset", "mnist5k", "--protocol", "shortcut", "--quick"]
     code, _, err = run(argv, capsys)
     assert_one_line_error(code, err, "the shortcut protocol runs on mnist-mark:F, shapes-mark:F")
+    argv = ["evaluate", "--dataset", "mnist-mark:1.5", "--protocol", "shortcut", "--quick"]
+    code, _, err = run([*argv, "--model-seeds", "2"], capsys)
+    assert_one_line_error(
+        code, err, "mnist-mark:F needs a number F in [0, 1], got 'mnist-mark:1.5'"
+    )
 
 
 @pytest.mark.slow
 @pytest.mark.usefixtures("one_thread")
 def test_protocol_scores_every_grouping_and_map_and_takes_one_line_registrations(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     setup = load_setup(
         "mnist-markrand:0.3",
@@ -111,3 +119,9 @@ def test_protocol_scores_every_grouping_and_map_and_takes_one_line_registrations
     assert len(per_image) == int(marked.sum())
     assert np.nanmean(per_image) == pytest.approx(results["maps"]["RI"]["mass_in_box"], abs=1e-3)
     assert set(results["paired"]) == {"groupings", "maps"}
+    files = {path.name for path in write_results(results, tmp_path)}
+    assert files >= {"results.json", "results.md", "units.json", "mnist-markrand-0.3-shortcut.png"}
+    written = json.loads((tmp_path / "results.json").read_text())
+    assert written["groupings"]["RI"]["audit_rank"] is None  # null until an audit ranks
+    markdown = (tmp_path / "results.md").read_text()
+    assert "| Grouping | F1 marked | AMI |" in markdown and "| oracle | " in markdown

@@ -124,12 +124,16 @@ def _with_runs(results: dict[str, Any], blocks: dict[str, Any]) -> dict[str, Any
 
 
 def _columns_table(
-    blocks: dict[str, Any], columns: list[tuple[str, str, bool]], first: str, times: bool = False
+    blocks: dict[str, Any],
+    columns: list[tuple[str, str, bool | None]],
+    first: str,
+    times: bool = False,
 ) -> list[str]:
-    """One row per block, one column per key present in any block, the best of each bold;
-    then the block's ``time_s`` if ``times``."""
+    """One row per block, one column per key present in any block, the best of each bold
+    (higher or lower, as the column says; None: no bold); then the block's ``time_s`` if
+    ``times``."""
     columns = [c for c in columns if any(c[0] in b for b in blocks.values())]
-    best = {key: _best(blocks, key, higher) for key, _, higher in columns}
+    best = {key: None if up is None else _best(blocks, key, up) for key, _, up in columns}
     rows = [
         [method_label(name), *[cell(b, key, best=best[key] == name) for key, _, _ in columns]]
         + ([f"{b['time_s']:.1f}"] if times else [])
@@ -664,18 +668,18 @@ def _md_sanity(results: dict[str, Any]) -> list[str]:
     ]
 
 
-_SHORTCUT_GROUPINGS = [
+_SHORTCUT_GROUPINGS: list[tuple[str, str, bool | None]] = [
     ("f1_marked", "F1 marked", True),
     ("ami", "AMI", True),
-    ("ami_null_p95", "AMI null p95", False),
-    ("ami_ceiling", "AMI k-means ceiling", True),
-    ("groups", "groups", False),
+    ("ami_null_p95", "AMI null p95", None),
+    ("ami_ceiling", "AMI k-means ceiling", None),
+    ("groups", "groups", None),
     ("audit_rank", "audit rank", False),
 ]
-_SHORTCUT_MAPS = [
+_SHORTCUT_MAPS: list[tuple[str, str, bool | None]] = [
     ("mass_in_box", "on the box, marked (%)", True),
     ("mass_in_box_group", "mean map on the box (%)", True),
-    ("mass_in_box_unmarked", "on the box, unmarked (%)", False),
+    ("mass_in_box_unmarked", "on the box, unmarked (%)", None),
 ]
 
 
@@ -693,14 +697,21 @@ def _shortcut_pairs(results: dict[str, Any], reading: str, key: str) -> list[str
 
 def _md_shortcut(results: dict[str, Any]) -> list[str]:
     """Isolation of the marked images by each grouping, mass of each map on the mark's box."""
-    to_target = cell(results, "marked_to_target")
+    to_target = results.get("marked_to_target")
+    looked_at = (
+        f"{results['images']:.0f} predicted the class the mark leads to, "
+        f"{results['marked']:.0f} of them marked; the model calls "
+        f"{cell(results, 'marked_to_target')}% of the unseen marked images by the mark"
+        if to_target is not None and math.isfinite(to_target)
+        else f"{results['images']:.0f}, {results['marked']:.0f} of them marked (a control: "
+        "every class on `*-markrand:F`, where the mark leads to no class; the class it would "
+        "lead to on `*-mark:0`, where no image is marked)"
+    )
     return [
-        f"Unseen images looked at: {results['images']:.0f} predicted the class the mark leads "
-        f"to (every class on a control), {results['marked']:.0f} of them marked; the model "
-        f"calls {to_target}% of the unseen marked images by the mark. Groupings (fitted on the "
-        "reference images of the same predicted classes, without labels) against the marked "
-        "flag: F1 of the group holding most marked images, within-class AMI with its shuffle "
-        "null (95th percentile) and k-means ceiling (k = 2):",
+        f"Unseen images looked at: {looked_at}. Groupings (fitted on the reference images of "
+        "the same predicted classes, without labels) against the marked flag: F1 of the group "
+        "holding most marked images, within-class AMI with its shuffle null (95th percentile) "
+        "and k-means ceiling (k = 2):",
         "",
         *_columns_table(_with_runs(results, results["groupings"]), _SHORTCUT_GROUPINGS, "Grouping"),
         *_shortcut_pairs(results, "groupings", "f1_marked"),

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from .interpreter import Interpretation, RepresentativeInterpreter
 
 __all__ = ["FitConfig", "Interpretation", "RegionSet", "RepresentativeInterpreter"]
-__version__ = "0.4.0"
+__version__ = "0.5.0"
 
 
 def __getattr__(name: str) -> Any:

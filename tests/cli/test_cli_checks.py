@@ -12,7 +12,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def test_image_size_has_an_upper_bound(tmp_path, capsys) -> None:
-    from repinterp.cli.parser import MAX_IMAGE_SIZE
+    from repinterp.cli.options import MAX_IMAGE_SIZE
 
     assert MAX_IMAGE_SIZE == math.isqrt(MAX_PIXELS)  # the largest square image that is read
     fit = ["fit", "--model", "shapes_cnn", "--reference", f"imagefolder:{tmp_path}", "--quiet"]

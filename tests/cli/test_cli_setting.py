@@ -182,7 +182,7 @@ def test_mnist5k_without_its_extra_names_it(monkeypatch, capsys) -> None:
 def test_the_parser_names_every_granularity() -> None:
     """``fit --granularity`` lists the decision sets of `repinterp.core.granularities` (the
     parser names them itself, so that ``--help`` imports no torch)."""
-    from repinterp.cli.parser import GRANULARITIES as named
+    from repinterp.cli.options import GRANULARITIES as named
     from repinterp.core.granularities import GRANULARITIES
 
     assert named == GRANULARITIES

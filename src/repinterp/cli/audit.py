@@ -11,11 +11,13 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .options import at_least, common, index_options, overwrite
+
 if TYPE_CHECKING:
     from ..core.model_strategies import Strategy
     from ..workspace import Workspace
 
-__all__ = ["audit_command", "write_audit"]
+__all__ = ["add_arguments", "audit_command", "write_audit"]
 
 _STYLE = (
     "body{font-family:sans-serif;margin:1rem auto;max-width:1200px;padding:0 .8rem}"
@@ -48,6 +50,15 @@ def _page(title: str, intro: str, sections: list[tuple[str, list[tuple[Any, str]
             )
     parts.append("</body></html>")
     return "\n".join(parts)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The flags of ``repinterp audit``."""
+    index_options(p)
+    p.add_argument("--out", required=True, help="folder for audit.json and index.html")
+    p.add_argument("--members", type=at_least(0), default=8, help="members shown per strategy (8)")
+    overwrite(p)
+    common(p)
 
 
 def write_audit(ws: Workspace, out: Path, members: int, page: str) -> list[Strategy]:

@@ -14,6 +14,19 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .evaluate import DATASETS, MODELS
+from .options import (
+    GRANULARITIES,
+    SEED,
+    SHARD_SIZE,
+    at_least,
+    common,
+    image_folder_options,
+    index_options,
+    overwrite,
+    port,
+)
+
 if TYPE_CHECKING:
     from torch import Tensor
 
@@ -48,6 +61,36 @@ def _inputs(*files: str | None, data: str | None = None) -> list[Path]:
 
 
 # ----------------------------------------------------------------------------- train
+def train_arguments(p: argparse.ArgumentParser) -> None:
+    """The flags of ``repinterp train``."""
+    p.add_argument("--dataset", required=True, help=f"data set: {DATASETS}")
+    p.add_argument("--model", help=f"architecture: {MODELS}")
+    p.add_argument("--arch", help=argparse.SUPPRESS)  # the old name of --model, still accepted
+    p.add_argument("--epochs", type=at_least(1), default=5, help="passes over the data (5)")
+    p.add_argument("--lr", type=float, default=1e-3, help="base learning rate (1e-3)")
+    p.add_argument(
+        "--batch-size",
+        type=at_least(1),
+        default=64,
+        help="images per step (64); each epoch leaves out its last incomplete batch when the "
+        "set holds more than one batch (batch norm needs two images)",
+    )
+    p.add_argument("--weights", help="start from these weights (fine-tuning; last layer reset)")
+    p.add_argument("--data-seed", type=SEED, default=0, help="seed of the data split (0)")
+    p.add_argument("--out", required=True, help="weights file to write (.safetensors)")
+    p.add_argument("--optimizer", default="adam", help="adam, adamw or sgd (adam)")
+    p.add_argument("--momentum", type=float, default=0.9, help="SGD momentum (0.9)")
+    p.add_argument("--weight-decay", type=float, default=0.0, help="weight decay (0)")
+    p.add_argument("--schedule", default="constant", help="lr: constant or cosine (constant)")
+    p.add_argument("--warmup-epochs", type=float, default=0.0, help="linear lr warm-up (0)")
+    p.add_argument("--label-smoothing", type=float, default=0.0, help="of the loss (0)")
+    p.add_argument("--hflip", action="store_true", help="mirror a random half of each batch")
+    p.add_argument("--dropout", type=float, help="dropout while training (the model's own)")
+    image_folder_options(p)
+    overwrite(p)
+    common(p)
+
+
 def _train(args: argparse.Namespace) -> None:
     from ..data.datasets import load_dataset
     from ..data.provenance import describe_split
@@ -124,6 +167,67 @@ def _keep_regions(workspace: Workspace) -> None:
         k = min(DEFAULT_REGIONS, len(index))
         regions = workspace.interpreter.regions(n_regions=k, seed=DEFAULT_SEED)
         save_regions(regions, workspace.folder, DEFAULT_SEED)
+
+
+def fit_arguments(p: argparse.ArgumentParser) -> None:
+    """The flags of ``repinterp fit``."""
+    p.add_argument("--model", required=True, help=f"architecture: {MODELS}")
+    p.add_argument(
+        "--weights", help="local weights file of the model (default: its bundled weights, if any)"
+    )
+    p.add_argument(
+        "--layer",
+        help="target layer name (default: the arch's own, e.g. VGG's last conv ReLU or a "
+        "ResNet's layer4, where its maps are at least 7 x 7 at the image size, else the last "
+        "layer whose maps are, e.g. a ResNet's layer2 at 64 px)",
+    )
+    p.add_argument("--reference", required=True, help=f"reference data: {DATASETS}")
+    p.add_argument(
+        "--boundaries", type=at_least(1), default=50, help="|Q|, sampled boundaries (50)"
+    )
+    p.add_argument(
+        "--batch-size", type=at_least(1), default=64, help="images per forward pass (64)"
+    )
+    p.add_argument("--data-seed", type=SEED, default=0, help="seed of the data split (0)")
+    p.add_argument(
+        "--granularity",
+        choices=GRANULARITIES,  # repinterp.core.granularities's, named here without torch
+        default="class",
+        help="class: the paper's RI (default); beyond the paper (docs/method.md, 6.2, 6.5): "
+        "logic, polytopes of one decision logic below the class; strategy, each class's "
+        "strategies found without labels, each a polytope (then: repinterp audit)",
+    )
+    p.add_argument("--out", required=True, help="index folder to write (new, empty or an index)")
+    p.add_argument(
+        "--shards",
+        metavar="DIR",
+        help="folder the index is written to shard by shard as fit goes, removed once the index "
+        "is saved (OUT/.partial)",
+    )
+    p.add_argument(
+        "--shard-size",
+        type=at_least(1),
+        default=SHARD_SIZE,
+        help=f"images per shard, rounded down to a multiple of --batch-size ({SHARD_SIZE})",
+    )
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="go on from the complete shards of an interrupted fit run with the same options "
+        "(without it, fit starts over)",
+    )
+    p.add_argument(
+        "--workers", type=at_least(0), default=0, help="DataLoader processes reading the images"
+    )
+    p.add_argument(
+        "--no-features",
+        action="store_true",
+        help="do not keep the reference feature maps (|R| x feature size on disk; 'report' and "
+        "regions need them)",
+    )
+    image_folder_options(p)
+    overwrite(p)
+    common(p)
 
 
 def _fit(args: argparse.Namespace) -> None:
@@ -422,6 +526,26 @@ FAR_PERCENTILE = 95
 """`explain` warns about an input whose ``distance_percentile`` exceeds this."""
 
 
+def explain_arguments(p: argparse.ArgumentParser) -> None:
+    """The flags of ``repinterp explain``."""
+    p.add_argument(
+        "images", nargs="+", metavar="IMAGE", help="image files, or reference:I / unseen:I"
+    )
+    index_options(p)
+    p.add_argument("--out", required=True, help="folder for the figures and JSON files")
+    p.add_argument("--top-k", type=at_least(0), default=8, help="similar images shown (8)")
+    p.add_argument(
+        "--contrast",
+        metavar="CLASS",
+        help="beyond the paper: also draw, for each image predicted another class, the "
+        "contrastive map of why the model says its class rather than CLASS (a class's name, "
+        "else its index): the heat map of the boundary between the two classes at the image "
+        "(Eq. 2's weights)",
+    )
+    overwrite(p)
+    common(p)
+
+
 def _explain(args: argparse.Namespace) -> None:
     from ..store.outputs import claim, refuse_inputs
     from ..workspace import resolve_images
@@ -463,6 +587,16 @@ def _explain(args: argparse.Namespace) -> None:
 
 
 # ----------------------------------------------------------------------------- demo
+def demo_arguments(p: argparse.ArgumentParser) -> None:
+    """The flags of ``repinterp demo``."""
+    p.add_argument("--out", default="repinterp-demo", help="output folder (repinterp-demo)")
+    p.add_argument("--top-k", type=at_least(0), default=8, help="similar images shown (8)")
+    p.add_argument("--serve", action="store_true", help="then open the web viewer")
+    p.add_argument("--port", type=port, default=8000, help="port of the viewer (8000)")
+    overwrite(p)
+    common(p)
+
+
 def _demo(args: argparse.Namespace) -> None:
     import torch
 
@@ -508,6 +642,22 @@ def _demo(args: argparse.Namespace) -> None:
 
 
 # ----------------------------------------------------------------------------- report
+def report_arguments(p: argparse.ArgumentParser) -> None:
+    """The flags of ``repinterp report``."""
+    index_options(p)
+    p.add_argument("--out", required=True, help="folder for the report")
+    p.add_argument(
+        "--regions",
+        type=at_least(1),
+        help="number of regions (10 x classes), shared among the classes the model predicts on "
+        "the reference set: one each (so at least as many as those classes), the rest in "
+        "proportion to their images; k-means within each class",
+    )
+    p.add_argument("--top-k", type=at_least(0), default=6, help="similar images per region (6)")
+    overwrite(p)
+    common(p)
+
+
 def _report(args: argparse.Namespace) -> None:
 
     from tqdm.auto import tqdm
@@ -577,6 +727,23 @@ def _audit(args: argparse.Namespace) -> None:
 
 
 # ----------------------------------------------------------------------------- serve
+def serve_arguments(p: argparse.ArgumentParser) -> None:
+    """The flags of ``repinterp serve``."""
+    index_options(p)
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (127.0.0.1)")
+    p.add_argument("--port", type=port, default=8000, help="port; 0 picks a free one (8000)")
+    p.add_argument("--regions", type=at_least(1), default=20, help="regions in the gallery (20)")
+    p.add_argument(
+        "--allowed-host",
+        action="append",
+        default=[],
+        metavar="HOST",
+        help="another name the viewer may be reached by (Host header); repeatable; always "
+        "accepted: --host, localhost, 127.0.0.1, [::1]",
+    )
+    common(p)
+
+
 def _serve(args: argparse.Namespace) -> None:
     from ..web import serve
 

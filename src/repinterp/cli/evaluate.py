@@ -7,6 +7,8 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
+from .options import common, image_folder_options, overwrite
+
 # The choices below are written out, not imported: this module (and so ``repinterp --help``)
 # imports no torch. tests/evaluation/test_protocols.py checks them against
 # evaluation.options.PROTOCOLS, core.boundaries.SAMPLINGS and scoring.METRICS.
@@ -32,7 +34,7 @@ __all__ = ["METRICS", "PROTOCOLS", "SAMPLINGS", "add_arguments", "prepare"]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add the evaluate subcommand's own arguments (not ``--seed/--device/--quiet``)."""
+    """The flags of ``repinterp evaluate``."""
     add = parser.add_argument
     add("--dataset", required=True, help=f"data set: {DATASETS}")
     add(
@@ -118,6 +120,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="folder of the trained models of --model-seeds, named by the SHA-256 of recipe, "
         "seed and data (~/.cache/repinterp/models)",
     )
+    image_folder_options(parser)
+    overwrite(parser)
+    common(parser)
 
 
 def _integers(text: str, flag: str) -> tuple[int, ...]:

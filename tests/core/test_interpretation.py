@@ -1,6 +1,6 @@
 """``Interpretation``: the similar images' distance is the paper's ``Dist`` (§5.2) unless another
 is asked for, whatever the interpreter kept, and every distance written names its metric; the
-channel weights are ``heatmap.channel_weights``'s."""
+channel weights are ``heatmap.input_side_weights``'s."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from repinterp import RepresentativeInterpreter
-from repinterp.core.heatmap import channel_means, channel_weights
+from repinterp.core.heatmap import channel_means, input_side_weights
 from repinterp.core.interpretation import SIMILARITY_METRICS
 
 from ..networks import fit_random, triangle_model
@@ -97,7 +97,7 @@ def test_channel_weights_are_the_boundaries_means_flipped_to_the_input(pair) -> 
         assert torch.equal(e.channel_weights, flipped.flatten(2).mean(2))
         sides = torch.sign(e.projections[p])
         assert torch.equal(
-            e.channel_weights, channel_weights(channel_means(index.boundaries)[p], sides)
+            e.channel_weights, input_side_weights(channel_means(index.boundaries)[p], sides)
         )
 
 

@@ -17,12 +17,13 @@ from PIL import Image
 from torch.utils.data import TensorDataset
 
 from repinterp import RepresentativeInterpreter
-from repinterp.core.display import COLOUR_BAR_HEIGHT, COLOUR_BAR_WIDTH, displayable
 from repinterp.core.groups import polytope_key
-from repinterp.core.heatmap import normalize_maps, overlay
+from repinterp.core.heatmap import normalize_maps
 from repinterp.core.interpretation import METRIC_MEANINGS
 from repinterp.core.regions import RegionSet, distinct_polytopes
 from repinterp.data.datasets import ImageSet, Normalization
+from repinterp.display.colours import overlay
+from repinterp.display.html import COLOUR_BAR_HEIGHT, COLOUR_BAR_WIDTH, displayable
 
 from ..networks import fit_random, random_setup
 

@@ -187,7 +187,7 @@ def fit_workspace(
         shards: write the index in shards as it goes, to resume a killed fit (see
             [`Shards`][repinterp.store.shards.Shards]).
         image_format: an image folder's image side and normalisation
-            ([`ImageFormat`][repinterp.data.datasets.ImageFormat]; None: 224 px, ImageNet's).
+            ([`ImageFormat`][repinterp.data.image_folder.ImageFormat]; None: 224 px, ImageNet's).
         say: called with a description of the data split (how many images of each class went
             to the reference and unseen parts, and why) once the data is loaded.
 

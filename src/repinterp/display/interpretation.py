@@ -40,13 +40,14 @@ def show_interpretation(
     draw it.
 
     Args:
+        e: the interpretation.
         reference: the reference set the interpreter was fitted on (anything ``fit``
             takes), for the similar images' pixels; None: the set it holds, if any (and
             if it was not fitted again since).
         image: the input (C x H x W, as the model takes it); None: `image`.
         k: how many similar images (>= 0).
         metric: their distance (see `similar`).
-        cmap: the heat maps' colormap (see [`colorize`][repinterp.core.heatmap.colorize]).
+        cmap: the heat maps' colormap (see [`colorize`][repinterp.display.colours.colorize]).
         label: the input's true class, if known, shown beside its prediction.
 
     Returns:

@@ -42,9 +42,10 @@ def show_regions(
     (a colour bar, the index's granularity and every number named).
 
     Args:
+        regions: the region set.
         reference: the reference set the interpreter was fitted on (anything ``fit``
             takes), for the inputs' pixels; None: the set it holds, if any.
-        cmap: the heat maps' colormap (see [`colorize`][repinterp.core.heatmap.colorize]).
+        cmap: the heat maps' colormap (see [`colorize`][repinterp.display.colours.colorize]).
         sub_labels: (|R|,) integer sub-label (sub-concept) of every reference image;
             None: the reference set's ``concepts`` (an `ImageSet`'s, such as
             ``mnist-super``'s digits), else none is shown.
@@ -126,7 +127,7 @@ def _sub_labels(
     sub_labels: Tensor | Sequence[int] | None,
     names: Sequence[str] | None,
 ) -> tuple[Tensor, Sequence[str] | None] | None:
-    """`show`'s sub-labels and their names: those given, else the reference set's
+    """`show_regions`'s sub-labels and their names: those given, else the reference set's
     (``concepts``, ``concept_names``), else None."""
     source = regions.interpreter.reference if reference is None else reference
     # the interpreter keeps its set wrapped (`ReferenceSet`): the set given is its `source`

@@ -52,6 +52,7 @@ def show_strategy(
     strategy's heat map (the input's channel weights reused).
 
     Args:
+        strategy: the strategy.
         reference: the reference set the index was fitted on; None: the one held.
         k: how many members (>= 0).
         cmap: the heat maps' colormap.

@@ -14,6 +14,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from . import display  # noqa: F401  (importing it registers the views of core.views)
 from .core.boundaries import Boundaries, compute_boundaries
 from .core.config import FitConfig
 from .core.contrastive import contrast_pairs, contrastive_heatmaps
@@ -32,7 +33,6 @@ from .data.reference import (
     as_reference,
     check_finite_rows,
 )
-from .display import show  # noqa: F401  (importing it registers the views of core.views)
 from .models.fixed_mode import CHECKED_IMAGES, check_image_function
 from .models.split import (
     LayerSpec,

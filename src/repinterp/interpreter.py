@@ -14,17 +14,17 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from . import display  # noqa: F401  (importing it registers the views of core.views)
 from .core.boundaries import Boundaries, compute_boundaries
 from .core.config import FitConfig
+from .core.contrastive import contrast_pairs, contrastive_heatmaps
 from .core.decision_set import project_blocks
 from .core.granularities import decision_set
-from .core.heatmap import channel_means, polytope_heatmaps
 from .core.interpretation import Interpretation, check_solver
 from .core.model_strategies import Strategy, model_strategies
 from .core.reference_index import FEATURE_FILE, ReferenceIndex
 from .core.regions import RegionSet
 from .core.representative import interpret
-from .data.datasets import ImageTransform
 from .data.inputs import Transform, as_input, as_inputs
 from .data.reference import (
     Reference,
@@ -33,21 +33,26 @@ from .data.reference import (
     as_reference,
     check_finite_rows,
 )
+from .models.fixed_mode import CHECKED_IMAGES, check_image_function
 from .models.split import (
-    CHECKED_IMAGES,
     LayerSpec,
     OutputFn,
     SplitModel,
     check_feature_map,
-    check_image_function,
     locate_split,
-    model_fingerprint,
     split_model,
 )
 from .runtime.devices import model_device, resolve_device
 from .runtime.precision import engine_dtype, exact_float32
 from .store.index_build import build_index
-from .store.index_folder import IndexLoadError, load_index, save_index
+from .store.index_folder import load_index, save_index
+from .store.index_model import (
+    check_model,
+    check_opening,
+    record_model,
+    restore_decisions,
+    saved_transform,
+)
 from .store.shards import Shards
 
 __all__ = ["FEATURE_FILE", "Interpretation", "RepresentativeInterpreter"]
@@ -298,7 +303,12 @@ class RepresentativeInterpreter:
             self._locate(reference)
         if len(reference) > 0:  # a few images: the same twice, and alone as in a batch
             few = reference.gather(torch.arange(min(CHECKED_IMAGES, len(reference))))
-            check_image_function(self.split, as_batch(few, self.dtype, self.device))
+            check_image_function(
+                self.split.psi,
+                self.split.head,
+                self.split.layer,
+                as_batch(few, self.dtype, self.device),
+            )
         feature_dir = None
         if keep_features and shards is None:
             feature_dir = tempfile.TemporaryDirectory(prefix="repinterp-")
@@ -599,25 +609,7 @@ class RepresentativeInterpreter:
         features = self.features(images)
         with torch.inference_mode():
             predicted = self.split.head(features).argmax(1).cpu()
-        others = torch.as_tensor(contrast, dtype=torch.long).flatten().cpu()
-        if others.numel() == 1:
-            others = others.expand(len(predicted))
-        if others.numel() != len(predicted):
-            raise ValueError(f"{others.numel()} contrast classes for {len(predicted)} images")
-        bad = (others < 0) | (others >= index.n_classes)
-        if bool(bad.any()):
-            raise ValueError(
-                f"contrast class {int(others[bad][0])} is not one of the model's "
-                f"{index.n_classes} classes (0 to {index.n_classes - 1})"
-            )
-        same = (others == predicted).nonzero().flatten()
-        if same.numel():
-            i = int(same[0])
-            raise ValueError(
-                f"image {i} is predicted class {int(predicted[i])}, the contrast class asked "
-                "for: the map of its predicted class is its interpretation's (explain(x).heatmap)"
-            )
-        classes = torch.stack([predicted, others], 1)
+        classes = contrast_pairs(predicted, contrast, index.n_classes)
         return compute_boundaries(self.split.head, features, classes)
 
     @exact_float32()
@@ -640,10 +632,7 @@ class RepresentativeInterpreter:
         """
         images = as_inputs(images, self.transform, self.fitted_index.input_shape)
         boundaries = self.contrastive_boundaries(images, contrast)
-        alphas = list(channel_means(boundaries).unsqueeze(1))
-        which = torch.arange(len(alphas), device=self.device)
-        size = tuple(images.shape[-2:])
-        return polytope_heatmaps(self.features(images), alphas, which, size)
+        return contrastive_heatmaps(self.features(images), boundaries, tuple(images.shape[-2:]))
 
     def strategies(self, reference: Reference | None = None) -> list[Strategy]:
         """Beyond the paper: the model's strategies, for an index fitted with
@@ -671,7 +660,7 @@ class RepresentativeInterpreter:
     def save(self, path: str | Path, overwrite: bool = False) -> None:
         """Save the index to the folder ``path`` (replaced atomically if it exists), with the
         fingerprints of the model's weights and of its traced graph (module types and
-        operations, see [`graph_fingerprint`][repinterp.models.split.graph_fingerprint]) so
+        operations, see [`graph_fingerprint`][repinterp.models.fingerprint.graph_fingerprint]) so
         that ``load`` can refuse another model.
 
         Args:
@@ -685,10 +674,7 @@ class RepresentativeInterpreter:
                 fit, or another process is writing to it.
         """
         index = self.fitted_index
-        index.meta["model_fingerprint"] = model_fingerprint(self.model)
-        index.meta["graph_fingerprint"] = self.split.fingerprint
-        if isinstance(self.transform, ImageTransform):
-            index.meta["transform"] = self.transform.record()
+        record_model(index, self.model, self.split.fingerprint, self.transform)
         save_index(index, path, extra_files=index.files, overwrite=overwrite)
         index.files = {name: Path(path) / name for name in index.files}
 
@@ -724,48 +710,22 @@ class RepresentativeInterpreter:
         """
         index = load_index(path)
         meta = index.meta
-        made = index.granularity
-        if granularity is not None and decision_set(granularity).name != made:
-            raise IndexLoadError(
-                f"{path} was fitted with granularity={made!r}, not {granularity!r}: fit it "
-                f"again with granularity={granularity!r} (repinterp fit --granularity "
-                f"{granularity})"
-            )
-        layer = meta.get("target_layer")
-        if layer not in dict(model.named_modules()):
-            raise IndexLoadError(f"{path} was made at layer {layer!r}, which the model lacks")
-        if "transform" in meta and "transform" not in kwargs:
-            try:
-                kwargs["transform"] = ImageTransform.from_record(meta["transform"])
-            except ValueError as exc:
-                raise IndexLoadError(f"{Path(path) / 'manifest.json'} is damaged: {exc}") from None
+        layer = check_opening(index, path, model, granularity)
+        if "transform" not in kwargs:
+            transform = saved_transform(index, path)
+            if transform is not None:
+                kwargs["transform"] = transform
         ri = cls(
             model,
             layer,
             n_boundaries=meta.get("requested_boundaries", len(index.boundaries)),
             seed=meta.get("seed", 0),
             sampling=meta.get("sampling", "uniform"),
-            granularity=made,
+            granularity=index.granularity,
             device=device,
             **kwargs,
         )
-        fingerprint = model_fingerprint(ri.model)
-        if meta.get("model_fingerprint") != fingerprint:
-            raise IndexLoadError(
-                f"{path} was made with other weights (model fingerprint "
-                f"{str(meta.get('model_fingerprint'))[:12]}…, this model's {fingerprint[:12]}…)"
-            )
-        graph = meta.get("graph_fingerprint")
-        if graph is not None and graph != ri.split.fingerprint:
-            raise IndexLoadError(
-                f"{path} was made with another graph of the model: the same weights, but "
-                "modules of other types or settings, or other operations (graph fingerprint "
-                f"{str(graph)[:12]}…, this model's {ri.split.fingerprint[:12]}…)"
-            )
-        try:  # the settings given here (e.g. gamma) take the place of the saved ones
-            state = {**index.columns, **index.decisions.tensors()}
-            index.decisions = ri.config.decisions.load(meta, state)
-        except ValueError as exc:
-            raise IndexLoadError(f"{path} is damaged: {exc}") from None
+        check_model(index, path, ri.model, ri.split.fingerprint)
+        restore_decisions(index, path, ri.config.decisions)
         ri.index = index.to(ri.device)
         return ri

@@ -23,7 +23,6 @@ import torch
 from torch import Tensor
 
 from .core.config import FitConfig
-from .core.display import sub_label_colour
 from .core.groups import composition
 from .data.datasets import (
     ImageFolderSet,
@@ -36,6 +35,7 @@ from .data.datasets import (
 )
 from .data.image_files import MAX_SIDE, load_image_file
 from .data.provenance import describe_split, fingerprint, fingerprint_change
+from .display.html import sub_label_colour
 from .interpreter import RepresentativeInterpreter
 from .models.zoo import DataShape, check_model, model_for, target_layer_for
 from .runtime.checksums import file_sha256
@@ -104,7 +104,7 @@ class Workspace:
     def composition(self, members: list[int]) -> list[dict[str, Any]] | None:
         """What the reference images ``members`` are made of by sub-label
         ([`composition`][repinterp.core.groups.composition]), each with its colour
-        (``repinterp.core.display.sub_label_colour``); None without sub-labels
+        (``repinterp.display.html.sub_label_colour``); None without sub-labels
         (`sub_labels`)."""
         known = self.sub_labels
         if known is None:
@@ -188,7 +188,7 @@ def fit_workspace(
         shards: write the index in shards as it goes, to resume a killed fit (see
             [`Shards`][repinterp.store.shards.Shards]).
         image_format: an image folder's image side and normalisation
-            ([`ImageFormat`][repinterp.data.datasets.ImageFormat]; None: 224 px, ImageNet's).
+            ([`ImageFormat`][repinterp.data.image_folder.ImageFormat]; None: 224 px, ImageNet's).
         say: called with a description of the data split (how many images of each class went
             to the reference and unseen parts, and why) once the data is loaded.
 

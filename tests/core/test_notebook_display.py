@@ -16,13 +16,15 @@ import torch
 from PIL import Image
 from torch.utils.data import TensorDataset
 
-from repinterp import RepresentativeInterpreter
-from repinterp.core.display import COLOUR_BAR_HEIGHT, COLOUR_BAR_WIDTH, displayable
+from repinterp import RepresentativeInterpreter, display
 from repinterp.core.groups import polytope_key
-from repinterp.core.heatmap import normalize_maps, overlay
+from repinterp.core.heatmap import normalize_maps
 from repinterp.core.interpretation import METRIC_MEANINGS
 from repinterp.core.regions import RegionSet, distinct_polytopes
+from repinterp.core.views import render
 from repinterp.data.datasets import ImageSet, Normalization
+from repinterp.display.colours import overlay
+from repinterp.display.html import COLOUR_BAR_HEIGHT, COLOUR_BAR_WIDTH, displayable
 
 from ..networks import fit_random, random_setup
 
@@ -281,3 +283,15 @@ def test_region_cards_show_their_sub_label_composition_when_it_is_known() -> Non
     assert given.count('class="ri-sub-labels"') == len(distinct_polytopes(bare))
     with pytest.raises(ValueError, match=r"sub_labels must be 200 integers, one per reference"):
         bare.show(sub_labels=concepts[:10])
+
+
+def test_a_view_is_found_by_the_objects_type_and_none_is_refused(fitted) -> None:
+    ri, images = fitted
+    e = ri.explain(images[3])
+    assert display.show(e, images, k=2).html == e.show(images, k=2).html
+    assert display.show(e, images, k=2).html != e.show(images, k=3).html
+    with pytest.raises(LookupError) as raised:
+        render(images)
+    assert str(raised.value) == (
+        "no view shows a Tensor: import repinterp.display to register them"
+    )

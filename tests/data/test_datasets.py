@@ -7,6 +7,7 @@ import torch
 from PIL import Image
 
 from repinterp.data import datasets as data
+from repinterp.data import image_folder
 
 
 def _rows(images: torch.Tensor) -> set[bytes]:
@@ -496,10 +497,12 @@ def test_an_image_folders_sub_folders_are_its_sub_labels_through_a_split(tmp_pat
     assert folder.concept_names == ["cat/indoor", "cat/outdoor", "dog", "dog/puppy"]
     assert folder.concepts.tolist() == [0, 0, 0, 1, 1, 2, 2, 3, 3]
     assert folder.labels.tolist() == [0] * 5 + [1] * 4
-    parts = data.load_dataset(f"imagefolder:{root}", image_size=8)
+    parts = data.load_dataset(f"imagefolder:{root}", image_format=data.ImageFormat(size=8))
     for part in parts:  # each part keeps its own images' sub-labels, named alike
         assert part.concept_names == folder.concept_names
-        expected = [folder.concept_names.index(data._sub_label(n)) for n in part.image_names]
+        expected = [
+            folder.concept_names.index(image_folder._sub_label(n)) for n in part.image_names
+        ]
         assert part.concepts.tolist() == expected
     flat = tmp_path / "flat"
     for name in ("a", "b"):

@@ -40,10 +40,11 @@ from starlette.applications import Starlette
 from repinterp.cli.parser import build_parser
 from repinterp.core.config import FitConfig
 from repinterp.core.groups import polytope_key
-from repinterp.core.heatmap import channel_means, colorize, heatmaps, normalize_maps, overlay
+from repinterp.core.heatmap import channel_means, heatmaps, normalize_maps
 from repinterp.core.interpretation import METRIC_MEANINGS
 from repinterp.core.regions import RegionSet, distinct_polytopes
 from repinterp.core.strategy_set import StrategySet
+from repinterp.display.colours import colorize, overlay
 from repinterp.evaluation.baselines import ReusableCAM
 from repinterp.evaluation.groupings import region_groups
 from repinterp.evaluation.metrics import keep_top_pixels

@@ -29,7 +29,7 @@ _STYLE = (
 
 
 def _page(title: str, intro: str, sections: list[tuple[str, list[tuple[Any, str]]]]) -> str:
-    from ..core.model_strategies import REASON_MEANINGS
+    from ..display.strategy import REASON_MEANINGS
 
     legend = "".join(
         f"<dt>{html.escape(k)}</dt><dd>{html.escape(v)}</dd>" for k, v in REASON_MEANINGS.items()
@@ -94,7 +94,7 @@ def write_audit(ws: Workspace, out: Path, members: int, page: str) -> list[Strat
             if composition is not None:
                 entry["sub_labels"] = composition
             entries.append(entry)
-            view = s.show(ws.reference, members, legend=False, sub_labels=composition)
+            view = s.show(ws.reference, k=members, legend=False, sub_labels=composition)
             views.append((s, view.html))
         flagged = sum(s.audit.flagged for s in group)
         record.append({"class": c, "class_name": names[c], "strategies": entries})

@@ -303,7 +303,7 @@ def load_setup(
         subset_seed: seed of both subsets.
         batch_size: images per forward pass.
         image_format: an image folder's square side and R G B normalisation (None: 224 and
-            ImageNet's; see [`ImageFormat`][repinterp.data.datasets.ImageFormat]).
+            ImageNet's; see [`ImageFormat`][repinterp.data.image_folder.ImageFormat]).
         model_seeds: train this many models with seeds 0, 1, ... by ``recipe`` on the split's
             reference part (or read them from ``model_cache``), one per run; None: one model,
             the given or bundled weights.

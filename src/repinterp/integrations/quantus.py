@@ -18,7 +18,7 @@ import numpy as np
 from torch import nn
 
 from ..interpreter import RepresentativeInterpreter
-from ..models.split import model_fingerprint
+from ..models.fingerprint import model_fingerprint
 from .maps import check_other_targets, own_heatmaps
 
 __all__ = ["QuantusExplainer", "refit"]

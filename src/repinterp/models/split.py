@@ -5,13 +5,15 @@ so that the hyperplane of Eq. 2 is exactly a linear boundary of ``G``;
 [`split_model`][repinterp.models.split.split_model] refuses heads that contain anything else
 ([`linearity`][repinterp.models.linearity]) unless told otherwise.
 [`locate_split`][repinterp.models.split.locate_split] finds the layer itself, when the user names
-none.
+none. The split checks that the model is a fixed function of each image
+([`fixed_mode`][repinterp.models.fixed_mode]) and records the fingerprint of its traced graphs
+([`fingerprint`][repinterp.models.fingerprint]); both modules' public names are importable from
+here too.
 """
 
 from __future__ import annotations
 
 import difflib
-import hashlib
 import operator
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -21,9 +23,18 @@ from typing import Any
 import torch
 from torch import Tensor, fx, nn
 
-from ..runtime.checksums import tensor_bytes
 from ..runtime.devices import eval_mode, model_device, model_dtype
-from .linearity import NonlinearHeadError, check_piecewise_linear, where
+from .fingerprint import graph_fingerprint, model_fingerprint
+from .fixed_mode import (
+    CHECKED_IMAGES,
+    UnfixedModelError,
+    check_fixed,
+    check_fixed_before_each_call,
+    check_functional_training,
+    check_image_function,
+    modules_run,
+)
+from .linearity import NonlinearHeadError, check_piecewise_linear
 
 __all__ = [
     "CHECKED_IMAGES",
@@ -180,107 +191,6 @@ def _writes_in_place(graph_module: fx.GraphModule) -> bool:
         if any(flag is True for flag in flags):
             return True
     return False
-
-
-class UnfixedModelError(ValueError):
-    """A module that the model's forward runs is not a fixed function of one image: it is in
-    training mode, or a batch norm uses the statistics of each batch."""
-
-
-_BATCH_NORMS = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.SyncBatchNorm)
-# The files of torch.nn.modules whose modules compute the same in training and eval mode, but
-# for those named in _MODE_DEPENDENT; any other module (batch and instance norms, dropouts,
-# recurrent layers, the user's own, which may read self.training) must be in eval mode.
-_MODE_FREE_FILES = {
-    "activation",
-    "channelshuffle",
-    "container",
-    "conv",
-    "distance",
-    "flatten",
-    "fold",
-    "linear",
-    "normalization",
-    "padding",
-    "pixelshuffle",
-    "pooling",
-    "upsampling",
-}
-_MODE_DEPENDENT = (nn.RReLU, nn.MultiheadAttention)
-
-
-def _depends_on_mode(module: nn.Module) -> bool:
-    """Whether ``module`` may compute otherwise in training mode than in eval mode."""
-    package, _, file = type(module).__module__.rpartition(".")
-    built_in = package == "torch.nn.modules" and file in _MODE_FREE_FILES
-    return not built_in or isinstance(module, _MODE_DEPENDENT)
-
-
-def _unfixed(name: str, module: nn.Module) -> str | None:
-    """Why ``module`` (called ``name`` in the model) is not a fixed function, or None."""
-    what = f"module {name!r} ({type(module).__name__})" if name else "the model"
-    if module.training and _depends_on_mode(module):
-        return (
-            f"{what} is in training mode: it would depend on chance or on the other images "
-            "of a batch, and running it could change the model (a batch norm's running "
-            "statistics); call model.eval() first"
-        )
-    if isinstance(module, _BATCH_NORMS) and module.running_mean is None:
-        return (
-            f"{what} uses the statistics of each batch (track_running_stats=False), so an "
-            "image's logits depend on the other images of its batch: give it running "
-            "statistics, or replace it"
-        )
-    return None
-
-
-def check_fixed(modules: Sequence[tuple[str, nn.Module]]) -> None:
-    """Raise `UnfixedModelError`, naming the first module, unless every module of ``modules``
-    (name, module) is a fixed function of each image: in eval mode (but for torch's modules
-    that compute the same in both modes, a convolution or a ReLU), and a batch norm with
-    running statistics."""
-    for name, module in modules:
-        problem = _unfixed(name, module)
-        if problem is not None:
-            raise UnfixedModelError(problem)
-
-
-def _modules_run(
-    model: nn.Module, nodes: Sequence[fx.Node], root: bool
-) -> list[tuple[str, nn.Module]]:
-    """The modules of ``model`` that running ``nodes`` runs (with the model itself when
-    ``root``): those it calls, with every module inside them, and those traced through; in the
-    model's order."""
-    names = {""} if root else set()
-    for node in nodes:
-        stack = node.meta.get("nn_module_stack") or {}
-        names.update(name for name, _ in stack.values())
-        if node.op == "call_module":
-            prefix = node.target
-            names.update(
-                f"{prefix}.{sub}" if sub else prefix
-                for sub, _ in model.get_submodule(prefix).named_modules()
-            )
-    return [(name, module) for name, module in model.named_modules() if name in names]
-
-
-def _functional_training(nodes: Sequence[fx.Node]) -> None:
-    """Raise `UnfixedModelError` for a traced call given ``training=True`` (``F.dropout``,
-    ``F.batch_norm`` called in the model's forward)."""
-    for node in nodes:
-        if node.op == "call_function" and node.kwargs.get("training") is True:
-            name = getattr(node.target, "__name__", node.target)
-            raise UnfixedModelError(
-                f"the model calls {name}{where(node)} with training=True: it would depend on "
-                "chance or on the other images of a batch; call it with training=self.training "
-                "and model.eval()"
-            )
-
-
-def _fixed_before_each_call(module: nn.Module, modules: list[tuple[str, nn.Module]]) -> None:
-    """Check `check_fixed` on ``modules`` before each forward pass of ``module``: a module put
-    in training mode after the split is refused before it runs."""
-    module.register_forward_pre_hook(lambda _module, _args: check_fixed(modules))
 
 
 class _Head(nn.Module):
@@ -495,8 +405,8 @@ def split_model(
         env[node] = head_graph.node_copy(node, lambda n: env[n])
     head_graph.output(env[logits])
     psi_nodes = list(psi_graph.nodes)
-    psi_modules = _modules_run(model, psi_nodes, root=True)
-    head_modules = _modules_run(model, list(head_graph.nodes), root=False)
+    psi_modules = modules_run(model, psi_nodes, root=True)
+    head_modules = modules_run(model, list(head_graph.nodes), root=False)
     # A module that left no node in the trace (the user's own, the identity in eval mode) may
     # run in psi or G in training mode: both check it.
     traced = {name for name, _ in psi_modules + head_modules}
@@ -504,7 +414,7 @@ def split_model(
     psi_modules += untraced
     head_modules += untraced
     check_fixed(psi_modules + head_modules)
-    _functional_training([*psi_nodes, *head_graph.nodes])
+    check_functional_training([*psi_nodes, *head_graph.nodes])
     if not allow_nonlinear_head:
         check_piecewise_linear(
             model, head_graph, {n for n in head_graph.nodes if n.op != "get_attr"}
@@ -512,8 +422,8 @@ def split_model(
 
     psi = _module(model, psi_graph, "Psi")
     head = _Head(_module(model, head_graph, "Head"))
-    _fixed_before_each_call(psi, psi_modules)
-    _fixed_before_each_call(head, head_modules)
+    check_fixed_before_each_call(psi, psi_modules)
+    check_fixed_before_each_call(head, head_modules)
     fingerprint = graph_fingerprint(model, [psi_graph, head_graph])
     return SplitModel(psi=psi, head=head, layer=layer, fingerprint=fingerprint)
 
@@ -525,55 +435,6 @@ def check_feature_map(t: Any, layer: str) -> None:
         raise ValueError(
             f"target_layer {layer!r} gives outputs of shape {shape}, not N x K x h x w feature "
             "maps: choose a convolutional layer (or target_layer=None for the last spatial one)"
-        )
-
-
-def _differ(a: Tensor, b: Tensor) -> float | None:
-    """The largest difference between ``a`` and ``b`` where it exceeds 1e-4 of their scale
-    (float rounding between batch sizes stays far below), else None; equal non-finite values
-    (NaN with NaN) do not differ."""
-    same = (a == b) | (a.isnan() & b.isnan())
-    gap = torch.where(same, 0.0, (a - b).abs()).nan_to_num(nan=float("inf")).max().item()
-    finite = a[a.isfinite()]
-    scale = max(1.0, finite.abs().max().item()) if finite.numel() else 1.0
-    return None if gap <= 1e-4 * scale else gap
-
-
-CHECKED_IMAGES = 4
-"""How many reference images (the first) ``fit`` gives `check_image_function`: it reads them
-once more and runs ``psi`` on them three times."""
-
-
-@torch.inference_mode()
-def check_image_function(split: SplitModel, images: Tensor) -> None:
-    """Raise `UnfixedModelError` unless the split model is a function of each image alone, on
-    ``images`` (a few reference images, N x C x H x W): ``psi`` gives the same feature maps
-    when run twice, and each image's logits are the same alone as in the batch (to 1e-4 of
-    their scale).
-
-    Raises:
-        UnfixedModelError: the feature maps differ between two runs (chance in the trunk) or
-            an image's logits depend on the other images of its batch (a batch statistic).
-    """
-    features = split.psi(images)
-    gap = _differ(features, split.psi(images))
-    if gap is not None:
-        raise UnfixedModelError(
-            f"the model's feature maps at {split.layer!r} differ when the same images run "
-            f"twice (by up to {gap:.3g}): it draws random numbers in eval mode, so no index "
-            "or explanation of it would repeat; make its forward deterministic"
-        )
-    if len(images) < 2:
-        return
-    batched = split.head(features)
-    alone = torch.cat([split.head(split.psi(images[i : i + 1])) for i in range(len(images))])
-    gap = _differ(batched, alone)
-    if gap is not None:
-        raise UnfixedModelError(
-            f"the model's logits for an image alone differ from its logits in a batch of "
-            f"{len(images)} (by up to {gap:.3g}): they depend on the other images of the batch "
-            "(a batch statistic in the model), so an explanation would too; compute it from "
-            "each image alone"
         )
 
 
@@ -674,90 +535,3 @@ def _module(model: nn.Module, graph: fx.Graph, name: str) -> fx.GraphModule:
     gm.graph.eliminate_dead_code()
     gm.recompile()
     return gm
-
-
-# Not devices: an index made on a GPU is the CPU's index too.
-_PLAIN = (type(None), bool, int, float, complex, str, torch.dtype)
-
-
-def _plain(value: Any) -> bool:
-    """Whether ``value`` is a plain setting: a number, string, dtype or None, or a tuple or
-    list of them."""
-    if isinstance(value, (tuple, list)):
-        return all(_plain(v) for v in value)
-    return isinstance(value, _PLAIN)
-
-
-def _settings(module: nn.Module) -> str:
-    """Every plain public attribute of ``module`` and of each module inside it (its
-    constructor's settings, ``count_include_pad`` or ``align_corners`` included, which
-    ``repr`` omits), by name; not the mode, which is checked on its own."""
-    return ";".join(
-        f"{name}:"
-        + ",".join(
-            f"{key}={value!r}"
-            for key, value in sorted(vars(m).items())
-            if not key.startswith("_") and key != "training" and _plain(value)
-        )
-        for name, m in module.named_modules()
-    )
-
-
-def _callee(node: fx.Node, modules: dict[str, nn.Module]) -> str:
-    """What a traced node calls, by name alone (not where it is defined, which moves between
-    versions of torch, nor where it lies in memory): a module's class, ``repr`` and settings
-    (see `_settings`), with the modules inside it, a function's name, a method's name."""
-    if node.op == "call_module":
-        module = modules[node.target]
-        return f"{type(module).__qualname__}:{module!r}:{_settings(module)}"
-    if node.op == "call_function":
-        target = node.target
-        return getattr(target, "__qualname__", None) or type(target).__qualname__
-    return str(node.target)
-
-
-def graph_fingerprint(model: nn.Module, graphs: Sequence[fx.Graph]) -> str:
-    """SHA-256 of traced graphs of ``model``: each node's operation, what it calls (see
-    `_callee`) and its arguments (constants, and the other nodes by position), so that a
-    model with the same weights and another trunk or head (a ReLU swapped for a LeakyReLU, a
-    changed stride or slope) gives another one."""
-    modules = dict(model.named_modules())
-    digest = hashlib.sha256()
-    for graph in graphs:
-        position = {node: f"%{i}" for i, node in enumerate(graph.nodes)}
-        for node in graph.nodes:
-            args = fx.node.map_arg((node.args, node.kwargs), position.__getitem__)
-            digest.update(f"{node.op}|{_callee(node, modules)}|{args!r};".encode())
-        digest.update(b"#")
-    return digest.hexdigest()
-
-
-def _unsaved_tensors(model: nn.Module) -> dict[str, Tensor]:
-    """The tensors of ``model`` that its state_dict lacks and its forward may read: the
-    non-persistent buffers and the plain tensor attributes of its modules, by dotted name."""
-    saved = model.state_dict(keep_vars=True)
-    found: dict[str, Tensor] = {}
-    for prefix, module in model.named_modules():
-        dot = f"{prefix}." if prefix else ""
-        tensors = dict(module.named_buffers(recurse=False))
-        tensors.update((k, v) for k, v in vars(module).items() if isinstance(v, Tensor))
-        found.update(
-            (f"{dot}{name}", tensor)
-            for name, tensor in tensors.items()
-            if tensor is not None and f"{dot}{name}" not in saved
-        )
-    return found
-
-
-def model_fingerprint(model: nn.Module) -> str:
-    """SHA-256 of the names, shapes, dtypes and values of all parameters and buffers, the
-    non-persistent ones and the modules' plain tensor attributes included (a model without
-    these has the fingerprint of its state_dict alone)."""
-    digest = hashlib.sha256()
-    for name, tensor in sorted(model.state_dict().items()):
-        digest.update(f"{name}:{tuple(tensor.shape)}:{tensor.dtype};".encode())
-        digest.update(tensor_bytes(tensor))
-    for name, tensor in sorted(_unsaved_tensors(model).items()):
-        digest.update(f"+{name}:{tuple(tensor.shape)}:{tensor.dtype};".encode())
-        digest.update(tensor_bytes(tensor))
-    return digest.hexdigest()

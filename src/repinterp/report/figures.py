@@ -16,9 +16,10 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..core.heatmap import DEFAULT_COLORMAP, SCALE, colorize, heatmaps, normalize_maps, overlay
+from ..core.heatmap import heatmaps, normalize_maps
 from ..core.interpretation import METRIC_MEANINGS, Explainer
 from ..data.datasets import Normalization
+from ..display.colours import DEFAULT_COLORMAP, SCALE, colorize, overlay
 from ..evaluation.metrics import keep_top_pixels
 from ..interpreter import Interpretation
 from ..runtime.precision import exact_float32
@@ -340,7 +341,7 @@ def save_case_study_figure(
         path: a binary file open for writing, or a file name (the file is then replaced by a
             rename, see `write_outputs`).
         title: shown above the figure, with the predicted class.
-        cmap: colormap of the heat maps (see [`colorize`][repinterp.core.heatmap.colorize]).
+        cmap: colormap of the heat maps (see [`colorize`][repinterp.display.colours.colorize]).
         alpha: opacity of the heat map in the overlay row.
     """
     from matplotlib.backends.backend_agg import FigureCanvasAgg

@@ -7,9 +7,9 @@ import html
 from pathlib import Path
 from typing import Any
 
-from ..core.display import MEANINGS, composition_html
-from ..core.heatmap import SCALE, colorbar_css
 from ..core.interpretation import METRIC_MEANINGS
+from ..display.colours import SCALE, colorbar_css
+from ..display.html import MEANINGS, composition_html
 from ..store.outputs import write_outputs
 
 __all__ = ["GLOSSARY", "colorbar_css", "write_report"]

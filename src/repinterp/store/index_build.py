@@ -29,7 +29,8 @@ from ..data.reference import (
     as_batch,
     check_finite_rows,
 )
-from ..models.split import SplitModel, check_feature_map, model_fingerprint
+from ..models.fingerprint import model_fingerprint
+from ..models.split import SplitModel, check_feature_map
 from ..runtime.checksums import tensor_bytes, tensor_sha256
 from ..runtime.distributed import broadcast, gather, rank_and_world
 from ..runtime.precision import exact_float32

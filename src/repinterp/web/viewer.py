@@ -33,21 +33,13 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ..core.heatmap import (
-    COLORMAPS,
-    DEFAULT_COLORMAP,
-    SCALE,
-    channel_means,
-    colorbar_css,
-    colorize,
-    heatmaps,
-    normalize_maps,
-)
+from ..core.heatmap import channel_means, heatmaps, normalize_maps
 from ..core.interpretation import METRIC_MEANINGS, Interpretation
 from ..core.model_strategies import Strategy
 from ..core.regions import Polytope, RegionSet, distinct_polytopes
 from ..data.datasets import ImageFolderSet
 from ..data.image_files import read_image
+from ..display.colours import COLORMAPS, DEFAULT_COLORMAP, SCALE, colorbar_css, colorize
 from ..evaluation.groupings import region_groups
 from ..report.figures import (
     FRACTION,

@@ -1,8 +1,9 @@
 """Self-contained HTML for notebooks: images inline as base64 PNGs, no server and no files.
 
-[`show`][repinterp.core.interpretation.Interpretation.show] (the case-study strip) and
-[`show`][repinterp.core.regions.RegionSet.show] (one card per distinct polytope) are built from
-these pieces; a notebook displays either object through its ``_repr_html_``.
+The views of an interpretation
+([`show_interpretation`][repinterp.display.interpretation.show_interpretation]), of regions
+([`show_regions`][repinterp.display.regions.show_regions]) and of a strategy
+([`show_strategy`][repinterp.display.strategy.show_strategy]) are built from these pieces.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ import base64
 import html
 import io
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -19,7 +19,8 @@ import torch
 from PIL import Image
 from torch import Tensor
 
-from .heatmap import SCALE, colorbar_css, colorize, normalize_maps, overlay
+from ..core.heatmap import normalize_maps
+from .colours import SCALE, colorbar_css, colorize, overlay
 
 __all__ = [
     "COLOUR_BAR_HEIGHT",
@@ -28,7 +29,6 @@ __all__ = [
     "SHOWN_SIDE",
     "SUB_LABEL_COLOURS",
     "THUMBNAIL_SIDE",
-    "HtmlView",
     "Mispredicted",
     "class_lines",
     "colour_bar",
@@ -84,23 +84,6 @@ SUB_LABEL_COLOURS = (
     "#17becf",
 )
 """The colours of sub-labels in a composition bar (matplotlib's ``tab10``), by sub-label."""
-
-
-@dataclass(frozen=True, repr=False)
-class HtmlView:
-    """HTML that a notebook displays as it is.
-
-    Attributes:
-        html: the self-contained HTML (images inline).
-    """
-
-    html: str
-
-    def __repr__(self) -> str:
-        return f"HtmlView({len(self.html)} characters of HTML, {self.html.count('<img ')} images)"
-
-    def _repr_html_(self) -> str:
-        return self.html
 
 
 def png_uri(image: np.ndarray, max_side: int = THUMBNAIL_SIDE) -> str:

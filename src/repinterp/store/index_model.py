@@ -1,0 +1,114 @@
+"""What an index records of the model that made it, and the checks that a saved index is
+opened with that model: the same weights, graph, target layer and granularity, the transform
+of ``repinterp fit`` given back, and the decision set's fitted state restored.
+
+[`RepresentativeInterpreter`][repinterp.interpreter.RepresentativeInterpreter]'s ``save`` and
+``load`` call these; the folder format itself is [`index_folder`][repinterp.store.index_folder].
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from torch import nn
+
+from ..core.decision_set import DecisionSet
+from ..core.granularities import decision_set
+from ..core.reference_index import ReferenceIndex
+from ..data.datasets import ImageTransform
+from ..models.fingerprint import model_fingerprint
+from .index_folder import IndexLoadError
+
+__all__ = ["check_model", "check_opening", "record_model", "restore_decisions", "saved_transform"]
+
+
+def record_model(index: ReferenceIndex, model: nn.Module, graph: str, transform: Any) -> None:
+    """Record in ``index.meta`` the fingerprints of ``model``'s weights and of its traced
+    ``graph`` (so that ``check_model`` can refuse another model), and ``transform`` when it is
+    an `ImageTransform` (so that ``saved_transform`` gives it back)."""
+    index.meta["model_fingerprint"] = model_fingerprint(model)
+    index.meta["graph_fingerprint"] = graph
+    if isinstance(transform, ImageTransform):
+        index.meta["transform"] = transform.record()
+
+
+def check_opening(
+    index: ReferenceIndex, path: str | Path, model: nn.Module, granularity: str | None
+) -> str:
+    """The target layer of the index at ``path``, checked before ``model`` is split there.
+
+    Args:
+        index: the index loaded from ``path``.
+        path: its folder, for the messages.
+        model: the model it is opened with.
+        granularity: the granularity it must have; None: its own.
+
+    Raises:
+        IndexLoadError: it has another granularity, or ``model`` lacks its layer.
+    """
+    made = index.granularity
+    if granularity is not None and decision_set(granularity).name != made:
+        raise IndexLoadError(
+            f"{path} was fitted with granularity={made!r}, not {granularity!r}: fit it "
+            f"again with granularity={granularity!r} (repinterp fit --granularity "
+            f"{granularity})"
+        )
+    layer = index.meta.get("target_layer")
+    if layer not in dict(model.named_modules()):
+        raise IndexLoadError(f"{path} was made at layer {layer!r}, which the model lacks")
+    return layer
+
+
+def saved_transform(index: ReferenceIndex, path: str | Path) -> ImageTransform | None:
+    """The transform the index records (that of ``repinterp fit``), or None.
+
+    Raises:
+        IndexLoadError: the record is damaged.
+    """
+    if "transform" not in index.meta:
+        return None
+    try:
+        return ImageTransform.from_record(index.meta["transform"])
+    except ValueError as exc:
+        raise IndexLoadError(f"{Path(path) / 'manifest.json'} is damaged: {exc}") from None
+
+
+def check_model(index: ReferenceIndex, path: str | Path, model: nn.Module, graph: str) -> None:
+    """Raise unless ``model`` (split, with traced ``graph`` fingerprint) is the one that made
+    the index: the same weights and, when the index records it (from repinterp 0.4), the same
+    graph.
+
+    Raises:
+        IndexLoadError: other weights, or another graph (a module of another type or setting,
+            another operation: the same weights in another architecture); the message says
+            which.
+    """
+    meta = index.meta
+    fingerprint = model_fingerprint(model)
+    if meta.get("model_fingerprint") != fingerprint:
+        raise IndexLoadError(
+            f"{path} was made with other weights (model fingerprint "
+            f"{str(meta.get('model_fingerprint'))[:12]}…, this model's {fingerprint[:12]}…)"
+        )
+    saved = meta.get("graph_fingerprint")
+    if saved is not None and saved != graph:
+        raise IndexLoadError(
+            f"{path} was made with another graph of the model: the same weights, but "
+            "modules of other types or settings, or other operations (graph fingerprint "
+            f"{str(saved)[:12]}…, this model's {graph[:12]}…)"
+        )
+
+
+def restore_decisions(index: ReferenceIndex, path: str | Path, decisions: DecisionSet) -> None:
+    """Give ``index`` its fitted decision set back, made by ``decisions`` (whose settings, e.g.
+    ``gamma``, take the place of the saved ones) from the manifest and the saved tensors.
+
+    Raises:
+        IndexLoadError: the decision set's fields or tensors are missing or damaged.
+    """
+    try:
+        state = {**index.columns, **index.decisions.tensors()}
+        index.decisions = decisions.load(index.meta, state)
+    except ValueError as exc:
+        raise IndexLoadError(f"{path} is damaged: {exc}") from None

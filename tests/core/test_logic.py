@@ -262,3 +262,18 @@ def test_every_fit_reads_gamma_off_its_own_reference_set(setup) -> None:
     assert again.index.meta["gamma"] == fresh.index.meta["gamma"]
     pairs = zip(again.explain_batch(inputs), fresh.explain_batch(inputs), strict=True)
     assert all(_same(a, b) for a, b in pairs)
+
+
+def test_logic_is_retired_with_a_warning_and_its_indexes_still_load(setup, tmp_path) -> None:
+    """Issue 36, item 6: ``logic`` won no row of the criterion that no other option wins; a
+    fit with it says so (FutureWarning), and an index made with it still loads."""
+    from repinterp.core.granularities import RETIRED, decision_set
+
+    with pytest.warns(FutureWarning, match="granularity='logic' is retired"):
+        decision_set("logic")
+    model, images, _ = setup
+    with pytest.warns(FutureWarning, match=RETIRED[:40]):
+        ri = _fit(model, images, granularity="logic")
+    ri.save(tmp_path / "index")
+    loaded = RepresentativeInterpreter.load(tmp_path / "index", model)
+    assert loaded.index.decisions.gamma == ri.index.decisions.gamma

@@ -193,9 +193,9 @@ def fit_arguments(p: argparse.ArgumentParser) -> None:
         "--granularity",
         choices=GRANULARITIES,  # repinterp.core.granularities's, named here without torch
         default="class",
-        help="class: the paper's RI (default); beyond the paper (docs/method.md, 6.2, 6.5): "
-        "logic, polytopes of one decision logic below the class; strategy, each class's "
-        "strategies found without labels, each a polytope (then: repinterp audit)",
+        help="class: the paper's RI (default); beyond the paper (docs/method.md, 6.5, 6.2): "
+        "strategy, each class's strategies found without labels, each a polytope (then: "
+        "repinterp audit); logic (retired, removed in 0.6), polytopes of one decision logic",
     )
     p.add_argument("--out", required=True, help="index folder to write (new, empty or an index)")
     p.add_argument(

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import fields
 from typing import Any
 
@@ -12,12 +13,18 @@ from .decision_set import ClassSet, Decisions, DecisionSet
 from .logic import LogicSet
 from .strategy_set import StrategySet
 
-__all__ = ["DECISION_SETS", "GRANULARITIES", "decision_set", "load_decisions"]
+__all__ = ["DECISION_SETS", "GRANULARITIES", "RETIRED", "decision_set", "load_decisions"]
 
 DECISION_SETS: dict[str, type[DecisionSet]] = {
     kind.name: kind for kind in (ClassSet, LogicSet, StrategySet)
 }
 GRANULARITIES = tuple(DECISION_SETS)
+RETIRED = (
+    "granularity='logic' is retired and will be removed in 0.6: it won no row of the criterion "
+    "of docs/results.md that another option does not win; granularity='strategy' finds the "
+    "groups below the class (an index made with it still loads)"
+)
+"""Said when a ``logic`` decision set is made for a fit (not when an index is loaded)."""
 
 
 def decision_set(granularity: str = "class", **settings: Any) -> DecisionSet:
@@ -39,6 +46,8 @@ def decision_set(granularity: str = "class", **settings: Any) -> DecisionSet:
             takers = [n for n, k in DECISION_SETS.items() if key in {f.name for f in fields(k)}]
             where = f"granularity={takers[0]!r}" if takers else "no granularity"
             raise ValueError(f"{key} applies to {where} only")
+    if kind is LogicSet:
+        warnings.warn(RETIRED, FutureWarning, stacklevel=2)
     return kind(**given)
 
 
@@ -48,4 +57,8 @@ def load_decisions(manifest: dict[str, Any], tensors: dict[str, Tensor]) -> Deci
     Raises:
         ValueError: an unknown granularity, or its fields or tensors are missing or damaged.
     """
-    return decision_set(manifest.get("granularity", "class")).load(manifest, tensors)
+    name = manifest.get("granularity", "class")
+    kind = DECISION_SETS.get(name) if isinstance(name, str) else None
+    if kind is None:
+        raise ValueError(f"its granularity {name!r} is not one of {', '.join(GRANULARITIES)}")
+    return kind().load(manifest, tensors)

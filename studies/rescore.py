@@ -57,7 +57,8 @@ def _on_the_bootstrap(c: dict[str, Any]) -> bool:
     """Whether a comparison's verdict depends on its bootstrap interval: its Holm p is below
     0.05 and its t interval excludes 0."""
     t = c["t_interval"]
-    return c["p_holm"] < ALPHA and t is not None and (t[0] > 0 or t[1] < 0)
+    p = c["p_holm"]  # None where no run had a difference to compare (all values NaN)
+    return p is not None and p < ALPHA and t is not None and (t[0] > 0 or t[1] < 0)
 
 
 def _runs(folder: Path) -> tuple[dict[str, Any], list[dict[str, Any]]] | None:

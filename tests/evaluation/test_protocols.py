@@ -380,7 +380,8 @@ def test_similar_by_feature_distance(mnist: Setup) -> None:
     torch.testing.assert_close(explanation.distances("semantic"), dist)
     with pytest.raises(ValueError, match="unknown metric"):
         explanation.similar(metric="manhattan")
-    plain = Run(mnist, 0, SMALL).fit(10)  # fitted without the feature maps
+    run = Run(mnist, 0, SMALL)
+    plain = run.fit(run.fit_config(n_boundaries=10))  # fitted without the feature maps
     with pytest.raises(ValueError, match="keep_features"):
         plain.explain_reference([7])[0].similar(metric="cosine")
     alone = plain.explain_reference([7])[0]

@@ -23,6 +23,7 @@ import torch
 
 from repinterp.core.config import FitConfig
 from repinterp.core.interpretation import METRIC_MEANINGS
+from repinterp.core.logic import LogicSet
 from repinterp.core.regions import RegionSet
 from repinterp.store.regions_file import save_regions
 from repinterp.web import create_app
@@ -595,7 +596,7 @@ def test_long_region_lists_fit_their_cards_at_phone_and_desktop_width(
 @pytest.fixture(scope="module")
 def sub_labelled() -> Iterator[str]:
     """A viewer of mnist-super (its digits the sub-labels) fitted at granularity logic."""
-    config = FitConfig(n_boundaries=20, granularity="logic", progress=False)
+    config = FitConfig(n_boundaries=20, decisions=LogicSet(), progress=False)
     workspace = fit_workspace("mnist_super_cnn", None, "mnist-super", config=config)
     with running(create_app(workspace, n_regions=N_REGIONS)) as base:
         yield base

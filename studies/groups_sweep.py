@@ -390,7 +390,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "studies.groups_sweep",
         arguments,
         run,
-        lambda results: runner.results_files(results, markdown(results)),
+        runner.tables(markdown),
         argv,
     )
 

@@ -39,6 +39,7 @@ __all__ = [
     "size_parser",
     "summary",
     "sweep",
+    "tables",
 ]
 
 RESULTS = Path(__file__).resolve().parent.parent / "docs" / "results"
@@ -145,6 +146,11 @@ def publish(out: Path, files: dict[str, str | bytes]) -> None:
 def results_files(results: dict[str, Any], markdown: str) -> dict[str, str]:
     """``results.json`` (indented) and ``results.md``."""
     return {"results.json": json.dumps(results, indent=1) + "\n", "results.md": markdown}
+
+
+def tables(markdown: Callable[[dict[str, Any]], str]) -> Callable[[dict[str, Any]], dict]:
+    """The files of a study that publishes ``results.json`` and its ``markdown`` tables."""
+    return lambda results: results_files(results, markdown(results))
 
 
 def main(

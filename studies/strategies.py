@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from repinterp import RepresentativeInterpreter
+from repinterp.core.model_strategies import polytope_fidelity
 from repinterp.evaluation.groupings import ami, ami_ceiling, ami_null
 
 from . import runner
@@ -60,15 +61,7 @@ def measure(dataset: str, seed: int, args: argparse.Namespace, setups: dict) -> 
     concepts = drawn.unseen.concepts
     groups = [(int(c), int(s)) for c, s in zip(classes, assigned, strict=True)]
     null, p95 = ami_null(groups, concepts, classes, seed=seed)
-    inside, others = [], []
-    for strategy in ri.strategies():
-        covered = strategy.covers(unseen).cpu()
-        own = assigned == strategy.id
-        rest = (classes == strategy.predicted_class) & ~own
-        if own.any():
-            inside.append(float(covered[own].double().mean()))
-        if rest.any():
-            others.append(float(covered[rest].double().mean()))
+    inside, others = polytope_fidelity(ri.strategies(), unseen, assigned, classes)
     k = ri.index.decisions.strategies.k
     return {
         "strategies_per_class": float(np.mean(list(k.values()))),
@@ -76,8 +69,8 @@ def measure(dataset: str, seed: int, args: argparse.Namespace, setups: dict) -> 
         "ami_null": null,
         "ami_null_p95": p95,
         "ami_ceiling": ami_ceiling(features.flatten(1).cpu(), concepts, classes, seed),
-        "inside": 100 * float(np.mean(inside)) if inside else float("nan"),
-        "others": 100 * float(np.mean(others)) if others else float("nan"),
+        "inside": 100 * inside,
+        "others": 100 * others,
     }
 
 
@@ -124,7 +117,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "studies.strategies",
         arguments,
         run,
-        lambda results: runner.results_files(results, markdown(results)),
+        runner.tables(markdown),
         argv,
     )
 

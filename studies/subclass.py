@@ -397,7 +397,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "studies.subclass",
         arguments,
         run,
-        lambda results: runner.results_files(results, markdown(results)),
+        runner.tables(markdown),
         argv,
     )
 

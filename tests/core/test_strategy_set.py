@@ -9,6 +9,7 @@ from torch import nn
 
 from repinterp import RepresentativeInterpreter
 from repinterp.core.config import FitConfig
+from repinterp.core.model_strategies import polytope_fidelity
 from repinterp.core.strategy_set import StrategySet
 
 from ..networks import fit_random, randn
@@ -73,6 +74,9 @@ def test_a_polytope_follows_each_of_two_separable_strategies_of_one_class(one_th
     for s in strategies:
         assert s.inside == 1.0 and s.others_inside == 0.0
         assert bool(s.covers(images[s.members]).all())
+    columns = index.decisions.columns(ri.split.head, ri.features(new))
+    classes = ri.forward(new)[0].argmax(1)
+    assert polytope_fidelity(strategies, new, columns["strategy"], classes) == (1.0, 0.0)
 
 
 def test_one_strategy_per_class_is_the_papers_ri(one_thread) -> None:

@@ -22,7 +22,7 @@ from .interpretation import Explainer, Interpretation
 from .strategy_set import StrategyDecisions, strategy_vectors
 from .views import HtmlView, render
 
-__all__ = ["AUDIT_SIDE", "Strategy", "model_strategies"]
+__all__ = ["AUDIT_SIDE", "Strategy", "model_strategies", "polytope_fidelity"]
 
 AUDIT_SIDE = 32
 """The audit reads each heat map average-pooled to at most this many pixels a side."""
@@ -199,3 +199,36 @@ def model_strategies(
             )
         )
     return out
+
+
+def polytope_fidelity(
+    strategies: list[Strategy], images: Tensor, assigned: Tensor, classes: Tensor
+) -> tuple[float, float]:
+    """How well the strategies' polytopes follow them on N images: the share of the images of a
+    strategy inside its polytope, and of the images of its class's other strategies, each
+    averaged over the strategies that have such images (NaN where none has).
+
+    Args:
+        strategies: from `model_strategies`.
+        images: N x C x H x W, as the model takes them.
+        assigned: N strategy ids (`Decisions.columns`'s ``"strategy"`` of the images).
+        classes: N predicted classes.
+
+    Returns:
+        (inside, others), each in [0, 1] or NaN.
+    """
+    assigned, classes = assigned.cpu(), classes.cpu()
+    inside, others = [], []
+    for strategy in strategies:
+        covered = strategy.covers(images).cpu()
+        own = assigned == strategy.id
+        rest = (classes == strategy.predicted_class) & ~own
+        if own.any():
+            inside.append(float(covered[own].double().mean()))
+        if rest.any():
+            others.append(float(covered[rest].double().mean()))
+    return _mean(inside), _mean(others)
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values) if values else float("nan")

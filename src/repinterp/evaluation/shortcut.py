@@ -29,6 +29,7 @@ from torch import Tensor
 
 from ..core.audit import audit_strategies
 from ..core.logic import logic_vectors
+from ..core.model_strategies import polytope_fidelity
 from ..data.datasets import MARKS
 from ..interpreter import RepresentativeInterpreter
 from .baselines import ReusableCAM
@@ -356,24 +357,17 @@ def strategy_polytopes(images: ShortcutImages) -> dict[str, Any]:
     ri = images.interpreter("RI+strategy")
     looked = set(images.classes("unseen").tolist())
     strategies = [s for s in ri.strategies() if s.predicted_class in looked]
-    inputs, assigned = images.inputs("unseen"), torch.as_tensor(_strategies(images))
-    classes = images.classes("unseen")
-    inside, others = [], []
-    for strategy in strategies:
-        covered = strategy.covers(inputs).cpu()
-        own = assigned == strategy.id
-        rest = (classes == strategy.predicted_class) & ~own
-        if own.any():
-            inside.append(float(covered[own].double().mean()))
-        if rest.any():
-            others.append(float(covered[rest].double().mean()))
+    assigned = torch.as_tensor(_strategies(images))
+    inside, others = polytope_fidelity(
+        strategies, images.inputs("unseen"), assigned, images.classes("unseen")
+    )
     rank = None
     if images.marked.any():
         worst = int(assigned[images.marked].mode().values)
         rank = next((s.audit.rank for s in strategies if s.id == worst), None)
     return {
-        "polytope_inside": _percent(float(np.mean(inside))) if inside else float("nan"),
-        "polytope_others": _percent(float(np.mean(others))) if others else float("nan"),
+        "polytope_inside": _percent(inside),
+        "polytope_others": _percent(others),
         "strategies": len(strategies),
         "flagged_strategies": sum(s.audit.flagged for s in strategies),
         "index_audit_rank": rank,

@@ -131,11 +131,13 @@ def audit_command(args: argparse.Namespace, inputs: list[Path]) -> None:
     Raises:
         ValueError: the index is not of ``granularity="strategy"``.
     """
+    from ..store.files import refuse_folders
     from ..store.outputs import claim, refuse_inputs
     from ..workspace import open_index
 
     out = Path(args.out)
     with claim(out, "audit", args.overwrite, inputs):
+        refuse_folders([out / "audit.json", out / "index.html"])  # before any work
         ws = open_index(
             args.index, device=args.device, progress=not args.quiet, weights=args.weights
         )

@@ -670,7 +670,9 @@ def _report(args: argparse.Namespace) -> None:
 
     out = Path(args.out)
     with claim(out, "report", args.overwrite, _inputs(args.weights)):
-        refuse_folders([out / "index.html"])  # before any work, as the figures' names are
+        refuse_folders(
+            [out / n for n in ("index.html", "strategies.html", "audit.json")]
+        )  # as the figures' names are
         ws = _open(args)
         refuse_inputs(out, _inputs(data=ws.recipe.get("dataset")))
         ri = ws.interpreter

@@ -396,7 +396,7 @@ _WHAT = {
     "report": "a report",
     "demo": "the demo",
     "evaluation": "evaluation results",
-    "audit": "an audit of strategies",
+    "audit": "audits of strategies",
 }
 
 

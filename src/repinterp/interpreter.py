@@ -190,37 +190,13 @@ class RepresentativeInterpreter:
         fitted = (
             f"|Q| = {len(self.index.boundaries)}, |R| = {len(self.index)}"
             if self.index is not None
-            else f"|Q| = {self.n_boundaries}, not fitted"
+            else f"|Q| = {self.config.n_boundaries}, not fitted"
         )
         beyond = f", {self.granularity_text}" if self.granularity != "class" else ""
         return (
             f"RepresentativeInterpreter({type(self.model).__name__} at {layer}, {fitted}, "
-            f"seed {self.seed}, device {self.device}, solver {self.solver!r}{beyond})"
+            f"seed {self.config.seed}, device {self.device}, solver {self.solver!r}{beyond})"
         )
-
-    @property
-    def n_boundaries(self) -> int:
-        return self.config.n_boundaries
-
-    @property
-    def seed(self) -> int:
-        return self.config.seed
-
-    @property
-    def sampling(self) -> str:
-        return self.config.sampling
-
-    @property
-    def batch_size(self) -> int:
-        return self.config.batch_size
-
-    @property
-    def num_workers(self) -> int:
-        return self.config.num_workers
-
-    @property
-    def progress(self) -> bool:
-        return self.config.progress
 
     @property
     def granularity(self) -> str:
@@ -328,9 +304,9 @@ class RepresentativeInterpreter:
         self._feature_dir = feature_dir
         import warnings
 
-        if len(index.boundaries) < self.n_boundaries:
+        if len(index.boundaries) < self.config.n_boundaries:
             warnings.warn(
-                f"n_boundaries={self.n_boundaries} > |R|={len(index)}: Q has "
+                f"n_boundaries={self.config.n_boundaries} > |R|={len(index)}: Q has "
                 f"{len(index.boundaries)} boundaries, one per reference image",
                 stacklevel=2,
             )
@@ -348,13 +324,13 @@ class RepresentativeInterpreter:
             )
         index.meta = {
             "target_layer": self.target_layer,
-            "seed": self.seed,
-            "requested_boundaries": self.n_boundaries,
+            "seed": self.config.seed,
+            "requested_boundaries": self.config.n_boundaries,
             "model_class": type(self.model).__name__,
             "class_names": class_names,
         }
-        if self.sampling != "uniform":  # the paper's sampling is the default, left unsaid
-            index.meta["sampling"] = self.sampling
+        if self.config.sampling != "uniform":  # the paper's sampling is the default, left unsaid
+            index.meta["sampling"] = self.config.sampling
         index.meta.update(index.decisions.manifest())  # the paper's granularity: nothing
         self.index = index
         self.reference = reference
@@ -429,7 +405,7 @@ class RepresentativeInterpreter:
     def _batches(self, images: Tensor) -> list[Tensor]:
         """``images`` checked, in the model's dtype, in batches on the device."""
         images = as_batch(images, self.dtype, shape=self.fitted_index.input_shape)
-        return [part.to(self.device) for part in images.split(self.batch_size)]
+        return [part.to(self.device) for part in images.split(self.config.batch_size)]
 
     @exact_float32()
     @torch.inference_mode()
@@ -648,7 +624,7 @@ class RepresentativeInterpreter:
         Raises:
             ValueError: another granularity, or no reference set known.
         """
-        return model_strategies(self, reference, self.batch_size)
+        return model_strategies(self, reference, self.config.batch_size)
 
     @exact_float32()
     def regions(self, n_regions: int | None = None, seed: int = 0) -> RegionSet:

@@ -125,7 +125,7 @@ def test_ri_variants_solve_weigh_and_sample_their_own_way(mnist: Setup) -> None:
     for greedy, optimal in zip(paper.regions, exact.regions, strict=True):
         assert optimal.solver == "exact"
         assert optimal.representativeness >= greedy.representativeness
-    assert METHODS["RI+pairs"].regions(run_).interpreter.sampling == "pairs"
+    assert METHODS["RI+pairs"].regions(run_).interpreter.config.sampling == "pairs"
     scored = METHODS["RI+score"].regions(run_)
     v = 0
     x = int(paper.inputs[v])  # the region's input is among its weight images

@@ -37,7 +37,7 @@ def test_interpreters_fit_and_reload_with_their_sampling(tmp_path):
         logits = model(x)
     assert torch.equal(ri.boundary_sources.cpu(), sample_sources(40, 6, 0, "pairs", logits))
     ri.save(tmp_path / "index")
-    assert RepresentativeInterpreter.load(tmp_path / "index", model).sampling == "pairs"
+    assert RepresentativeInterpreter.load(tmp_path / "index", model).config.sampling == "pairs"
     with pytest.raises(ValueError, match="unknown sampling"):
         RepresentativeInterpreter(model, "3", sampling="near")
 

@@ -68,7 +68,7 @@ def test_fits_on_a_reference_set_and_takes_any_batch_size(setup) -> None:
     cam = RepresentativeCAM(
         model, [model[3]], reference, n_boundaries=10, batch_size=4, progress=False
     )
-    assert cam.interpreter is not ri and cam.interpreter.batch_size == 4
+    assert cam.interpreter is not ri and cam.interpreter.config.batch_size == 4
     maps = cam(inputs)  # 6 inputs in batches of 4
     np.testing.assert_allclose(maps, _own_maps(ri, inputs), atol=1e-5)
     np.testing.assert_allclose(cam(inputs[2:3])[0], maps[2], atol=1e-5)

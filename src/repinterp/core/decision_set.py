@@ -114,8 +114,6 @@ class DecisionSet:
     """
 
     name: ClassVar[str] = "class"
-    needs_pass: ClassVar[bool] = False
-    """Whether `fit` reads the reference set's feature maps (a forward pass before the index's)."""
 
     def fit(self, context: FitContext) -> Decisions:
         """The fitted decision set for one fit (every setting read off the data is read again)."""

@@ -112,7 +112,6 @@ class StrategySet(DecisionSet):
     """
 
     name: ClassVar[str] = "strategy"
-    needs_pass: ClassVar[bool] = True
     k_max: int = K_MAX
     vectors: str = "features"
 

@@ -96,7 +96,8 @@ class Decisions:
         return {}
 
     def tensors(self) -> dict[str, Tensor]:
-        """State kept in the index's tensors besides its columns, by name."""
+        """State kept in the index's tensors besides its columns, by name; each name starts
+        with ``decisions.`` (the index folder tells them from the columns by it)."""
         return {}
 
     def describe(self) -> str:

@@ -27,6 +27,7 @@ import argparse
 from typing import Any
 
 import numpy as np
+import torch
 
 from repinterp import RepresentativeInterpreter
 from repinterp.core.model_strategies import polytope_fidelity
@@ -56,7 +57,9 @@ def measure(dataset: str, seed: int, args: argparse.Namespace, setups: dict) -> 
     )
     ri.fit(reference, list(drawn.reference.class_names))
     features = ri.features(unseen)
-    assigned = ri.index.decisions.columns(ri.split.head, features)["strategy"].cpu()
+    with torch.inference_mode():
+        logits = ri.split.head(features)
+    assigned = ri.index.decisions.columns(ri.split.head, features, logits)["strategy"].cpu()
     classes = drawn.predictions["unseen"]
     concepts = drawn.unseen.concepts
     groups = [(int(c), int(s)) for c, s in zip(classes, assigned, strict=True)]

@@ -467,7 +467,7 @@ class RepresentativeInterpreter:
                 if features is not None:
                     features.append(t.flatten(1).float().cpu())
             if columns is not None:
-                columns.append(index.decisions.columns(self.split.head, t))
+                columns.append(index.decisions.columns(self.split.head, t, logits[-1]))
         logits, proj = torch.cat(logits), torch.cat(proj)
         check_finite_rows("logits or projections", logits, proj)
         return logits, proj

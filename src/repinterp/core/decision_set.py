@@ -72,8 +72,9 @@ class Decisions:
     name: str = "class"
     boundaries: Boundaries | None = None
 
-    def columns(self, head: nn.Module, features: Tensor) -> dict[str, Tensor]:
-        """Per-image columns of N images with feature maps ``features`` (N rows each)."""
+    def columns(self, head: nn.Module, features: Tensor, logits: Tensor) -> dict[str, Tensor]:
+        """Per-image columns of N images with feature maps ``features`` and logits ``logits``
+        (``head(features)``, computed once by the caller), N rows each."""
         return {}
 
     def finish(self, columns: dict[str, Tensor], predictions: Tensor) -> None:

@@ -206,7 +206,7 @@ class LogicDecisions(Decisions):
         self.gamma = gamma
         self.seed = seed
 
-    def columns(self, head: nn.Module, features: Tensor) -> dict[str, Tensor]:
+    def columns(self, head: nn.Module, features: Tensor, logits: Tensor) -> dict[str, Tensor]:
         return {"logic": logic_vectors(head, features)}
 
     def finish(self, columns: dict[str, Tensor], predictions: Tensor) -> None:

@@ -65,11 +65,10 @@ class StrategyDecisions(Decisions):
         self.vectors = vectors
         self.boundaries = boundaries
 
-    def columns(self, head: nn.Module, features: Tensor) -> dict[str, Tensor]:
-        with torch.inference_mode():
-            predicted = head(features).argmax(1)
+    def columns(self, head: nn.Module, features: Tensor, logits: Tensor) -> dict[str, Tensor]:
         vectors = strategy_vectors(features, self.vectors)
-        return {"strategy": self.strategies.assign(vectors, predicted).to(features.device)}
+        strategy = self.strategies.assign(vectors, logits.argmax(1))
+        return {"strategy": strategy.to(features.device)}
 
     def excluded(
         self,

@@ -299,7 +299,10 @@ def _strategies(images: ShortcutImages) -> np.ndarray:
     nearest centre among its predicted class's (found on the reference set, without labels)."""
     ri = images.interpreter("RI+strategy")
     inputs = images.inputs("unseen")
-    columns = ri.index.decisions.columns(ri.split.head, ri.features(inputs))
+    features = ri.features(inputs)
+    with torch.inference_mode():
+        logits = ri.split.head(features)
+    columns = ri.index.decisions.columns(ri.split.head, features, logits)
     return columns["strategy"].cpu().numpy()
 
 

@@ -144,7 +144,7 @@ def _rows(split: SplitModel, t: Tensor, q: Boundaries, decisions: Decisions) -> 
         logits = split.head(t)
         proj = project_blocks(t, q, extra_count(q))
         rows = {"projections": proj, "logits": logits, "predictions": logits.argmax(1)}
-    columns = decisions.columns(split.head, t)
+    columns = decisions.columns(split.head, t, logits)
     clash = set(columns) & set(_ROWS)
     if clash:
         raise ValueError(f"the decision set's columns {sorted(clash)} clash with the index's")

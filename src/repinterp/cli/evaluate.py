@@ -146,7 +146,7 @@ def prepare(args: argparse.Namespace) -> tuple[Setup, Options, str]:
 
     check_protocol(args.protocol)
     if args.protocol == "shortcut":
-        from ..evaluation.shortcut import target_class
+        from ..evaluation.protocols.shortcut import target_class
 
         target_class(args.dataset)  # before any model is trained
     sizes = QUICK if args.quick else FULL

@@ -5,6 +5,7 @@ numbers and lays them out in tables (`repinterp.evaluation.protocols`), this pac
 them (``write_results``).
 """
 
+from .explanations import explain_to_files
 from .figures import CaseStudy, case_study, contrastive_case_study, save_case_study_figure
 from .html import write_report
 from .results import write_results
@@ -13,6 +14,7 @@ __all__ = [
     "CaseStudy",
     "case_study",
     "contrastive_case_study",
+    "explain_to_files",
     "save_case_study_figure",
     "write_report",
     "write_results",

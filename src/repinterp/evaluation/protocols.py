@@ -88,6 +88,7 @@ from ..core.groups import polytope_key
 from ..core.nearest import nearest_rows
 from ..core.regions import RegionSet
 from ..runtime.progress import progress_bar
+from ..runtime.version import VERSION
 from .comparison import paired_family
 from .groupings import polytope_groups, region_groups
 from .methods import Method, RIMethod
@@ -573,6 +574,7 @@ def evaluate(setup: Setup, protocol: str, options: Options | None = None) -> dic
             "cpus": os.cpu_count(),
             "torch_threads": torch.get_num_threads(),
             "torch": torch.__version__,
+            "repinterp": VERSION,
         },
     }
     if all(u is not None for u in units):

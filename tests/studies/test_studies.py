@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib
 import json
 import pkgutil
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -22,6 +23,7 @@ from studies import (
     groups_sweep,
     law,
     paired,
+    rescore,
     runner,
     strategies,
     subclass,
@@ -146,6 +148,21 @@ def test_paired_prints_and_writes_one_line_per_metric(tmp_path: Path, capsys) ->
     assert found and all(line.split()[0] in metrics for line in found)
     assert capsys.readouterr().out == "\n".join(found) + "\n"
     assert (tmp_path / "paired.txt").read_text() == "\n".join(found) + "\n"
+
+
+@pytest.mark.slow
+def test_a_rescore_of_a_committed_result_changes_no_file(tmp_path: Path, capsys) -> None:
+    """Issue 44, item 5: six committed ``results.md`` named a module since moved, so that a
+    rescore of the committed tree rewrote them though no verdict changed (this one among
+    them; the whole tree takes minutes)."""
+    folder = ROOT / "docs" / "results" / "shapes64-vgg11bn-seeds5"
+    copy = tmp_path / folder.name
+    shutil.copytree(folder, copy)
+    rescore.main([str(copy)])
+    assert "verdicts that move with seed 1: 0" in capsys.readouterr().out
+    assert {p.name: p.read_bytes() for p in copy.iterdir()} == {
+        p.name: p.read_bytes() for p in folder.iterdir()
+    }
 
 
 @pytest.mark.slow

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import pkgutil
 import shutil
 import subprocess
@@ -163,6 +164,20 @@ def test_a_rescore_of_a_committed_result_changes_no_file(tmp_path: Path, capsys)
     assert {p.name: p.read_bytes() for p in copy.iterdir()} == {
         p.name: p.read_bytes() for p in folder.iterdir()
     }
+
+
+@pytest.mark.slow
+def test_the_architecture_picture_is_the_same_bytes_at_every_run(tmp_path: Path) -> None:
+    """Issue 44, item 6: the arrows were drawn in the order of a set of strings, which the hash
+    seed of each process changes, so each run drew other pixels."""
+    for seed in ("1", "2"):
+        out = str(tmp_path / seed)
+        code = f"from studies import architecture; architecture.main(['--out', {out!r}])"
+        env = {**os.environ, "PYTHONHASHSEED": seed, "MPLCONFIGDIR": str(tmp_path / "mpl")}
+        subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT, env=env)
+    png = (tmp_path / "1" / "architecture.png").read_bytes()
+    assert png == (tmp_path / "2" / "architecture.png").read_bytes()
+    assert b"Software" not in png and b"matplotlib" not in png
 
 
 @pytest.mark.slow

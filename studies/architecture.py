@@ -15,6 +15,7 @@ import io
 import re
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from .runner import publish
 
@@ -111,12 +112,19 @@ def private_imports() -> list[str]:
 def draw() -> bytes:
     """The picture's PNG: the tiers as boxes, one row per line of the package order (lowest at
     the bottom), each with its modules and lines, and an arrow for each pair of tiers with
-    imports between them, labelled with how many."""
+    imports between them, labelled with how many. The same tree gives the same bytes: the
+    arrows drawn in sorted order, matplotlib's default style whatever the user's settings, no
+    version in the file."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    with plt.style.context("default"):
+        return _draw(plt)
+
+
+def _draw(plt: Any) -> bytes:
     rows = tier_rows()
     sizes: dict[str, list[int]] = {}
     for path in PACKAGE.rglob("*.py"):
@@ -129,7 +137,7 @@ def draw() -> bytes:
     for y, row in enumerate(rows):
         for x, name in enumerate(row):
             where[name] = ((x + (width - len(row)) / 2) * 1.6, y)
-    for (src, dst), count in tier_graph().items():
+    for (src, dst), count in sorted(tier_graph().items()):
         (x0, y0), (x1, y1) = where[src], where[dst]
         ax.annotate(
             "",
@@ -172,7 +180,7 @@ def draw() -> bytes:
     )
     fig.tight_layout()
     png = io.BytesIO()
-    fig.savefig(png, format="png")
+    fig.savefig(png, format="png", metadata={"Software": None})
     plt.close(fig)
     return png.getvalue()
 

@@ -8,13 +8,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from .runtime.version import VERSION
+
 if TYPE_CHECKING:
     from .core.config import FitConfig
     from .core.regions import RegionSet
     from .interpreter import Interpretation, RepresentativeInterpreter
 
 __all__ = ["FitConfig", "Interpretation", "RegionSet", "RepresentativeInterpreter"]
-__version__ = "0.5.0"
+__version__ = VERSION
 
 
 def __getattr__(name: str) -> Any:

@@ -1,6 +1,10 @@
 """``repinterp audit``: the strategies of an index fitted at ``granularity="strategy"``."""
 
 import json
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
 
 from ..commandline import FIT, assert_one_line_error, run
 
@@ -44,3 +48,44 @@ def test_the_report_of_a_strategy_index_has_the_strategies(tmp_path, capsys, one
     audit = json.loads((out / "audit.json").read_text())
     assert "strategies.html" in (out / "index.html").read_text()
     assert (out / "strategies.html").read_text().count("class='strategy") == audit["strategies"]
+
+
+def _image_folder(root: Path, per_class: int, same: str | None = None) -> Path:
+    """``per_class`` 32 x 32 images in each of three classes (one colour channel at 255),
+    those of class ``same`` all one picture."""
+    rng = np.random.default_rng(0)
+    for c, name in enumerate(("circle", "square", "star")):
+        (root / name).mkdir(parents=True)
+        for i in range(per_class):
+            pixels = rng.integers(0, 256, (32, 32, 3), dtype=np.uint8)
+            pixels[..., c] = 255
+            if name == same:
+                pixels[:] = 200
+            Image.fromarray(pixels).save(root / name / f"{i}.png")
+    return root
+
+
+FOLDER_FIT = ["fit", "--model", "shapes_cnn", "--image-size", "32", "--boundaries", "3"]
+FOLDER_FIT += ["--granularity", "strategy", "--quiet"]
+
+
+def test_no_member_tiles_draws_the_pages_of_an_image_folder(tmp_path, capsys, one_thread) -> None:
+    """Issue 44, item 2: ``audit --members 0`` and ``report --top-k 0`` ended in an IndexError
+    (``ReferenceSet.gather([])`` of an image folder)."""
+    folder = _image_folder(tmp_path / "imgs", 6)
+    index = tmp_path / "index"
+    code, _, err = run(
+        [*FOLDER_FIT, "--reference", f"imagefolder:{folder}", "--out", str(index)], capsys
+    )
+    assert code == 0, err
+    code, _, err = run(
+        ["audit", "--index", str(index), "--out", str(tmp_path / "a"), "--members", "0"], capsys
+    )
+    assert code == 0, err
+    page, audit = (tmp_path / "a" / "index.html").read_text(), tmp_path / "a" / "audit.json"
+    assert page.count("class='strategy") == json.loads(audit.read_text())["strategies"] > 0
+    assert "<img " not in page
+    report = ["report", "--index", str(index), "--out", str(tmp_path / "r"), "--top-k", "0"]
+    code, _, err = run([*report, "--regions", "3"], capsys)
+    assert code == 0, err
+    assert "<img " not in (tmp_path / "r" / "strategies.html").read_text()

@@ -3,6 +3,7 @@
 file goes, ``--contrast`` by a class's name or index, and options refused in one line naming
 them."""
 
+import csv
 import errno
 import json
 import os
@@ -146,11 +147,12 @@ def test_names_of_250_characters_are_explained(index, tmp_path, capsys) -> None:
     assert {p.name for p in (tmp_path / "out").glob("[!.]*")} == {
         f"{image.stem}.png",
         f"{image.stem}.json",
+        "inputs.csv",
     }
     out = tmp_path / "contrast"
     code, _, err = run([*explain(index, out, image), "--contrast", "0", "--top-k", "2"], capsys)
     assert code == 0, err
-    names = {p.name for p in out.iterdir() if not p.name.startswith(".")}
+    names = {p.name for p in out.iterdir() if not p.name.startswith(".")} - {"inputs.csv"}
     assert len(names) in (2, 3) and all(len(name.encode()) <= 255 for name in names)
     (summary,) = [json.loads((out / name).read_text()) for name in names if name.endswith("json")]
     assert summary["input"].startswith("é" * 5 + "a" * 200)
@@ -287,3 +289,33 @@ def test_fit_warns_when_the_accuracy_is_near_chance_or_far_below_the_recorded(tm
         warnings.simplefilter("error")  # the bundled weights: 99% and nothing to say
         code, _, err = run([*fit, "--out", str(tmp_path / "bundled")], capsys)
     assert code == 0, err
+
+
+def test_explain_writes_which_input_each_name_stands_for(index, tmp_path, capsys) -> None:
+    """Issue 44, item 10: two ``coffee-0000.png`` of folders named alike were
+    ``imgs-coffee-0000-1`` and ``-2``, and which was which was said only on the console."""
+    first = picture(tmp_path / "x" / "imgs" / "coffee-0000.png", 0)
+    second = picture(tmp_path / "y" / "imgs" / "coffee-0000.png", 1)
+    out = tmp_path / "out"
+    code, stdout, err = run(explain(index, out, first, second, "reference:3"), capsys)
+    assert code == 0, err
+    assert f"which input each name stands for: {out / 'inputs.csv'}" in stdout
+    with open(out / "inputs.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [(r["name"], r["input"], r["path"]) for r in rows] == [
+        ("imgs-coffee-0000-1", str(first), str(first.resolve())),
+        ("imgs-coffee-0000-2", str(second), str(second.resolve())),
+        ("reference-3", "reference:3", ""),
+    ]
+    for r in rows:  # each row names its own files, and the figure is of its input
+        assert (r["figure"], r["json"]) == (f"{r['name']}.png", f"{r['name']}.json")
+        assert json.loads((out / r["json"]).read_text())["input"] == r["name"]
+    assert (
+        ".repinterp-output.json" in listing(out)
+        and "inputs.csv" in json.loads((out / ".repinterp-output.json").read_text())["files"]
+    )
+    code, _, err = run(explain(index, out, "reference:5"), capsys)  # a second run adds its row
+    assert code == 0, err
+    with open(out / "inputs.csv", newline="") as f:
+        names = [r["name"] for r in csv.DictReader(f)]
+    assert names == ["imgs-coffee-0000-1", "imgs-coffee-0000-2", "reference-3", "reference-5"]

@@ -170,7 +170,7 @@ def test_fit_over_an_explain_folder_keeps_the_explanations(index, tmp_path, caps
     code, _, err = run(explain(index, out), capsys)
     assert code == 0, err
     explanations = {k: v for k, v in listing(out).items() if not k.startswith(".")}
-    assert len(explanations) == 4
+    assert len(explanations) == 5  # two images' pairs and inputs.csv
     for argv in (
         [*FIT, "--out", str(out), "--overwrite"],
         [*FIT, "--seed", "1", "--out", str(out)],

@@ -136,7 +136,6 @@ def test_time_limit_keeps_a_feasible_unproven_result() -> None:
     for i in range(2):
         assert torch.equal(exact.boundaries(i), greedy.boundaries(i).sort().values)
         check_consistent(ref, x, other, exact, i)
-    assert (exact.seconds < 5).all()
 
 
 def test_shapes_are_checked() -> None:

@@ -72,6 +72,18 @@ def test_one_blob_is_one_strategy(one_thread):
     assert silhouette[best] - gaussian[best] < MIN_GAIN
 
 
+@pytest.mark.filterwarnings("error")  # nor a k-means warning of fewer distinct points than k
+def test_a_class_of_one_picture_or_one_image_is_one_strategy(one_thread):
+    """Issue 44, item 3: a class whose images are all one picture ended in scikit-learn's
+    "Number of labels is 1"."""
+    vectors = torch.cat([torch.ones(20, 6), _blobs([1, 30, 30], 6, seed=4)])
+    classes = torch.tensor([0] * 20 + [1] + [2] * 60)
+    found = discover_strategies(vectors, classes, seed=0)
+    assert found.k == {0: 1, 1: 1, 2: 2}
+    assert found.assignment[:21].tolist() == [0] * 20 + [1]
+    assert found.criterion[:2].isnan().all()  # no split tried in either
+
+
 def test_columns_standardisation_is_per_column(three_classes):
     vectors, classes, _ = three_classes
     scaled = vectors * torch.linspace(0.01, 100, vectors.shape[1])

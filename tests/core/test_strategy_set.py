@@ -108,6 +108,30 @@ def test_a_strategy_index_saved_and_loaded_explains_alike(one_thread, tmp_path) 
     assert len(loaded.strategies(images)) == 3
 
 
+def test_a_class_whose_images_are_one_picture_is_one_strategy(one_thread) -> None:
+    """Issue 44, item 3: fit ended in scikit-learn's "Number of labels is 1"."""
+    images, blob = _blobs(300, seed=0)
+    images[blob == 2] = images[blob == 2][0]  # class 1: 100 copies of one picture
+    strategy = _fit("strategy", images).index.columns["strategy"]
+    assert len(strategy[blob == 2].unique()) == 1 and len(strategy[blob < 2].unique()) == 2
+
+
+def test_strategies_refuse_a_set_other_than_the_indexed_one(one_thread, tmp_path) -> None:
+    """Issue 44, item 1: another set of the same size, or the indexed one reordered, gave
+    audit scores, members and mean maps computed on the wrong images."""
+    images, _ = _blobs(300, seed=0)
+    _fit("strategy", images).save(tmp_path / "index")
+    loaded = RepresentativeInterpreter.load(tmp_path / "index", _two_strategy_model())
+    other, _ = _blobs(300, seed=3)
+    with pytest.raises(ValueError, match="not the one the index was fitted on: 300 of 300 images"):
+        loaded.strategies(other)
+    swapped = torch.arange(300)
+    swapped[[0, 7]] = swapped[[7, 0]]  # two images of one class swapped
+    with pytest.raises(ValueError, match=r"2 of 300 images give other projections .* image 0\)"):
+        loaded.strategies(images[swapped])
+    assert len(loaded.strategies(images.clone())) == 3
+
+
 def test_strategies_of_another_granularity_are_refused(one_thread) -> None:
     ri, _ = fit_random(100, 5)
     with pytest.raises(ValueError, match="granularity 'class': strategies need"):

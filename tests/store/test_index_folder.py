@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import torch
 
-from repinterp import RepresentativeInterpreter
+from repinterp import RepresentativeInterpreter, __version__
 from repinterp.store.index_folder import (
     FORMAT_VERSION,
     IndexLoadError,
@@ -22,7 +22,7 @@ from repinterp.store.index_folder import (
 )
 from repinterp.workspace import open_index
 
-from ..commandline import assert_one_line_error, edit_manifest, run
+from ..commandline import FIT, assert_one_line_error, edit_manifest, run
 from ..networks import random_setup
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -218,3 +218,34 @@ def test_what_loading_would_refuse_is_not_saved(saved, tmp_path) -> None:
     with pytest.raises(ValueError, match=r"cannot save the index to .*target_layer is not a"):
         save_index(index, tmp_path / "index")
     assert not (tmp_path / "index").exists()
+
+
+# The graph fingerprint that repinterp 0.4.0 (commit 4441eee) recorded for digits_cnn at its
+# default layer: 0.4's manifest of `FIT --no-features` is that of this version without
+# ``repinterp_version`` and with this fingerprint, key for key (checked with 0.4.0's own fit).
+GRAPH_OF_0_4 = "5a647f288896d2237f4bb3f96c4f991ab1be3473795c1bd2d4491045749cbdfe"
+
+
+def test_an_index_of_an_older_version_is_named_for_it(tmp_path, capsys) -> None:
+    """Issue 44, item 4: an index of 0.4 was refused as "made with another graph of the
+    model", blaming the user's unchanged model."""
+    index = tmp_path / "index"
+    assert run([*FIT, "--no-features", "--out", str(index)], capsys)[0] == 0
+    assert json.loads((index / "manifest.json").read_text())["repinterp_version"] == __version__
+    explain = ["explain", "reference:0", "--index", str(index), "--out", str(tmp_path / "e")]
+
+    def made_by_0_4(manifest: dict[str, Any]) -> None:
+        del manifest["repinterp_version"]
+        manifest["graph_fingerprint"] = GRAPH_OF_0_4
+
+    edit_manifest(index, made_by_0_4)
+    code, _, err = run(explain, capsys)
+    assert_one_line_error(code, err, f"{index} was made by repinterp 0.4: fit it again")
+    with pytest.raises(IndexLoadError, match=r"made by repinterp 0\.4: fit it again"):
+        open_index(index, progress=False)
+    edit_manifest(index, lambda manifest: manifest.update(repinterp_version="0.9.1"))
+    code, _, err = run(explain, capsys)
+    assert_one_line_error(code, err, f"made by repinterp 0.9.1, this is {__version__}, and its")
+    edit_manifest(index, lambda manifest: manifest.update(repinterp_version=__version__))
+    code, _, err = run(explain, capsys)  # this version's own fingerprint: another graph
+    assert_one_line_error(code, err, "was made with another graph of the model")

@@ -378,9 +378,7 @@ def test_overlay_blends_a_perceptual_colormap_by_default():
 # ----------------------------------------------------------------------------- uploads
 def test_upload_png_is_explained_like_the_engine(client, viewer):
     pixels = viewer.workspace.data.unseen.pixels(0)
-    start = time.perf_counter()
     response = client.post("/api/upload", content=png_bytes(pixels[0]))
-    seconds = time.perf_counter() - start
     assert response.status_code == 200, response.text
     data = response.json()
     e = viewer.interpreter.explain(viewer.workspace.normalization(as_uploaded(pixels)))
@@ -388,8 +386,6 @@ def test_upload_png_is_explained_like_the_engine(client, viewer):
     assert data["predicted_class"] == e.predicted_class
     assert data["boundaries"] == e.boundaries.tolist()
     assert [item["reference"] for item in data["similar"]["items"]] == e.similar(12).tolist()
-    print(f"upload explained in {1000 * seconds:.0f} ms")
-    assert seconds < 5
 
     key = data["key"]
     assert client.get(f"/api/explain/{key}?offset=12").json()["similar"]["offset"] == 12

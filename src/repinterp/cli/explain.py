@@ -4,8 +4,10 @@
 from __future__ import annotations
 
 import argparse
+import io
+from contextlib import suppress
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .inputs import inputs_of, open_workspace
 from .options import at_least, common, index_options, overwrite
@@ -69,10 +71,47 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     common(p)
 
 
+INPUTS_FILE = "inputs.csv"
+"""What `explain` writes beside the figures: which input each output name stands for."""
+INPUTS_COLUMNS = ("name", "input", "path", "figure", "json", "contrast_figure")
+
+
+def _inputs_file(out: Path, specs: list[str], entries: list[dict[str, Any]]) -> bytes:
+    """``inputs.csv``, one row per output name (sorted): the input as given (a file, or
+    ``reference:I``), its absolute path (empty for an image of the data set) and the files
+    written for it; the rows of an earlier ``explain`` into ``out`` whose names this one did
+    not write again are kept."""
+    import csv
+
+    from ..store.outputs import listed
+
+    rows: dict[str, dict[str, str]] = {}
+    if INPUTS_FILE in listed(out) and (out / INPUTS_FILE).is_file():
+        with suppress(ValueError, csv.Error), open(out / INPUTS_FILE, newline="") as f:
+            rows = {row["name"]: row for row in csv.DictReader(f) if row.get("name")}
+    for spec, entry in zip(specs, entries, strict=True):
+        part, _, number = spec.partition(":")
+        numbered = part in ("reference", "unseen") and _number(number) is not None
+        rows[entry["name"]] = {
+            "name": entry["name"],
+            "input": spec,
+            "path": "" if numbered else str(Path(spec).resolve()),
+            "figure": entry["figure"],
+            "json": entry["json"],
+            "contrast_figure": entry["summary"].get("contrast", {}).get("figure", ""),
+        }
+    text = io.StringIO()
+    writer = csv.DictWriter(text, INPUTS_COLUMNS, extrasaction="ignore", lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows[name] for name in sorted(rows))
+    return text.getvalue().encode()
+
+
 def run(args: argparse.Namespace) -> None:
     """Run ``repinterp explain`` with its parsed arguments."""
     from ..report.explanations import explain_to_files
-    from ..store.outputs import claim, refuse_inputs
+    from ..store.files import refuse_folders
+    from ..store.outputs import claim, refuse_inputs, write_outputs
     from ..workspace import resolve_images
 
     out = Path(args.out)
@@ -82,6 +121,7 @@ def run(args: argparse.Namespace) -> None:
     with claim(out, "explain", args.overwrite, inputs_of(args.weights, *files)):
         ws = open_workspace(args)
         refuse_inputs(out, inputs_of(data=ws.recipe.get("dataset")))
+        refuse_folders([out / INPUTS_FILE])
         pixels, names = resolve_images(ws, args.images)
         own = [_number(n) if p == "reference" else None for p, _, n in parts]
         contrast = None
@@ -92,6 +132,7 @@ def run(args: argparse.Namespace) -> None:
         entries = explain_to_files(
             ws, pixels, names, out, args.top_k, not args.quiet, own, contrast=contrast
         )
+        write_outputs({out / INPUTS_FILE: _inputs_file(out, args.images, entries)})
     for entry in entries:
         s = entry["summary"]
         print(
@@ -109,3 +150,4 @@ def run(args: argparse.Namespace) -> None:
         vs = s.get("contrast", {})
         if "message" in vs:
             print(f"{entry['name']}: no contrast with class {vs['class_name']!r}: {vs['message']}")
+    print(f"which input each name stands for: {out / INPUTS_FILE}")

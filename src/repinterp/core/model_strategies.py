@@ -18,6 +18,7 @@ import torch
 from torch import Tensor, nn
 
 from .audit import StrategyAudit, audit_strategies
+from .decision_set import project_blocks
 from .interpretation import Explainer, Interpretation
 from .strategy_set import StrategyDecisions, strategy_vectors
 from .views import HtmlView, render
@@ -111,6 +112,25 @@ def _pool(maps: Tensor) -> Tensor:
     return nn.functional.adaptive_avg_pool2d(maps[:, None], size)[:, 0]
 
 
+def _unlike(projections: Tensor, recorded: Tensor) -> Tensor:
+    """N booleans: whether each image's projections on ``Q`` (N x |Q|) differ from those the
+    index records for its row by more than the rounding of another batch size."""
+    tolerance = max(1e-3, 16 * torch.finfo(recorded.dtype).eps)
+    scale = recorded.abs().amax(1) + torch.finfo(recorded.dtype).tiny
+    return ((projections - recorded).abs().amax(1) > tolerance * scale).cpu()
+
+
+def _check_same_set(moved: Tensor, n: int) -> None:
+    """Refuse a reference set whose images ``moved`` (reference indices) are not those the
+    index was fitted on."""
+    if len(moved):
+        raise ValueError(
+            f"the reference set given is not the one the index was fitted on: {len(moved)} of "
+            f"{n} images give other projections than the index records (the first: image "
+            f"{int(moved[0])}); pass the set it was fitted on, in its order"
+        )
+
+
 def model_strategies(
     explainer: Explainer, reference: Any = None, batch_size: int = 64
 ) -> list[Strategy]:
@@ -127,7 +147,9 @@ def model_strategies(
         One `Strategy` per strategy that holds a reference image.
 
     Raises:
-        ValueError: the index is of another granularity, or no reference set is known.
+        ValueError: the index is of another granularity, no reference set is known, or
+            ``reference`` is not the set the index was fitted on (other images, or the same in
+            another order: their projections on ``Q`` are not the index's).
     """
     index = explainer.fitted_index
     decisions = index.decisions
@@ -145,12 +167,16 @@ def model_strategies(
         )
     ids = column[rows].unique().tolist()
     centres = decisions.strategies.centres
-    pooled, distances = [], []
+    pooled, distances, moved = [], [], []
     for part in rows.split(batch_size):
-        t = explainer.features(explainer.reference_images(part, reference)).float()
+        t = explainer.features(explainer.reference_images(part, reference))
+        projections = project_blocks(t, index.boundaries, index.n_extra)
+        moved.append(part[_unlike(projections, index.projections[part.to(projections.device)])])
+        t = t.float()
         pooled.append(t.mean((2, 3)).cpu())
         z = decisions.strategies.standardised(strategy_vectors(t, decisions.vectors))
         distances.append((z - centres[column[part]]).norm(dim=1))
+    _check_same_set(torch.cat(moved), len(rows))
     distance = torch.cat(distances)
     ranked = {}
     for s in ids:

@@ -266,7 +266,8 @@ def _split_class(
     best = None
     reduced = _principal(z, PCA_DIM)
     nulls = [_gaussian_like(reduced, seed + draw) for draw in range(NULL_DRAWS)]
-    for k in range(2, min(k_max, len(z) // min_size) + 1):
+    distinct = len(np.unique(reduced, axis=0))  # k-means finds no more clusters than points
+    for k in range(2, min(k_max, len(z) // min_size, distinct) + 1):
         score, model = silhouette(reduced, k)
         if np.bincount(model.labels_, minlength=k).min() < min_size:
             continue

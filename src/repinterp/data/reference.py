@@ -355,7 +355,10 @@ class ReferenceSet:
             yield _split_item(item)
 
     def gather(self, indices: Tensor) -> Tensor:
-        """The images at ``indices`` (long), stacked: N x C x H x W."""
+        """The images at ``indices`` (long), stacked: N x C x H x W (0 x C x H x W for no
+        index, an item's shape read off the first)."""
         if self._tensors is not None:
             return self._tensors[0][indices.to(self._tensors[0].device)]
+        if not len(indices):
+            return self.gather(torch.zeros(1, dtype=torch.long))[:0]
         return _split_item(self._collate([self._dataset[int(i)] for i in indices]))[0]

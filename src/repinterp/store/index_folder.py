@@ -35,6 +35,7 @@ from ..core.reference_index import FEATURE_FILE, ReferenceIndex
 from ..core.regions import REGIONS_FILE
 from ..data.image_files import MAX_SIDE
 from ..runtime.checksums import file_sha256
+from ..runtime.version import VERSION
 from .files import replace_file, write_file
 from .outputs import OutputError, claim, listed, record, remove_listed
 
@@ -332,6 +333,8 @@ def _manifest_problem(m: dict[str, Any]) -> str | None:
             return f"{key} is {reprlib.repr(m.get(key))}, not a count from 1 to {high}"
     if "recipe" in m and not isinstance(m["recipe"], dict):
         return f"its recipe is a {type(m['recipe']).__name__}, not a mapping"
+    if not isinstance(m.get("repinterp_version", ""), str):
+        return "repinterp_version is not a version"
     if not isinstance(m.get("target_layer", ""), str):
         return "target_layer is not a name"
     return None
@@ -523,6 +526,7 @@ class _Save(_Commit):
         manifest = {
             "format_version": FORMAT_VERSION,
             **{k: v for k, v in index.meta.items() if k not in _RESERVED},
+            "repinterp_version": VERSION,
             **index.decisions.manifest(),
             "input_shape": list(index.input_shape),
             "feature_shape": list(index.feature_shape),

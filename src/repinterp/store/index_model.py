@@ -18,6 +18,7 @@ from ..core.granularities import decision_set
 from ..core.reference_index import ReferenceIndex
 from ..data.datasets import ImageTransform
 from ..models.fingerprint import model_fingerprint
+from ..runtime.version import VERSION
 from .index_folder import IndexLoadError
 
 __all__ = ["check_model", "check_opening", "record_model", "restore_decisions", "saved_transform"]
@@ -82,7 +83,9 @@ def check_model(index: ReferenceIndex, path: str | Path, model: nn.Module, graph
     Raises:
         IndexLoadError: other weights, or another graph (a module of another type or setting,
             another operation: the same weights in another architecture); the message says
-            which.
+            which, and names the version that made the index when it is not this one (an
+            index of 0.4, whose manifest records no version, has a graph fingerprint of
+            another kind).
     """
     meta = index.meta
     fingerprint = model_fingerprint(model)
@@ -92,6 +95,20 @@ def check_model(index: ReferenceIndex, path: str | Path, model: nn.Module, graph
             f"{str(meta.get('model_fingerprint'))[:12]}…, this model's {fingerprint[:12]}…)"
         )
     saved = meta.get("graph_fingerprint")
+    made = meta.get("repinterp_version")
+    if saved is not None and saved != graph and made is None:
+        raise IndexLoadError(
+            f"{path} was made by repinterp 0.4: fit it again (its manifest records no version, "
+            f"and its graph fingerprint, {saved[:12]}…, is not this model's, {graph[:12]}…: "
+            "0.4 fingerprinted graphs otherwise; had 0.5.0 made it, these weights were then in "
+            "another graph)"
+        )
+    if saved is not None and saved != graph and made != VERSION:
+        raise IndexLoadError(
+            f"{path} was made by repinterp {made}, this is {VERSION}, and its graph "
+            f"fingerprint, {saved[:12]}…, is not this model's, {graph[:12]}…: fit it again "
+            "(or give the model it was made with)"
+        )
     if saved is not None and saved != graph:
         raise IndexLoadError(
             f"{path} was made with another graph of the model: the same weights, but "

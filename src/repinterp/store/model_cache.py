@@ -31,6 +31,7 @@ from ..models.train import Recipe
 from ..models.zoo import DataShape, model_for, weights_bytes
 from ..runtime.checksums import file_sha256
 from ..runtime.devices import resolve_device
+from ..runtime.version import VERSION
 from .files import replace_file
 from .outputs import check_folder
 
@@ -168,6 +169,7 @@ def trained_model(
         "losses": result.losses,
         "train_s": seconds,
         "torch": torch.__version__,
+        "repinterp": VERSION,
         "trained_on": trained_on(device),
     }
     replace_file(card_file, (json.dumps(card, indent=2) + "\n").encode())

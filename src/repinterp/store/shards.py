@@ -28,6 +28,7 @@ from torch import Tensor
 from ..core.boundaries import Boundaries
 from ..core.reference_index import FEATURE_FILE
 from ..runtime.checksums import file_sha256
+from ..runtime.version import VERSION
 from .files import replace_file, temporary_of, write_file
 from .outputs import discard
 
@@ -282,7 +283,11 @@ class PartialBuild:
         self._write_manifest()
 
     def _write_manifest(self) -> None:
-        manifest = {"config": self.config, "boundaries_sha256": self.boundary_sha}
+        manifest = {
+            "config": self.config,
+            "boundaries_sha256": self.boundary_sha,
+            "repinterp_version": VERSION,
+        }
         replace_file(self.dir / _PARTIAL_MANIFEST, (json.dumps(manifest, indent=2) + "\n").encode())
 
     def boundaries(self) -> Boundaries | None:

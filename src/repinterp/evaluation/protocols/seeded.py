@@ -19,6 +19,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from ...runtime.version import VERSION
 from ..comparison import paired_family
 from ..options import Options, check_protocol
 from ..run import Run
@@ -135,6 +136,7 @@ def evaluate(setup: Setup, protocol: str, options: Options | None = None) -> dic
             "cpus": os.cpu_count(),
             "torch_threads": torch.get_num_threads(),
             "torch": torch.__version__,
+            "repinterp": VERSION,
         },
     }
     if all(u is not None for u in units):

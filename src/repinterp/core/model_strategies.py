@@ -3,26 +3,37 @@ an index fitted at ``granularity="strategy"`` ([`strategy_set`][repinterp.core.s
 each strategy with its polytope, members, mean heat map and audit.
 
 A strategy's polytope is ``P(x)`` of its *input*, the member nearest its centre (as a k-means
-region's is its centre's nearest image, §6.4): a new image it covers belongs to the strategy and
-gets the input's channel weights. Its heat maps are that polytope's, reused on every member; the
+region's is its centre's nearest image, §6.4), cut to the strategy's k-means cell: ``P(x)`` and
+every bisector between the strategy and another of its class (`cut_to_cell`), so that it holds
+no image assigned to another strategy of its class and loses a member only to a boundary of
+Eq. 2. A new image it covers belongs to the strategy and gets the input's channel weights.
+Its heat maps are that polytope's, reused on every member; the
 audit ([`audit_strategies`][repinterp.core.audit.audit_strategies]) reads them, the members'
 spatially pooled feature maps and the model's logits, never a label.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
 from .audit import StrategyAudit, audit_strategies
+from .heatmap import input_side_weights
 from .interpretation import Explainer, Interpretation
+from .strategies import strategy_pairs
 from .strategy_set import StrategyDecisions, strategy_vectors
 from .views import HtmlView, render
 
-__all__ = ["AUDIT_SIDE", "Strategy", "model_strategies", "polytope_fidelity"]
+__all__ = [
+    "AUDIT_SIDE",
+    "Strategy",
+    "cut_to_cell",
+    "model_strategies",
+    "polytope_fidelity",
+]
 
 AUDIT_SIDE = 32
 """The audit reads each heat map average-pooled to at most this many pixels a side."""
@@ -103,6 +114,43 @@ class Strategy:
         }
 
 
+def cut_to_cell(e: Interpretation, strategy: int) -> Interpretation:
+    """``e`` (the ``P(x)`` of a member of ``strategy``, on a strategy index) with the bisectors
+    of ``strategy``'s cell added (those ``P(x)`` lacks, in ``Q``'s order): the images it covers
+    are those of ``e`` on ``x``'s side of each; its conflicts recounted on ``D(x)`` (another
+    class, or another strategy of ``x``'s).
+
+    Raises:
+        ValueError: ``e`` is not of a strategy index.
+    """
+    index = e.reference_index
+    decisions = index.decisions
+    if not isinstance(decisions, StrategyDecisions):
+        raise ValueError(
+            f"cut_to_cell needs a strategy index, got granularity {index.granularity!r}"
+        )
+    pairs = strategy_pairs(decisions.strategies.classes)
+    first = len(index.boundaries) - index.n_extra
+    cell = (first + ((pairs == strategy).any(1)).nonzero().flatten()).to(e.boundaries.device)
+    added = cell[~torch.isin(cell, e.boundaries)]
+    if not len(added):
+        return e
+    chosen = torch.cat([e.boundaries, added])
+    input_sides = torch.sign(e.projections[chosen]).to(torch.int8)
+    covered = e.covered[
+        (index.sides[e.covered][:, added] == input_sides[len(e.boundaries) :]).all(1)
+    ]
+    column = index.columns["strategy"].to(covered.device)
+    other = (index.predictions[covered] != e.predicted_class) | (column[covered] != strategy)
+    return replace(
+        e,
+        boundaries=chosen,
+        covered=covered,
+        conflicts=int(other.sum()),
+        channel_weights=input_side_weights(index.channel_means[chosen], input_sides),
+    )
+
+
 def _pool(maps: Tensor) -> Tensor:
     side = max(maps.shape[-2:])
     if side <= AUDIT_SIDE:
@@ -158,7 +206,8 @@ def model_strategies(
         order = sorted(own.tolist(), key=lambda j: (float(distance[j]), int(rows[j])))
         ranked[s] = rows[torch.tensor(order, dtype=torch.long)]
     inputs = [int(ranked[s][0]) for s in ids]
-    polytopes = dict(zip(ids, explainer.explain_reference(inputs), strict=True))
+    explained = explainer.explain_reference(inputs)
+    polytopes = {s: cut_to_cell(e, s) for s, e in zip(ids, explained, strict=True)}
     maps, sums = [], {}
     for part in rows.split(batch_size):
         images = explainer.reference_images(part, reference)

@@ -4,19 +4,20 @@ A *strategy* is a group of the reference images the model predicts one class for
 labels by [`discover_strategies`][repinterp.core.strategies.discover_strategies] on one vector
 per image (`VECTORS`). The decision set (see [`decision_set`][repinterp.core.decision_set]):
 
-- at fit, one forward pass over the reference set reads every image's vector and feature map;
-  the strategies are found per predicted class, and ``Q`` also holds a linear separator in the
-  target layer's space for each pair of strategies of one class
-  ([`strategy_separators`][repinterp.core.strategies.strategy_separators]), so that Algorithm 1
-  can cut one strategy out of another;
+- at fit, one forward pass over the reference set reads every image's vector; the strategies
+  are found per predicted class, and ``Q`` also holds, for each pair of strategies of one class,
+  the bisector of their k-means cells as a hyperplane in the target layer's space
+  ([`cell_bisectors`][repinterp.core.strategies.cell_bisectors] mapped back through the vectors,
+  which are linear in the feature map: `bisector_boundaries`), so that Algorithm 1 can cut one
+  strategy out of another and a strategy's polytope can be cut to its cell exactly;
 - each image's column ``"strategy"`` is its strategy (the nearest centre of its predicted
   class, for the reference images and for every new input alike);
 - ``D(x)`` also holds the images of ``x``'s class in another strategy, so ``P(x)`` is a
   polytope of ``x``'s strategy: the images it covers are those the model treats as ``x``'s.
 
 A class of one strategy excludes nothing: its inputs get the paper's ``P(x)``, bit for bit.
-Memory: the fit keeps the reference set's flattened feature maps in RAM (|R| x K h w float32)
-for the separators, unlike the paper's granularity.
+Memory: the fit keeps the reference set's vectors in RAM (|R| x K h w float32 for
+``features``), unlike the paper's granularity.
 """
 
 from __future__ import annotations
@@ -29,9 +30,15 @@ from torch import Tensor, nn
 
 from .boundaries import Boundaries
 from .decision_set import Decisions, DecisionSet, FitContext
-from .strategies import K_MAX, Strategies, discover_strategies, strategy_separators
+from .strategies import K_MAX, SEPARATOR_CLASSES, Strategies, cell_bisectors, discover_strategies
 
-__all__ = ["VECTORS", "StrategyDecisions", "StrategySet", "strategy_vectors"]
+__all__ = [
+    "VECTORS",
+    "StrategyDecisions",
+    "StrategySet",
+    "bisector_boundaries",
+    "strategy_vectors",
+]
 
 VECTORS = ("features", "pooled")
 """What a strategy is found on: ``features``, each image's flattened feature map at the target
@@ -45,6 +52,28 @@ def strategy_vectors(features: Tensor, kind: str) -> Tensor:
     if kind == "pooled":
         return features.float().mean((2, 3))
     return features.float().flatten(1)
+
+
+def bisector_boundaries(
+    strategies: Strategies, feature_shape: tuple[int, ...], kind: str
+) -> Boundaries:
+    """`cell_bisectors` of ``strategies`` (found on vectors of kind ``kind``) as hyperplanes on
+    feature maps of shape ``feature_shape`` (K x h x w): ``<W, t> = <u, v(t)>`` for the linear
+    map ``v`` of `strategy_vectors` (``W = u`` reshaped; pooled: ``u_k / (h w)`` at every
+    position of channel ``k``).
+
+    Returns:
+        `Boundaries` (one per pair, ``top_classes`` `SEPARATOR_CLASSES`, float64 on the CPU);
+        none when no class has two strategies.
+    """
+    pairs, u, c = cell_bisectors(strategies)
+    k, h, w = feature_shape
+    if kind == "pooled":
+        weight = (u / (h * w))[:, :, None, None].expand(len(u), k, h, w)
+    else:
+        weight = u.reshape(len(u), k, h, w)
+    top = torch.full((len(pairs), 2), SEPARATOR_CLASSES, dtype=torch.long)
+    return Boundaries(weight.contiguous(), c, top)
 
 
 class StrategyDecisions(Decisions):
@@ -123,19 +152,22 @@ class StrategySet(DecisionSet):
             )
 
     def fit(self, context: FitContext) -> StrategyDecisions:
-        features, predicted = [], []
+        vectors, predicted = [], []
         for t in context.stream():
             with torch.inference_mode():
                 predicted.append(context.head(t).argmax(1).cpu())
-            features.append(t.float().cpu())
-        maps, classes = torch.cat(features), torch.cat(predicted)
-        vectors = strategy_vectors(maps, self.vectors)
-        strategies = discover_strategies(vectors, classes, context.seed, self.k_max)
-        separators = strategy_separators(maps, strategies.assignment, classes)
-        dtype = context.source_features.dtype
-        extra = separators.to(context.source_features.device) if len(separators) else None
-        if extra is not None:
-            extra = Boundaries(extra.weight.to(dtype), extra.bias.to(dtype), extra.top_classes)
+            vectors.append(strategy_vectors(t, self.vectors).cpu())
+        classes = torch.cat(predicted)
+        strategies = discover_strategies(torch.cat(vectors), classes, context.seed, self.k_max)
+        source = context.source_features
+        bisectors = bisector_boundaries(strategies, tuple(source.shape[1:]), self.vectors)
+        if not len(bisectors):
+            return StrategyDecisions(strategies, self.vectors)
+        extra = Boundaries(
+            bisectors.weight.to(source.device, source.dtype),
+            bisectors.bias.to(source.device, source.dtype),
+            bisectors.top_classes.to(source.device),
+        )
         return StrategyDecisions(strategies, self.vectors, extra)
 
     def load(self, manifest: dict[str, Any], tensors: dict[str, Tensor]) -> StrategyDecisions:

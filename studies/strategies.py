@@ -17,6 +17,8 @@ Run (about a minute a seed once the models are cached)::
 
     OMP_NUM_THREADS=1 PYTHONPATH=src python -m studies.strategies --seeds 5
 
+``--first-seed 100`` takes the model seeds 100, 101, ... instead (off the evaluation's 0 .. 4).
+
 Writes ``OUT/results.json`` and ``OUT/results.md`` (``--out``, default
 ``docs/results/strategies``).
 """
@@ -42,6 +44,7 @@ OUT = runner.RESULTS / "strategies"
 def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     """The run's size and where it writes."""
     parser = runner.size_parser(__doc__.split("\n\n")[0], DATASETS, OUT)
+    parser.add_argument("--first-seed", type=int, default=0, help="the first model seed (0)")
     args = parser.parse_args(argv)
     if args.seeds < 1 or args.reference < 2 or args.unseen < 2:
         parser.error("--seeds must be >= 1 and --reference, --unseen >= 2")
@@ -50,7 +53,7 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
 
 def measure(dataset: str, seed: int, args: argparse.Namespace, setups: dict) -> dict[str, Any]:
     """One seed's row (see the module's docstring)."""
-    drawn = runner.draw(setups[dataset], seed, args)
+    drawn = runner.draw(setups[dataset], seed, args, args.first_seed)
     reference, unseen = drawn.reference.inputs(), drawn.unseen.inputs()
     ri = RepresentativeInterpreter(
         drawn.model, drawn.target_layer, seed=seed, progress=False, granularity="strategy"
@@ -79,20 +82,23 @@ def measure(dataset: str, seed: int, args: argparse.Namespace, setups: dict) -> 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     datasets = args.datasets.split(",")
-    setups = {dataset: runner.setup_of(dataset, args) for dataset in datasets}
-    blocks = runner.sweep(
-        datasets, range(args.seeds), lambda d, seed: measure(d, seed, args, setups)
-    )
-    return {"seeds": args.seeds, "reference": args.reference, "unseen": args.unseen} | {
-        "datasets": blocks
-    }
+    setups = {dataset: runner.setup_of(dataset, args, args.first_seed) for dataset in datasets}
+    seeds = range(args.first_seed, args.first_seed + args.seeds)
+    blocks = runner.sweep(datasets, seeds, lambda d, seed: measure(d, seed, args, setups))
+    return {
+        "seeds": args.seeds,
+        "first_seed": args.first_seed,
+        "reference": args.reference,
+        "unseen": args.unseen,
+    } | {"datasets": blocks}
 
 
 def markdown(results: dict[str, Any]) -> str:
     lines = [
         "# Strategies against the known sub-classes",
         "",
-        f"`{results['command']}` ({results['machine']}); {results['seeds']} model seeds, "
+        f"`{results['command']}` ({results['machine']}); {results['seeds']} model seeds from "
+        f"{results.get('first_seed', 0)}, "
         f"{results['reference']} reference / {results['unseen']} unseen images a seed; mean ± "
         "std over the seeds. AMI: within-class, of the unseen images' strategies with the "
         "sub-concepts; null p95: with the sub-concepts shuffled within each class; k-means: "

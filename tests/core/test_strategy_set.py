@@ -144,6 +144,36 @@ def test_a_strategy_index_saved_and_loaded_explains_alike(one_thread, tmp_path) 
     assert len(loaded.strategies(images)) == 3
 
 
+def test_strategies_are_found_once_and_saved_with_the_index(
+    one_thread, tmp_path, monkeypatch
+) -> None:
+    import repinterp.interpreter as interpreter_module
+
+    calls = []
+    found_once = interpreter_module.model_strategies
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return found_once(*args, **kwargs)
+
+    monkeypatch.setattr(interpreter_module, "model_strategies", counted)
+    images, _ = _blobs(300, seed=0)
+    ri = _fit("strategy", images)
+    first = ri.strategies()
+    again = ri.strategies()
+    ri.save(tmp_path / "index")
+    loaded = RepresentativeInterpreter.load(tmp_path / "index", _two_strategy_model())
+    kept = loaded.strategies()  # no reference set: read from the index folder
+    assert len(calls) == 1
+    for a, b, c in zip(first, again, kept, strict=True):
+        assert a.to_dict() == b.to_dict() == c.to_dict()
+        assert torch.equal(a.mean_heatmap, c.mean_heatmap) and torch.equal(a.members, c.members)
+        assert a.audit == c.audit and type(c.audit) is type(a.audit)
+    ri.fit(images)  # a new fit finds them again
+    ri.strategies()
+    assert len(calls) == 2
+
+
 def test_strategies_of_another_granularity_are_refused(one_thread) -> None:
     ri, _ = fit_random(100, 5)
     with pytest.raises(ValueError, match="granularity 'class': strategies need"):

@@ -14,8 +14,8 @@ spatially pooled feature maps and the model's logits, never a label.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from typing import Any
+from dataclasses import asdict, dataclass, fields, is_dataclass, replace
+from typing import Any, get_type_hints
 
 import torch
 from torch import Tensor, nn
@@ -33,6 +33,8 @@ __all__ = [
     "cut_to_cell",
     "model_strategies",
     "polytope_fidelity",
+    "strategies_from_state",
+    "strategies_state",
 ]
 
 AUDIT_SIDE = 32
@@ -281,3 +283,64 @@ def polytope_fidelity(
 
 def _mean(values: list[float]) -> float:
     return sum(values) / len(values) if values else float("nan")
+
+
+_REBUILT = ("interpretation", "explainer")
+"""The fields of a `Strategy` that `strategies_from_state` makes again rather than reads."""
+
+
+def strategies_state(
+    strategies: list[Strategy],
+) -> tuple[dict[str, Tensor], list[dict[str, Any]]]:
+    """What `strategies_from_state` needs to give ``strategies`` again without a forward pass:
+    the tensor fields by ``"I.field"`` (``I`` the strategy's place in the list), and one
+    JSON-able entry per strategy of its other fields (a dataclass field as a dict) but its
+    polytope and interpreter."""
+    tensors, entries = {}, []
+    for i, strategy in enumerate(strategies):
+        entry: dict[str, Any] = {}
+        for field in fields(Strategy):
+            value = getattr(strategy, field.name)
+            if field.name in _REBUILT:
+                continue
+            if isinstance(value, Tensor):
+                tensors[f"{i}.{field.name}"] = value.cpu().contiguous()
+            elif is_dataclass(value):
+                entry[field.name] = asdict(value)
+            else:
+                entry[field.name] = value
+        entries.append(entry)
+    return tensors, entries
+
+
+def strategies_from_state(
+    explainer: Explainer, tensors: dict[str, Tensor], entries: list[dict[str, Any]]
+) -> list[Strategy]:
+    """The strategies `strategies_state` kept, each polytope solved again from the index alone
+    (`cut_to_cell` of its input's ``P(x)``, as `model_strategies` made it).
+
+    Raises:
+        ValueError: a field missing (the state was kept by another version).
+    """
+    hints = get_type_hints(Strategy)
+    polytopes = explainer.explain_reference([int(entry["input"]) for entry in entries])
+    out = []
+    for i, (entry, e) in enumerate(zip(entries, polytopes, strict=True)):
+        values: dict[str, Any] = {
+            "interpretation": cut_to_cell(e, int(entry["id"])),
+            "explainer": explainer,
+        }
+        for field in fields(Strategy):
+            name, kind = field.name, hints[field.name]
+            if name in values:
+                continue
+            if f"{i}.{name}" in tensors:
+                values[name] = tensors[f"{i}.{name}"]
+            elif name not in entry:
+                raise ValueError(f"the saved strategies lack the field {name!r}: find them again")
+            elif is_dataclass(kind):
+                values[name] = kind(**entry[name])
+            else:
+                values[name] = entry[name]
+        out.append(Strategy(**values))
+    return out

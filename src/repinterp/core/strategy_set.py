@@ -45,6 +45,7 @@ VECTORS = ("features", "pooled")
 layer; ``pooled``, its spatial mean per channel (K values)."""
 
 _STATE = "decisions.strategies."
+_SUMMARY = "decisions.summary."
 
 
 def strategy_vectors(features: Tensor, kind: str) -> Tensor:
@@ -83,16 +84,25 @@ class StrategyDecisions(Decisions):
         strategies: the strategies found (their centres, and the strategy of each reference
             image as ``strategies.assignment``).
         vectors: the kind of vector they were found on (`VECTORS`).
+        summary: the model's strategies as ``RepresentativeInterpreter.strategies()`` found
+            them, kept to be saved with the index (tensors by name, and one JSON-able entry per
+            strategy: see `repinterp.core.model_strategies.strategies_state`); None until
+            they are found.
     """
 
     name = "strategy"
 
     def __init__(
-        self, strategies: Strategies, vectors: str, boundaries: Boundaries | None = None
+        self,
+        strategies: Strategies,
+        vectors: str,
+        boundaries: Boundaries | None = None,
+        summary: tuple[dict[str, Tensor], list[dict[str, Any]]] | None = None,
     ) -> None:
         self.strategies = strategies
         self.vectors = vectors
         self.boundaries = boundaries
+        self.summary = summary
 
     def columns(self, head: nn.Module, features: Tensor, logits: Tensor) -> dict[str, Tensor]:
         vectors = strategy_vectors(features, self.vectors)
@@ -113,11 +123,21 @@ class StrategyDecisions(Decisions):
 
     def manifest(self) -> dict[str, Any]:
         _, settings = self.strategies.tensors()
-        return {"granularity": self.name, "strategy_vectors": self.vectors, "strategies": settings}
+        fields = {
+            "granularity": self.name,
+            "strategy_vectors": self.vectors,
+            "strategies": settings,
+        }
+        if self.summary is not None:
+            fields["strategy_summary"] = self.summary[1]
+        return fields
 
     def tensors(self) -> dict[str, Tensor]:
         tensors, _ = self.strategies.tensors()
-        return {_STATE + name: value for name, value in tensors.items()}
+        out = {_STATE + name: value for name, value in tensors.items()}
+        if self.summary is not None:
+            out.update({_SUMMARY + name: value for name, value in self.summary[0].items()})
+        return out
 
     def describe(self) -> str:
         k = self.strategies.k
@@ -182,7 +202,16 @@ class StrategySet(DecisionSet):
             raise ValueError(f"its strategy vectors {vectors!r} are unknown")
         if "strategy" not in tensors:
             raise ValueError("its strategy column is missing")
-        return StrategyDecisions(Strategies.from_tensors(state, settings), vectors)
+        summary = None
+        if isinstance(manifest.get("strategy_summary"), list):
+            saved = {
+                k.removeprefix(_SUMMARY): v.cpu()
+                for k, v in tensors.items()
+                if k.startswith(_SUMMARY)
+            }
+            summary = (saved, manifest["strategy_summary"])
+        strategies = Strategies.from_tensors(state, settings)
+        return StrategyDecisions(strategies, vectors, summary=summary)
 
     def describe(self) -> str:
         return f"granularity strategy (found at fit on {self.vectors}, beyond the paper)"

@@ -294,6 +294,13 @@ def _fit(args: argparse.Namespace) -> None:
             shutdown()
         if rank != 0:
             return
+        notes = []
+        if ws.interpreter.granularity == "strategy":  # found once, kept with the index
+            from .strategy_notes import fit_notes
+
+            found = ws.interpreter.strategies(ws.reference)
+            layer_given = args.layer is not None
+            notes = fit_notes(ws.interpreter, found, args.model, layer_given, out)
         ws.save(out, args.overwrite)
         shards.remove()
         _keep_regions(ws)
@@ -307,11 +314,8 @@ def _fit(args: argparse.Namespace) -> None:
         right, n = int((index.predictions == index.labels).sum()), len(index)
         print(f"the model's accuracy on them: {100 * right / n:.1f}% ({right} of {n})")
         _warn_accuracy(100 * right / n, index.n_classes, args.weights)
-    if ws.interpreter.granularity == "strategy":
-        print(
-            f"{ws.interpreter.granularity_text}: found at layer {ws.interpreter.target_layer!r}, "
-            f"where the maps are drawn; repinterp audit --index {out} --out DIR ranks them"
-        )
+    for note in notes:
+        print(note)
 
 
 # An accuracy on the reference set below 1.5 x chance, or this many points below the one
@@ -400,6 +404,7 @@ def explain_to_files(
     from ..report import case_study, save_case_study_figure
     from ..store.files import refuse_folders
     from ..store.outputs import distinct_names, write_outputs
+    from .strategy_notes import strategy_fields
 
     def files_of(name: str) -> list[str]:
         vs = [] if contrast is None else [_contrast_figure(name, contrast)]
@@ -442,6 +447,7 @@ def explain_to_files(
         if contrast is not None:
             c = e.predicted_class
             summary["contrast"] = _contrast(workspace, image, c, contrast, name, out, files)
+        summary.update(strategy_fields(ri, e.strategy))
         summary.update(more)
         files[out / f"{name}.json"] = (json.dumps(summary, indent=2) + "\n").encode()
         write_outputs(files)
@@ -549,6 +555,7 @@ def explain_arguments(p: argparse.ArgumentParser) -> None:
 def _explain(args: argparse.Namespace) -> None:
     from ..store.outputs import claim, refuse_inputs
     from ..workspace import resolve_images
+    from .strategy_notes import explain_note
 
     out = Path(args.out)
     parts = [spec.partition(":") for spec in args.images]
@@ -581,6 +588,9 @@ def _explain(args: argparse.Namespace) -> None:
                 f"than {far:.1f}% of them from theirs (above {FAR_PERCENTILE}%): it may be unlike "
                 "every reference image, and its explanation a guess"
             )
+        note = explain_note(entry["name"], s)
+        if note is not None:
+            print(note)
         vs = s.get("contrast", {})
         if "message" in vs:
             print(f"{entry['name']}: no contrast with class {vs['class_name']!r}: {vs['message']}")

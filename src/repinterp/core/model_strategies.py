@@ -31,6 +31,7 @@ __all__ = [
     "AUDIT_SIDE",
     "Strategy",
     "cut_to_cell",
+    "kept_audits",
     "model_strategies",
     "polytope_fidelity",
     "strategies_from_state",
@@ -344,3 +345,13 @@ def strategies_from_state(
                 values[name] = entry[name]
         out.append(Strategy(**values))
     return out
+
+
+def kept_audits(explainer: Explainer) -> dict[int, dict[str, Any]] | None:
+    """The audit of each strategy (id -> its `StrategyAudit` as a dict) as the index keeps it,
+    read without solving a polytope; None when it keeps none (another granularity, or the
+    strategies not found yet)."""
+    decisions = explainer.fitted_index.decisions
+    if not isinstance(decisions, StrategyDecisions) or decisions.summary is None:
+        return None
+    return {int(entry["id"]): entry["audit"] for entry in decisions.summary[1]}

@@ -45,7 +45,12 @@ def test_fit_explain_and_audit_of_a_strategy_index(
     assert f"reference-0: strategy {strategy} of its class, " in stdout
     code, _, err = run(["audit", "--index", str(index), "--out", str(tmp_path / "a")], capsys)
     assert code == 0, err
-    assert len(calls) == 1  # found at fit, read back by explain and audit
+    report = tmp_path / "report"
+    code, _, err = run(["report", "--index", str(index), "--out", str(report)], capsys)
+    assert code == 0, err
+    page = (report / "index.html").read_text()
+    assert page.count("on an index of granularity strategy: the strategy the input") > 0
+    assert len(calls) == 1  # found at fit, read back by explain, audit and report
 
 
 @pytest.mark.parametrize(

@@ -401,10 +401,10 @@ def explain_to_files(
     import torch
     from tqdm.auto import tqdm
 
+    from ..core.model_strategies import strategy_fields
     from ..report import case_study, save_case_study_figure
     from ..store.files import refuse_folders
     from ..store.outputs import distinct_names, write_outputs
-    from .strategy_notes import strategy_fields
 
     def files_of(name: str) -> list[str]:
         vs = [] if contrast is None else [_contrast_figure(name, contrast)]

@@ -11,7 +11,7 @@ if TYPE_CHECKING:
     from ..core.model_strategies import Strategy
     from ..interpreter import RepresentativeInterpreter
 
-__all__ = ["FEW_INSIDE", "explain_note", "fit_notes", "strategy_fields"]
+__all__ = ["FEW_INSIDE", "explain_note", "fit_notes"]
 
 FEW_INSIDE = 0.9
 """``fit`` warns about a strategy whose polytope holds a smaller share of its members."""
@@ -63,18 +63,6 @@ def fit_notes(
                 f"{100 * FEW_INSIDE:.0f}%): its region and similar images stand for few of them"
             )
     return lines
-
-
-def strategy_fields(ri: RepresentativeInterpreter, strategy: int | None) -> dict[str, Any]:
-    """The JSON fields of an explanation of an input of strategy ``strategy`` (None: an index
-    of another granularity, no field): ``strategy_flagged`` and ``strategy_rank`` as the audit
-    kept with the index gave them (None when the index keeps no audit)."""
-    if strategy is None:
-        return {}
-    from ..core.model_strategies import kept_audits
-
-    audit = (kept_audits(ri) or {}).get(strategy, {})
-    return {"strategy_flagged": audit.get("flagged"), "strategy_rank": audit.get("rank")}
 
 
 def explain_note(name: str, summary: dict[str, Any]) -> str | None:

@@ -31,11 +31,11 @@ __all__ = [
     "AUDIT_SIDE",
     "Strategy",
     "cut_to_cell",
-    "kept_audits",
     "model_strategies",
     "polytope_fidelity",
     "strategies_from_state",
     "strategies_state",
+    "strategy_fields",
 ]
 
 AUDIT_SIDE = 32
@@ -347,11 +347,16 @@ def strategies_from_state(
     return out
 
 
-def kept_audits(explainer: Explainer) -> dict[int, dict[str, Any]] | None:
-    """The audit of each strategy (id -> its `StrategyAudit` as a dict) as the index keeps it,
-    read without solving a polytope; None when it keeps none (another granularity, or the
-    strategies not found yet)."""
+def strategy_fields(explainer: Explainer, strategy: int | None) -> dict[str, Any]:
+    """The fields an explanation's summary (the command line's JSON, the viewer's) adds for
+    an input of strategy ``strategy`` (`Interpretation.strategy`; None: an index of another
+    granularity, no field): ``strategy_flagged`` and ``strategy_rank`` as the audit kept with
+    the index gave them (None when it keeps none), read without solving a polytope."""
+    if strategy is None:
+        return {}
     decisions = explainer.fitted_index.decisions
-    if not isinstance(decisions, StrategyDecisions) or decisions.summary is None:
-        return None
-    return {int(entry["id"]): entry["audit"] for entry in decisions.summary[1]}
+    audit: dict[str, Any] = {}
+    if isinstance(decisions, StrategyDecisions) and decisions.summary is not None:
+        kept = {int(entry["id"]): entry["audit"] for entry in decisions.summary[1]}
+        audit = kept.get(strategy, {})
+    return {"strategy_flagged": audit.get("flagged"), "strategy_rank": audit.get("rank")}

@@ -35,7 +35,7 @@ from torch import Tensor
 
 from ..core.heatmap import channel_means, heatmaps, normalize_maps
 from ..core.interpretation import METRIC_MEANINGS, Interpretation
-from ..core.model_strategies import Strategy
+from ..core.model_strategies import Strategy, strategy_fields
 from ..core.regions import Polytope, RegionSet, distinct_polytopes
 from ..data.datasets import ImageFolderSet
 from ..data.image_files import read_image
@@ -310,6 +310,7 @@ class Viewer:
             label=None if i is None else int(self.labels[i]),
             n_reference=e.n_reference,
             has_heatmap=e.has_heatmap,
+            **strategy_fields(self.interpreter, e.strategy),
         )
         return summary
 

@@ -1,5 +1,6 @@
 """A class's strategies (core/strategies.py): discovery without labels, the cells' bisectors."""
 
+import numpy as np
 import pytest
 import torch
 from safetensors.torch import load, save
@@ -10,6 +11,7 @@ from repinterp.core.strategies import (
     Strategies,
     cell_bisectors,
     discover_strategies,
+    mean_silhouette,
     strategy_pairs,
 )
 from repinterp.core.strategy_set import bisector_boundaries, strategy_vectors
@@ -193,3 +195,18 @@ def test_one_strategy_a_class_no_bisector(one_thread):
     found = discover_strategies(_blobs([40], 4, seed=0), torch.zeros(40, dtype=torch.long))
     assert strategy_pairs(found.classes).shape == (0, 2)
     assert len(bisector_boundaries(found, (4, 1, 1), "features")) == 0
+
+
+@pytest.mark.parametrize(("n", "k"), [(60, 2), (300, 4), (1500, 3)])
+def test_mean_silhouette_is_scikit_learns(one_thread, n, k):
+    from sklearn.metrics import silhouette_score
+
+    rng = np.random.default_rng(n)
+    data = rng.standard_normal((n, 6))
+    labels = rng.integers(0, k, n)
+    labels[0] = k  # a group of one row
+    data[labels == 1] += 3.0
+    expected = silhouette_score(data, labels, sample_size=min(1000, n), random_state=4)
+    assert mean_silhouette(data, labels, 4) == pytest.approx(expected, abs=1e-9)
+    with pytest.raises(ValueError, match=r"^a silhouette needs 2 to n - 1 groups, got 1 of "):
+        mean_silhouette(data, np.zeros(n, dtype=int), 0)

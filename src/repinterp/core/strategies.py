@@ -81,6 +81,7 @@ __all__ = [
     "Strategies",
     "cell_bisectors",
     "discover_strategies",
+    "mean_silhouette",
     "strategy_pairs",
 ]
 
@@ -132,8 +133,8 @@ class Strategies:
         scale: D float32, positive.
         assignment: N int64, the strategy of each row ``discover_strategies`` was given.
         criterion: C x 2 x (k_max - 1) float32, per fitted class (``fitted``) the mean
-            silhouette at k = 2 .. k_max, and that of one Gaussian of the class's shape (NaN
-            where k was not tried).
+            silhouette at k = 2 .. k_max (NaN where k was not tried), and at the k of the
+            highest that of one Gaussian of the class's shape (NaN at the other k).
         fitted: C int64, the classes of ``criterion``'s rows (ascending).
         settings: how they were found (seed, k_max, min_gain, min_size, standardise).
     """
@@ -241,34 +242,60 @@ def _principal(z: np.ndarray, dim: int) -> np.ndarray:
     return centred @ axes[:, np.argsort(values)[::-1][:dim]]
 
 
+def mean_silhouette(data: np.ndarray, labels: np.ndarray, seed: int) -> float:
+    """The mean silhouette of the rows ``data`` (n x D) grouped by ``labels`` (n), read on at
+    most `SILHOUETTE_SAMPLE` rows drawn as scikit-learn's ``silhouette_score(...,
+    sample_size, random_state=seed)`` draws them, with its value (a row alone in its group
+    counts 0), from one n x n distance matrix rather than its per-call checks.
+
+    Raises:
+        ValueError: fewer than 2 groups, or as many as rows, among the rows read.
+    """
+    rows = np.random.RandomState(seed).permutation(len(data))[:SILHOUETTE_SAMPLE]
+    _, groups = np.unique(labels[rows], return_inverse=True)
+    counts = np.bincount(groups)
+    if not 2 <= len(counts) < len(rows):
+        raise ValueError(f"a silhouette needs 2 to n - 1 groups, got {len(counts)} of {len(rows)}")
+    x = torch.from_numpy(np.ascontiguousarray(data[rows], dtype=np.float64))
+    sums = torch.cdist(x, x).numpy() @ np.eye(len(counts))[groups]  # n x groups
+    own = np.arange(len(rows)), groups
+    with np.errstate(divide="ignore", invalid="ignore"):
+        intra = sums[own] / (counts[groups] - 1)
+        means = sums / counts
+        means[own] = np.inf
+        inter = means.min(1)
+        values = (inter - intra) / np.maximum(intra, inter)
+    return float(np.nan_to_num(values).mean())
+
+
 def _split_class(
     z: np.ndarray, seed: int, k_max: int, min_gain: float, min_size: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(labels, centres, criterion) of one class's standardised rows; the criterion is
-    2 x (k_max - 1): the mean silhouette at k = 2 .. k_max, and the same of k-means on
-    `_gaussian_like` rows (NaN where k was not tried), both in the rows' `PCA_DIM` principal
-    axes; the k kept is then fitted on the rows themselves, k-means started from the means of
-    its clusters, so that the centres and labels are those of the standardised space."""
+    2 x (k_max - 1): the mean silhouette at k = 2 .. k_max (NaN where k was not tried), and at
+    the k of the highest, the best of k-means on `NULL_DRAWS` draws of `_gaussian_like` rows
+    (NaN elsewhere: it decides nothing there), both in the rows' `PCA_DIM` principal axes;
+    the k kept is then fitted on the rows themselves, k-means started from the means of its
+    clusters, so that the centres and labels are those of the standardised space."""
     from sklearn.cluster import KMeans  # here: sklearn is slow to import
-    from sklearn.metrics import silhouette_score
 
     def silhouette(data: np.ndarray, k: int) -> tuple[float, KMeans]:
         model = KMeans(n_clusters=k, random_state=seed, n_init=3).fit(data)
-        sample = min(SILHOUETTE_SAMPLE, len(data))
-        score = silhouette_score(data, model.labels_, sample_size=sample, random_state=seed)
-        return float(score), model
+        return mean_silhouette(data, model.labels_, seed), model
 
     criterion = np.full((2, k_max - 1), np.nan)
     best = None
     reduced = _principal(z, PCA_DIM)
-    nulls = [_gaussian_like(reduced, seed + draw) for draw in range(NULL_DRAWS)]
     for k in range(2, min(k_max, len(z) // min_size) + 1):
         score, model = silhouette(reduced, k)
         if np.bincount(model.labels_, minlength=k).min() < min_size:
             continue
-        criterion[:, k - 2] = score, max(silhouette(null, k)[0] for null in nulls)
+        criterion[0, k - 2] = score
         if best is None or score > criterion[0, best[0] - 2]:
             best = (k, model)
+    if best is not None:  # the Gaussian's silhouette decides only at the k kept
+        nulls = [_gaussian_like(reduced, seed + draw) for draw in range(NULL_DRAWS)]
+        criterion[1, best[0] - 2] = max(silhouette(null, best[0])[0] for null in nulls)
     if best is None or criterion[0, best[0] - 2] - criterion[1, best[0] - 2] < min_gain:
         return np.zeros(len(z), dtype=np.int64), z.mean(0, keepdims=True), criterion
     k, labels = best[0], best[1].labels_

@@ -10,7 +10,10 @@ AMI of the unseen images' strategies with the sub-concepts against its shuffle n
 percentile and the k-means reference point (`repinterp.evaluation.groupings`: k-means with k =
 the sub-concepts on the same feature maps), and how the polytopes follow the strategies: the
 share of the unseen images of a strategy inside its polytope (``inside``) and of the images of
-its class's other strategies (``others``). Row 5 of the criterion in docs/results.md
+its class's other strategies (``others``); and, since the strategies are k-means with a
+label-free rule for k, the AMI of label-free groupings on the same feature maps beside them:
+k-means at the rule's k, k-means with k by the gap statistic, a Domino-like mixture
+(`repinterp.evaluation.subclass`). Row 5 of the criterion in docs/results.md
 ("Strategies and shortcuts: the criterion") reads ``mnist-super``'s.
 
 Run (about a minute a seed once the models are cached)::
@@ -34,6 +37,7 @@ import torch
 from repinterp import RepresentativeInterpreter
 from repinterp.core.model_strategies import polytope_fidelity
 from repinterp.evaluation.groupings import ami, ami_ceiling, ami_null
+from repinterp.evaluation.subclass import domino_groups, gap_groups, kmeans_groups
 
 from . import runner
 
@@ -69,7 +73,7 @@ def measure(dataset: str, seed: int, args: argparse.Namespace, setups: dict) -> 
     null, p95 = ami_null(groups, concepts, classes, seed=seed)
     inside, others = polytope_fidelity(ri.strategies(), unseen, assigned, classes)
     k = ri.index.decisions.strategies.k
-    return {
+    row = {
         "strategies_per_class": float(np.mean(list(k.values()))),
         "ami": ami(groups, concepts, classes),
         "ami_null": null,
@@ -78,6 +82,16 @@ def measure(dataset: str, seed: int, args: argparse.Namespace, setups: dict) -> 
         "inside": 100 * inside,
         "others": 100 * others,
     }
+    reference_features = ri.features(reference).flatten(1).cpu()
+    grouped = (reference_features, ri.index.predictions.cpu(), features.flatten(1).cpu())
+    baselines = {
+        "ami_kmeans_rule_k": kmeans_groups(*grouped, classes, k, seed),
+        "ami_gap": gap_groups(*grouped, classes, seed=seed),
+        "ami_domino": domino_groups(*grouped, classes, seed=seed),
+    }
+    for name, grouping in baselines.items():
+        row[name] = ami(grouping.unseen.tolist(), concepts, classes)
+    return row
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -103,11 +117,14 @@ def markdown(results: dict[str, Any]) -> str:
         "std over the seeds. AMI: within-class, of the unseen images' strategies with the "
         "sub-concepts; null p95: with the sub-concepts shuffled within each class; k-means: "
         "k = the sub-concepts, same feature maps. inside / others: % of the unseen images of a "
-        "strategy / of its class's other strategies inside its polytope.",
+        "strategy / of its class's other strategies inside its polytope. The strategies are "
+        "k-means with a label-free rule for k; beside them, on the same feature maps and "
+        "without labels: k-means at the rule's k, k-means with k by the gap statistic, and a "
+        "Domino-like mixture (k by BIC), each at most 8 groups a class.",
         "",
         "| data set | strategies per class | AMI | AMI null p95 | k-means AMI | AMI per seed | "
-        "inside (%) | others (%) |",
-        "|---|---|---|---|---|---|---|---|",
+        "inside (%) | others (%) | k-means at the rule's k | gap statistic | Domino-like |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for dataset, block in results["datasets"].items():
         stats = block["mean_std"]
@@ -116,7 +133,9 @@ def markdown(results: dict[str, Any]) -> str:
             f"| `{dataset}` | {runner.cell(stats, 'strategies_per_class')} | "
             f"{runner.cell(stats, 'ami', 3)} | {runner.cell(stats, 'ami_null_p95', 3)} | "
             f"{runner.cell(stats, 'ami_ceiling', 3)} | {per_seed} | "
-            f"{runner.cell(stats, 'inside')} | {runner.cell(stats, 'others')} |"
+            f"{runner.cell(stats, 'inside')} | {runner.cell(stats, 'others')} | "
+            f"{runner.cell(stats, 'ami_kmeans_rule_k', 3)} | {runner.cell(stats, 'ami_gap', 3)} | "
+            f"{runner.cell(stats, 'ami_domino', 3)} |"
         )
     return "\n".join(lines) + "\n"
 

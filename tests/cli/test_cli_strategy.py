@@ -28,7 +28,7 @@ def test_fit_explain_and_audit_of_a_strategy_index(
     assert code == 0, err
     manifest = json.loads((index / "manifest.json").read_text())
     layer = manifest["target_layer"]
-    assert f"at layer {layer!r}, digits_cnn's default layer" in stdout
+    assert f"maps at layer {layer!r}: digits_cnn's default layer" in stdout
     assert f"kept with the index: repinterp audit --index {index} --out DIR" in stdout
     few = [s for s in manifest["strategy_summary"] if s["inside"] < FEW_INSIDE]
     assert stdout.count("warning: strategy") == len(few)
@@ -42,7 +42,8 @@ def test_fit_explain_and_audit_of_a_strategy_index(
     assert kept[strategy]["predicted_class"] == summary["predicted_class"]
     assert summary["strategy_flagged"] == kept[strategy]["audit"]["flagged"]
     assert summary["strategy_rank"] == kept[strategy]["audit"]["rank"]
-    assert f"reference-0: strategy {strategy} of its class, " in stdout
+    name = summary["class_name"] or summary["predicted_class"]
+    assert f"reference-0: strategy {strategy} of class {name}, " in stdout
     code, _, err = run(["audit", "--index", str(index), "--out", str(tmp_path / "a")], capsys)
     assert code == 0, err
     report = tmp_path / "report"
@@ -62,6 +63,6 @@ def test_fit_explain_and_audit_of_a_strategy_index(
     ],
 )
 def test_explain_note_says_the_flag(flagged, words) -> None:
-    note = explain_note("a", {"strategy": 3, "strategy_flagged": flagged})
-    assert note.startswith("a: strategy 3 of its class, ") and words in note
+    note = explain_note("a", {"strategy": 3, "strategy_flagged": flagged, "class_name": "cat"})
+    assert note.startswith("a: strategy 3 of class cat, ") and words in note
     assert explain_note("a", {"strategy": None}) is None

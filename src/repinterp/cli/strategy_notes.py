@@ -51,9 +51,10 @@ def fit_notes(
     flagged = sum(s.audit.flagged for s in strategies)
     names = ri.class_names or [str(c) for c in range(index.n_classes)]
     lines = [
-        f"{ri.granularity_text}: found on the {shape} feature maps at layer "
-        f"{ri.target_layer!r}, {why}; {len(strategies)} strategies, {flagged} flagged by the "
-        f"audit, kept with the index: repinterp audit --index {out} --out DIR shows them"
+        f"{ri.granularity_text}: {len(strategies)} strategies, {flagged} flagged by the audit, "
+        f"kept with the index: repinterp audit --index {out} --out DIR shows them",
+        f"the strategies were found on the {shape} feature maps at layer {ri.target_layer!r}: "
+        f"{why}",
     ]
     for s in strategies:
         if s.inside < FEW_INSIDE:
@@ -81,4 +82,5 @@ def explain_note(name: str, summary: dict[str, Any]) -> str | None:
         )
     else:
         verdict = "not flagged by the audit"
-    return f"{name}: strategy {strategy} of its class, {verdict}"
+    name_of_class = summary.get("class_name") or summary.get("predicted_class")
+    return f"{name}: strategy {strategy} of class {name_of_class}, {verdict}"

@@ -635,7 +635,10 @@ class RepresentativeInterpreter:
         """
         decisions = self.fitted_index.decisions
         if isinstance(decisions, StrategyDecisions) and decisions.summary is not None:
-            return strategies_from_state(self, *decisions.summary)
+            try:
+                return strategies_from_state(self, *decisions.summary)
+            except ValueError:  # kept by another version: found again
+                decisions.summary = None
         found = model_strategies(self, reference, self.config.batch_size)
         decisions.summary = strategies_state(found)
         return found

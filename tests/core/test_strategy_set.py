@@ -172,6 +172,10 @@ def test_strategies_are_found_once_and_saved_with_the_index(
     ri.fit(images)  # a new fit finds them again
     ri.strategies()
     assert len(calls) == 2
+    entries = loaded.index.decisions.summary[1]
+    for entry in entries:  # kept by another version: found again, not refused
+        entry["audit"]["retired"] = 1.0
+    assert len(loaded.strategies(images)) == 3 and len(calls) == 3
 
 
 def test_strategies_of_another_granularity_are_refused(one_thread) -> None:

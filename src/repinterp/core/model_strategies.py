@@ -321,7 +321,8 @@ def strategies_from_state(
     (`cut_to_cell` of its input's ``P(x)``, as `model_strategies` made it).
 
     Raises:
-        ValueError: a field missing (the state was kept by another version).
+        ValueError: a field missing or of other fields (the state was kept by another
+            version).
     """
     hints = get_type_hints(Strategy)
     polytopes = explainer.explain_reference([int(entry["input"]) for entry in entries])
@@ -340,7 +341,10 @@ def strategies_from_state(
             elif name not in entry:
                 raise ValueError(f"the saved strategies lack the field {name!r}: find them again")
             elif is_dataclass(kind):
-                values[name] = kind(**entry[name])
+                try:
+                    values[name] = kind(**entry[name])
+                except TypeError as exc:  # its fields changed since
+                    raise ValueError(f"the saved strategies' {name} is another version's") from exc
             else:
                 values[name] = entry[name]
         out.append(Strategy(**values))

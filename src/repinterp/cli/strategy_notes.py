@@ -74,7 +74,7 @@ def explain_note(name: str, summary: dict[str, Any]) -> str | None:
         return None
     flagged = summary.get("strategy_flagged")
     if flagged is None:
-        verdict = "not audited (find the strategies again: repinterp audit)"
+        verdict = "not audited: the index keeps no audit (fit it again to keep one)"
     elif flagged:
         verdict = (
             "FLAGGED by the audit: this prediction uses a strategy worth checking (repinterp "

@@ -90,12 +90,12 @@ def setup_of(dataset: str, args: argparse.Namespace, first_seed: int = 0) -> Set
             model_cache=args.model_cache,
             recipe=recipe,
         )
-    setup = load_setup(dataset, n_unseen=None)
     split = load_dataset(dataset, seed=0)
     models = tuple(
-        trained_model(recipe, split, dataset, 0, seed, args.model_cache, setup.device)
+        trained_model(recipe, split, dataset, 0, seed, args.model_cache, "cpu")
         for seed in range(first_seed, first_seed + args.seeds)
     )
+    setup = load_setup(dataset, recipe.arch, models[0].path, n_unseen=None)
     return dataclasses.replace(setup, models=models)
 
 

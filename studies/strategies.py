@@ -43,6 +43,16 @@ from . import runner
 
 DATASETS = ("mnist-super", "shapes")
 OUT = runner.RESULTS / "strategies"
+AMI_FIELDS = (
+    "ami",
+    "ami_null",
+    "ami_null_p95",
+    "ami_ceiling",
+    "ami_kmeans_rule_k",
+    "ami_gap",
+    "ami_domino",
+)
+"""The row's fields that need the sub-concepts (NaN on a data set without them)."""
 
 
 def arguments(argv: list[str] | None = None) -> argparse.Namespace:
@@ -68,19 +78,23 @@ def measure(dataset: str, seed: int, args: argparse.Namespace, setups: dict) -> 
         logits = ri.split.head(features)
     assigned = ri.index.decisions.columns(ri.split.head, features, logits)["strategy"].cpu()
     classes = drawn.predictions["unseen"]
-    concepts = drawn.unseen.concepts
-    groups = [(int(c), int(s)) for c, s in zip(classes, assigned, strict=True)]
-    null, p95 = ami_null(groups, concepts, classes, seed=seed)
     inside, others = polytope_fidelity(ri.strategies(), unseen, assigned, classes)
     k = ri.index.decisions.strategies.k
     row = {
         "strategies_per_class": float(np.mean(list(k.values()))),
+        "inside": 100 * inside,
+        "others": 100 * others,
+    }
+    concepts = drawn.unseen.concepts
+    if concepts is None:  # a data set without sub-concepts (a clean model): the polytopes only
+        return row | dict.fromkeys(AMI_FIELDS, float("nan"))
+    groups = [(int(c), int(s)) for c, s in zip(classes, assigned, strict=True)]
+    null, p95 = ami_null(groups, concepts, classes, seed=seed)
+    row |= {
         "ami": ami(groups, concepts, classes),
         "ami_null": null,
         "ami_null_p95": p95,
         "ami_ceiling": ami_ceiling(features.flatten(1).cpu(), concepts, classes, seed),
-        "inside": 100 * inside,
-        "others": 100 * others,
     }
     reference_features = ri.features(reference).flatten(1).cpu()
     grouped = (reference_features, ri.index.predictions.cpu(), features.flatten(1).cpu())
@@ -128,7 +142,8 @@ def markdown(results: dict[str, Any]) -> str:
     ]
     for dataset, block in results["datasets"].items():
         stats = block["mean_std"]
-        per_seed = ", ".join(f"{row['ami']:.3f}" for row in block["seeds"])
+        amis = [row["ami"] for row in block["seeds"]]
+        per_seed = "n/a" if np.isnan(amis).all() else ", ".join(f"{a:.3f}" for a in amis)
         lines.append(
             f"| `{dataset}` | {runner.cell(stats, 'strategies_per_class')} | "
             f"{runner.cell(stats, 'ami', 3)} | {runner.cell(stats, 'ami_null_p95', 3)} | "

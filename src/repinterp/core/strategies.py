@@ -1,5 +1,5 @@
 """A class's strategies: groups of the images a model predicts one class for, found without
-labels, and the linear separators in the target layer's space that let a cover cut one out.
+labels, and the bisectors of their k-means cells, the separators that let a cover cut one out.
 
 `discover_strategies` groups each predicted class's rows of ``vectors`` (one vector per
 image, e.g. its flattened feature map at the target layer) by k-means in a standardised space:
@@ -103,8 +103,8 @@ STANDARDISATIONS = ("columns", "global")
 ``global``: centred, all divided by one scale, the root mean square of the centred values (the
 geometry of the raw vectors)."""
 SEPARATOR_CLASSES = -2
-"""The ``top_classes`` of a separator between two strategies (it separates no pair of
-classes; `repinterp.core.logic.NEURON_CLASSES` is -1)."""
+"""The ``top_classes`` of a separator between two strategies, a cell's bisector (it separates
+no pair of classes)."""
 
 
 def _check_rows(vectors: Tensor, classes: Tensor, name: str = "vectors") -> None:

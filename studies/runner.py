@@ -22,9 +22,10 @@ from typing import Any, TypeVar
 import numpy as np
 import torch
 
+from repinterp.data.datasets import load_dataset
 from repinterp.evaluation.protocols import mean_std
 from repinterp.evaluation.setup import Setup, load_setup, recipe_for
-from repinterp.store.model_cache import default_cache
+from repinterp.store.model_cache import default_cache, trained_model
 from repinterp.store.outputs import write_outputs
 
 __all__ = [
@@ -74,20 +75,34 @@ def size_parser(description: str, datasets: Sequence[str], out: Path) -> argpars
     return parser
 
 
-def setup_of(dataset: str, args: argparse.Namespace) -> Setup:
-    """The data set and its ``--seeds`` models, trained by its recipe (``--epochs`` epochs
-    where given) through ``--model-cache`` when missing."""
+def setup_of(dataset: str, args: argparse.Namespace, first_seed: int = 0) -> Setup:
+    """The data set and its ``--seeds`` models (seeds ``first_seed``, ``first_seed + 1``, ...),
+    trained by its recipe (``--epochs`` epochs where given) through ``--model-cache`` when
+    missing."""
     recipe = recipe_for(dataset)
     if args.epochs is not None:
         recipe = dataclasses.replace(recipe, epochs=args.epochs)
-    return load_setup(
-        dataset, n_unseen=None, model_seeds=args.seeds, model_cache=args.model_cache, recipe=recipe
+    if first_seed == 0:
+        return load_setup(
+            dataset,
+            n_unseen=None,
+            model_seeds=args.seeds,
+            model_cache=args.model_cache,
+            recipe=recipe,
+        )
+    split = load_dataset(dataset, seed=0)
+    models = tuple(
+        trained_model(recipe, split, dataset, 0, seed, args.model_cache, "cpu")
+        for seed in range(first_seed, first_seed + args.seeds)
     )
+    setup = load_setup(dataset, recipe.arch, models[0].path, n_unseen=None)
+    return dataclasses.replace(setup, models=models)
 
 
-def draw(setup: Setup, seed: int, args: argparse.Namespace) -> Setup:
-    """Seed ``seed``'s model and its own stratified draw of ``--reference`` / ``--unseen``."""
-    run = setup.for_run(seed)
+def draw(setup: Setup, seed: int, args: argparse.Namespace, first_seed: int = 0) -> Setup:
+    """Seed ``seed``'s model (the setup's models from ``first_seed``) and its own stratified
+    draw of ``--reference`` / ``--unseen``."""
+    run = setup.for_run(seed - first_seed)
     shares = (args.reference / len(run.reference), args.unseen / len(run.unseen))
     return run.draw(seed, (min(1.0, shares[0]), min(1.0, shares[1])))
 

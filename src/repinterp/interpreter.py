@@ -21,10 +21,16 @@ from .core.contrastive import contrast_pairs, contrastive_heatmaps
 from .core.decision_set import project_blocks
 from .core.granularities import decision_set
 from .core.interpretation import Interpretation, check_solver
-from .core.model_strategies import Strategy, model_strategies
+from .core.model_strategies import (
+    Strategy,
+    model_strategies,
+    strategies_from_state,
+    strategies_state,
+)
 from .core.reference_index import FEATURE_FILE, ReferenceIndex
 from .core.regions import RegionSet
 from .core.representative import interpret
+from .core.strategy_set import StrategyDecisions
 from .data.inputs import Transform, as_input, as_inputs
 from .data.reference import (
     Reference,
@@ -617,14 +623,25 @@ class RepresentativeInterpreter:
         audit, the one a user should look at first, first (see
         [`model_strategies`][repinterp.core.model_strategies.model_strategies]).
 
+        They are found once per fit and kept (``save`` writes them with the index, ``load``
+        reads them back): later calls solve only each strategy's polytope again.
+
         Args:
             reference: the reference set the index was fitted on; None: the one held (the last
-                ``fit``'s).
+                ``fit``'s). Not needed once they are kept.
 
         Raises:
             ValueError: another granularity, or no reference set known.
         """
-        return model_strategies(self, reference, self.config.batch_size)
+        decisions = self.fitted_index.decisions
+        if isinstance(decisions, StrategyDecisions) and decisions.summary is not None:
+            try:
+                return strategies_from_state(self, *decisions.summary)
+            except ValueError:  # kept by another version: found again
+                decisions.summary = None
+        found = model_strategies(self, reference, self.config.batch_size)
+        decisions.summary = strategies_state(found)
+        return found
 
     @exact_float32()
     def regions(self, n_regions: int | None = None, seed: int = 0) -> RegionSet:

@@ -1,4 +1,4 @@
-"""A class's strategies (core/strategies.py): discovery without labels, separators."""
+"""A class's strategies (core/strategies.py): discovery without labels, the cells' bisectors."""
 
 import numpy as np
 import pytest
@@ -9,11 +9,12 @@ from repinterp.core.strategies import (
     MIN_GAIN,
     SEPARATOR_CLASSES,
     Strategies,
+    cell_bisectors,
     discover_strategies,
-    ledoit_wolf_shrinkage,
+    mean_silhouette,
     strategy_pairs,
-    strategy_separators,
 )
+from repinterp.core.strategy_set import bisector_boundaries, strategy_vectors
 
 
 def _blobs(sizes: list[int], dim: int, seed: int, spread: float = 10.0) -> torch.Tensor:
@@ -165,49 +166,59 @@ def test_bad_settings_are_refused(three_classes):
         found.assign(vectors[:, :3], classes)
 
 
-def test_ledoit_wolf_shrinkage_is_scikit_learns(one_thread):
-    from sklearn.covariance import ledoit_wolf_shrinkage as reference
-
-    for n, d in ((30, 80), (200, 5)):
-        x = torch.randn(n, d, generator=torch.Generator().manual_seed(n), dtype=torch.float64)
-        x[:, : d // 2] *= 3
-        x = x - x.mean(0)
-        assert ledoit_wolf_shrinkage(x) == pytest.approx(reference(x.numpy()), rel=1e-9)
-
-
-def test_a_separator_cuts_two_separable_strategies_of_one_class(one_thread):
-    generator = torch.Generator().manual_seed(0)
-    # two groups of one class in a 3 x 4 x 4 feature space, apart along a direction that is
-    # not the axis of largest variance; a second class with two strategies of its own
-    direction = torch.randn(48, generator=generator)
-    noise = torch.randn(120, 48, generator=generator) * torch.linspace(0.1, 4.0, 48)
-    first = noise[:60] + 2.0 * direction
-    second = noise[60:] - 2.0 * direction
-    other = _blobs([30, 30], 48, seed=9)
-    features = torch.cat([first, second, other]).reshape(-1, 3, 4, 4)
-    strategy = torch.tensor([4] * 60 + [2] * 60 + [5] * 30 + [7] * 30)
-    classes = torch.tensor([1] * 120 + [0] * 60)
-    q = strategy_separators(features, strategy, classes)
-    assert strategy_pairs(strategy, classes).tolist() == [[2, 4], [5, 7]]
-    assert q.weight.shape == (2, 3, 4, 4) and q.top_classes.eq(SEPARATOR_CLASSES).all()
-    sides = (features.flatten(1) @ q.weight.flatten(1).T + q.bias).sign()
-    # pair (2, 4): strategy 2 (rows 60..119) on the positive side, strategy 4 on the negative
-    assert sides[60:120, 0].eq(1).all() and sides[:60, 0].eq(-1).all()
-    assert sides[120:150, 1].eq(1).all() and sides[150:, 1].eq(-1).all()
+@pytest.mark.parametrize("standardise", ["global", "columns"])
+def test_bisectors_are_the_cells_of_assign(three_classes, standardise):
+    """Brute force: a row's side of each bisector of its class is whether it is nearer the
+    first centre of the pair, so the rows `assign` puts in a strategy are exactly those on its
+    side of all its bisectors."""
+    vectors, classes, _ = three_classes
+    found = discover_strategies(vectors, classes, standardise=standardise)
+    pairs, u, c = cell_bisectors(found)
+    assert pairs.tolist() == [[0, 1], [0, 2], [1, 2], [4, 5]]  # class 0: 0-2, class 2: 4, 5
+    new = vectors + torch.randn(vectors.shape, generator=torch.Generator().manual_seed(3))
+    assigned = found.assign(new, classes)
+    z = found.standardised(new).double()
+    for (a, b), weight, bias in zip(pairs.tolist(), u, c, strict=True):
+        own = classes == int(found.classes[a])
+        side = new.double() @ weight + bias > 0
+        nearer = (z - found.centres[a].double()).norm(dim=1) < (z - found.centres[b].double()).norm(
+            dim=1
+        )
+        assert torch.equal(side[own], nearer[own])
+        assert bool(side[assigned == a].all()) and not bool(side[assigned == b].any())
 
 
-def test_no_pair_no_separator(one_thread):
-    q = strategy_separators(
-        torch.ones(4, 2, 1, 1), torch.tensor([0, 0, 1, 2]), torch.tensor([0, 0, 1, 2])
-    )
-    assert len(q) == 0 and q.weight.shape == (0, 2, 1, 1)
+@pytest.mark.parametrize("kind", ["features", "pooled"])
+def test_bisectors_on_feature_maps_equal_those_on_vectors(one_thread, kind):
+    generator = torch.Generator().manual_seed(1)
+    maps = torch.randn(90, 3, 2, 2, generator=generator)
+    maps[:45, 0] += 6.0
+    classes = torch.zeros(90, dtype=torch.long)
+    vectors = strategy_vectors(maps, kind)
+    found = discover_strategies(vectors, classes, min_gain=-1)
+    _, u, c = cell_bisectors(found)
+    q = bisector_boundaries(found, (3, 2, 2), kind)
+    assert q.top_classes.eq(SEPARATOR_CLASSES).all() and q.weight.shape == (len(u), 3, 2, 2)
+    on_maps = maps.double().flatten(1) @ q.weight.flatten(1).T + q.bias
+    assert torch.allclose(on_maps, vectors.double() @ u.T + c, atol=1e-9)
 
 
-def test_separator_input_is_checked(one_thread):
-    features, classes = torch.zeros(4, 2, 1, 1), torch.tensor([0, 0, 1, 1])
-    with pytest.raises(ValueError, match=r"^strategy 0 holds rows of classes 0 and 1$"):
-        strategy_separators(features, torch.zeros(4, dtype=torch.long), classes)
-    with pytest.raises(ValueError, match=r"^features must be N x K x h x w, got shape \(4, 2\)$"):
-        strategy_separators(features.flatten(1), torch.tensor([0, 0, 1, 1]), classes)
-    with pytest.raises(ValueError, match=r"^features hold NaN or infinite values$"):
-        strategy_separators(features * np.nan, torch.tensor([0, 0, 1, 1]), classes)
+def test_one_strategy_a_class_no_bisector(one_thread):
+    found = discover_strategies(_blobs([40], 4, seed=0), torch.zeros(40, dtype=torch.long))
+    assert strategy_pairs(found.classes).shape == (0, 2)
+    assert len(bisector_boundaries(found, (4, 1, 1), "features")) == 0
+
+
+@pytest.mark.parametrize(("n", "k"), [(60, 2), (300, 4), (1500, 3)])
+def test_mean_silhouette_is_scikit_learns(one_thread, n, k):
+    from sklearn.metrics import silhouette_score
+
+    rng = np.random.default_rng(n)
+    data = rng.standard_normal((n, 6))
+    labels = rng.integers(0, k, n)
+    labels[0] = k  # a group of one row
+    data[labels == 1] += 3.0
+    expected = silhouette_score(data, labels, sample_size=min(1000, n), random_state=4)
+    assert mean_silhouette(data, labels, 4) == pytest.approx(expected, abs=1e-9)
+    with pytest.raises(ValueError, match=r"^a silhouette needs 2 to n - 1 groups, got 1 of "):
+        mean_silhouette(data, np.zeros(n, dtype=int), 0)

@@ -10,9 +10,10 @@ from torch import nn
 from repinterp import RepresentativeInterpreter
 from repinterp.core.config import FitConfig
 from repinterp.core.model_strategies import polytope_fidelity
+from repinterp.core.strategies import strategy_pairs
 from repinterp.core.strategy_set import StrategySet
 
-from ..networks import fit_random, randn
+from ..networks import fit_random, randn, random_setup
 
 
 class _Flat(nn.Module):
@@ -61,7 +62,13 @@ def test_a_polytope_follows_each_of_two_separable_strategies_of_one_class(one_th
     assert strategy[blob == 0][0] != strategy[blob == 1][0]
     new, new_blob = _blobs(60, seed=1)
     paper = _fit("class", images)
-    for b, e, p in zip(new_blob, ri.explain_batch(new), paper.explain_batch(new), strict=True):
+    explained = ri.explain_batch(new)
+    ids = ri.index.decisions.columns(ri.split.head, ri.features(new), ri.forward(new)[0])
+    assert [e.strategy for e in explained] == ids["strategy"].tolist()
+    assert [e.strategy for e in ri.explain_reference([0, 1, 2])] == strategy[:3].tolist()
+    for b, e, p in zip(new_blob, explained, paper.explain_batch(new), strict=True):
+        assert p.strategy is None and "strategy" not in repr(p)
+        assert f"strategy {e.strategy}," in repr(e) and e.to_dict()["strategy"] == e.strategy
         covered = blob[e.covered]
         if b < 2:  # the strategy's polytope holds its own blob and none of the other
             assert bool((covered == b).all()) and e.representativeness == int((blob == b).sum())
@@ -78,6 +85,35 @@ def test_a_polytope_follows_each_of_two_separable_strategies_of_one_class(one_th
     columns = index.decisions.columns(ri.split.head, ri.features(new), logits)
     classes = logits.argmax(1)
     assert polytope_fidelity(strategies, new, columns["strategy"], classes) == (1.0, 0.0)
+
+
+def test_a_strategys_polytope_is_cut_to_its_cell(one_thread) -> None:
+    """On a random model: every bisector of a strategy's cell is in its polytope, so the
+    polytope holds no reference or new image of another strategy of its class, and loses
+    members only to Eq. 2's boundaries."""
+    model, images = random_setup(n=400)
+    images[::2, :, :6, :6] += 2.0  # a patch on half the images: classes of two strategies
+    config = FitConfig(n_boundaries=20, progress=False, decisions=StrategySet())
+    ri = RepresentativeInterpreter(model, "relu2", config=config).fit(images)
+    index = ri.index
+    assert index.n_extra > 0
+    first = len(index.boundaries) - index.n_extra
+    pairs = strategy_pairs(index.decisions.strategies.classes)
+    column = index.columns["strategy"]
+    new = randn(200, 1, 12, 12, seed=8)
+    new[::2, :, :6, :6] += 2.0
+    logits = ri.forward(new)[0]
+    assigned = index.decisions.columns(ri.split.head, ri.features(new), logits)["strategy"]
+    for s in ri.strategies():
+        cell = first + (pairs == s.id).any(1).nonzero().flatten()
+        assert set(cell.tolist()) <= set(s.interpretation.boundaries.tolist())
+        sign = torch.where(pairs[cell - first, 0] == s.id, 1, -1).to(torch.int8)
+        assert bool((index.sides[s.members][:, cell] == sign).all())  # members: its side
+        rivals = (index.predictions == s.predicted_class) & (column != s.id)
+        assert not bool(rivals[s.interpretation.covered].any())
+        same_class = logits.argmax(1) == s.predicted_class
+        assert not bool(s.covers(new)[same_class & (assigned != s.id)].any())
+        assert bool(s.covers(images[s.members]).float().mean() == s.inside)
 
 
 def test_one_strategy_per_class_is_the_papers_ri(one_thread) -> None:
@@ -130,6 +166,40 @@ def test_strategies_refuse_a_set_other_than_the_indexed_one(one_thread, tmp_path
     with pytest.raises(ValueError, match=r"2 of 300 images give other projections .* image 0\)"):
         loaded.strategies(images[swapped])
     assert len(loaded.strategies(images.clone())) == 3
+
+
+def test_strategies_are_found_once_and_saved_with_the_index(
+    one_thread, tmp_path, monkeypatch
+) -> None:
+    import repinterp.interpreter as interpreter_module
+
+    calls = []
+    found_once = interpreter_module.model_strategies
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return found_once(*args, **kwargs)
+
+    monkeypatch.setattr(interpreter_module, "model_strategies", counted)
+    images, _ = _blobs(300, seed=0)
+    ri = _fit("strategy", images)
+    first = ri.strategies()
+    again = ri.strategies()
+    ri.save(tmp_path / "index")
+    loaded = RepresentativeInterpreter.load(tmp_path / "index", _two_strategy_model())
+    kept = loaded.strategies()  # no reference set: read from the index folder
+    assert len(calls) == 1
+    for a, b, c in zip(first, again, kept, strict=True):
+        assert a.to_dict() == b.to_dict() == c.to_dict()
+        assert torch.equal(a.mean_heatmap, c.mean_heatmap) and torch.equal(a.members, c.members)
+        assert a.audit == c.audit and type(c.audit) is type(a.audit)
+    ri.fit(images)  # a new fit finds them again
+    ri.strategies()
+    assert len(calls) == 2
+    entries = loaded.index.decisions.summary[1]
+    for entry in entries:  # kept by another version: found again, not refused
+        entry["audit"]["retired"] = 1.0
+    assert len(loaded.strategies(images)) == 3 and len(calls) == 3
 
 
 def test_strategies_of_another_granularity_are_refused(one_thread) -> None:

@@ -10,7 +10,10 @@ import torch
 
 from repinterp.evaluation.groupings import ami
 from repinterp.evaluation.subclass import (
+    domino_groups,
     eigengap_k,
+    gap_groups,
+    gap_k,
     groups_per_class,
     kmeans_groups,
     matched_k,
@@ -55,6 +58,32 @@ def test_kmeans_finds_the_blobs_of_each_class() -> None:
     grouping = kmeans_groups(ref, ref_classes, new, classes, k)
     _check_recovers(grouping, classes, concepts)
     assert ami(grouping.reference.tolist(), ref_concepts, ref_classes) == pytest.approx(1.0)
+
+
+def test_gap_statistic_counts_blobs_and_one_gaussian_is_one() -> None:
+    rng = np.random.default_rng(0)
+    centres = rng.standard_normal((3, 5)) * 10
+    three = np.concatenate([c + rng.standard_normal((40, 5)) for c in centres])
+    assert gap_k(three, seed=0) == 3
+    assert gap_k(rng.standard_normal((120, 5)), seed=0) == 1
+    assert gap_k(three, k_max=2, seed=0) == 2  # the budget caps it
+    with pytest.raises(ValueError, match=r"^k_max and draws must be >= 1, got 0 and 5$"):
+        gap_k(three, k_max=0)
+
+
+def test_gap_and_domino_find_the_blobs_of_each_class_without_k() -> None:
+    ref, ref_classes, _ = _blobs(30, 0)
+    new, classes, concepts = _blobs(10, 1)
+    _check_recovers(gap_groups(ref, ref_classes, new, classes), classes, concepts)
+    # Domino's embeddings are unit vectors: blobs in four directions (12 dimensions), not
+    # around one point (a blob then lies on an arc, which the BIC splits)
+    g = torch.Generator().manual_seed(0)
+    directions = 10 * torch.eye(12)[:4]
+    ref = directions[torch.arange(4).repeat_interleave(30)] + 0.5 * torch.randn(
+        120, 12, generator=g
+    )
+    new = directions[concepts] + 0.5 * torch.randn(len(concepts), 12, generator=g)
+    _check_recovers(domino_groups(ref, ref_classes, new, classes), classes, concepts)
 
 
 def test_eigengap_counts_the_blocks_of_a_graph() -> None:

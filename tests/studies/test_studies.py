@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import studies
@@ -96,6 +97,10 @@ def test_strategies_row_of_a_seed() -> None:
     row = strategies.measure("mnist-super", 0, args, setups)
     assert row["strategies_per_class"] >= 1 and -1 <= row["ami"] <= 1
     assert 0 <= row["inside"] <= 100 and row["ami_null_p95"] < 1
+    assert all(-1 <= row[name] <= 1 for name in strategies.AMI_FIELDS if name != "ami_null")
+    # a data set without sub-concepts: the polytopes only
+    row = strategies.measure("digits", 0, args, {"digits": load_setup("digits", n_unseen=None)})
+    assert 0 <= row["inside"] <= 100 and all(np.isnan(row[n]) for n in strategies.AMI_FIELDS)
 
 
 @pytest.mark.slow

@@ -568,6 +568,12 @@ def test_a_strategy_index_shows_its_strategies_in_the_audits_order(viewer):
         assert (card["rank"], card["flagged"]) == (strategy.audit.rank, strategy.audit.flagged)
         assert card["size"] == len(strategy.members) and card["reasons"] == strategy.audit.reasons
         assert [m["reference"] for m in card["members"]] == strategy.members[1:5].tolist()
+    # an explanation says its strategy and the audit's flag; the paper's index says none
+    explained = gallery.explanation("r0")
+    own = next(s for s in engine if 0 in s.members.tolist())
+    assert (explained["strategy"], explained["strategy_flagged"]) == (own.id, own.audit.flagged)
+    assert viewer.explanation("r0")["strategy"] is None
+    assert "strategy_flagged" not in viewer.explanation("r0")
 
 
 # ----------------------------------------------------------------------------- regions kept

@@ -113,6 +113,7 @@ def run(args: argparse.Namespace) -> None:
     from ..store.files import refuse_folders
     from ..store.outputs import claim, refuse_inputs, write_outputs
     from ..workspace import resolve_images
+    from .strategy_notes import explain_note
 
     out = Path(args.out)
     parts = [spec.partition(":") for spec in args.images]
@@ -147,6 +148,9 @@ def run(args: argparse.Namespace) -> None:
                 f"than {far:.1f}% of them from theirs (above {FAR_PERCENTILE}%): it may be unlike "
                 "every reference image, and its explanation a guess"
             )
+        note = explain_note(entry["name"], s)
+        if note is not None:
+            print(note)
         vs = s.get("contrast", {})
         if "message" in vs:
             print(f"{entry['name']}: no contrast with class {vs['class_name']!r}: {vs['message']}")

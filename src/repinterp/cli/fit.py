@@ -169,6 +169,13 @@ def run(args: argparse.Namespace) -> None:
             shutdown()
         if rank != 0:
             return
+        notes = []
+        if ws.interpreter.granularity == "strategy":  # found once, kept with the index
+            from .strategy_notes import fit_notes
+
+            found = ws.interpreter.strategies(ws.reference)
+            layer_given = args.layer is not None
+            notes = fit_notes(ws.interpreter, found, args.model, layer_given, out)
         ws.save(out, args.overwrite)
         shards.remove()
         keep_regions(ws)
@@ -182,11 +189,8 @@ def run(args: argparse.Namespace) -> None:
         right, n = int((index.predictions == index.labels).sum()), len(index)
         print(f"the model's accuracy on them: {100 * right / n:.1f}% ({right} of {n})")
         _warn_accuracy(100 * right / n, index.n_classes, args.weights)
-    if ws.interpreter.granularity == "strategy":
-        print(
-            f"{ws.interpreter.granularity_text}: found at layer {ws.interpreter.target_layer!r}, "
-            f"where the maps are drawn; repinterp audit --index {out} --out DIR ranks them"
-        )
+    for note in notes:
+        print(note)
 
 
 # An accuracy on the reference set below 1.5 x chance, or this many points below the one

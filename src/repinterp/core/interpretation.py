@@ -132,6 +132,10 @@ class Interpretation:
             ``explain_reference``.
         index: the index it was solved on, kept when the interpreter is fitted again (its
             similar images, distances and `covers` stay its own); None: the interpreter's.
+        strategy: beyond the paper, on an index fitted at ``granularity="strategy"``: the id
+            of the input's strategy (the nearest centre of its predicted class, as
+            ``RepresentativeInterpreter.strategies()`` numbers them); None on another index, or
+            for a class no reference image is predicted.
     """
 
     predicted_class: int
@@ -151,6 +155,7 @@ class Interpretation:
     features: Tensor | None = None
     image: Tensor | None = None
     index: ReferenceIndex | None = None
+    strategy: int | None = None
 
     @property
     def reference_index(self) -> ReferenceIndex:
@@ -172,10 +177,12 @@ class Interpretation:
         names = self.class_names
         name = f" ({names[self.predicted_class]!r})" if names else ""
         exact = f", optimal {self.optimal}" if self.optimal is not None else ""
+        strategy = f", strategy {self.strategy}" if self.strategy is not None else ""
         return (
-            f"Interpretation(class {self.predicted_class}{name}, score {self.score:.3f}, "
-            f"|P| = {self.boundaries.numel()}, representativeness {self.representativeness} of "
-            f"{self.n_reference}, delta {self.delta}, solver {self.solver!r}{exact})"
+            f"Interpretation(class {self.predicted_class}{name}{strategy}, score "
+            f"{self.score:.3f}, |P| = {self.boundaries.numel()}, representativeness "
+            f"{self.representativeness} of {self.n_reference}, delta {self.delta}, solver "
+            f"{self.solver!r}{exact})"
         )
 
     @property
@@ -331,6 +338,7 @@ class Interpretation:
         return {
             "predicted_class": self.predicted_class,
             "class_name": names[self.predicted_class] if names else None,
+            "strategy": self.strategy,
             "score": self.score,
             "delta": self.delta,
             "conflicts": self.conflicts,

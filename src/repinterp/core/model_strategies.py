@@ -3,27 +3,41 @@ an index fitted at ``granularity="strategy"`` ([`strategy_set`][repinterp.core.s
 each strategy with its polytope, members, mean heat map and audit.
 
 A strategy's polytope is ``P(x)`` of its *input*, the member nearest its centre (as a k-means
-region's is its centre's nearest image, §6.4): a new image it covers belongs to the strategy and
-gets the input's channel weights. Its heat maps are that polytope's, reused on every member; the
+region's is its centre's nearest image, §6.4), cut to the strategy's k-means cell: ``P(x)`` and
+every bisector between the strategy and another of its class (`cut_to_cell`), so that it holds
+no image assigned to another strategy of its class and loses a member only to a boundary of
+Eq. 2. A new image it covers belongs to the strategy and gets the input's channel weights.
+Its heat maps are that polytope's, reused on every member; the
 audit ([`audit_strategies`][repinterp.core.audit.audit_strategies]) reads them, the members'
 spatially pooled feature maps and the model's logits, never a label.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import asdict, dataclass, fields, is_dataclass, replace
+from typing import Any, get_type_hints
 
 import torch
 from torch import Tensor, nn
 
 from .audit import StrategyAudit, audit_strategies
 from .decision_set import project_blocks
+from .heatmap import input_side_weights
 from .interpretation import Explainer, Interpretation
+from .strategies import strategy_pairs
 from .strategy_set import StrategyDecisions, strategy_vectors
 from .views import HtmlView, render
 
-__all__ = ["AUDIT_SIDE", "Strategy", "model_strategies", "polytope_fidelity"]
+__all__ = [
+    "AUDIT_SIDE",
+    "Strategy",
+    "cut_to_cell",
+    "model_strategies",
+    "polytope_fidelity",
+    "strategies_from_state",
+    "strategies_state",
+    "strategy_fields",
+]
 
 AUDIT_SIDE = 32
 """The audit reads each heat map average-pooled to at most this many pixels a side."""
@@ -102,6 +116,43 @@ class Strategy:
             "error_rate": self.error_rate,
             **{k: v for k, v in self.audit.to_dict().items() if k not in ("id", "size")},
         }
+
+
+def cut_to_cell(e: Interpretation, strategy: int) -> Interpretation:
+    """``e`` (the ``P(x)`` of a member of ``strategy``, on a strategy index) with the bisectors
+    of ``strategy``'s cell added (those ``P(x)`` lacks, in ``Q``'s order): the images it covers
+    are those of ``e`` on ``x``'s side of each; its conflicts recounted on ``D(x)`` (another
+    class, or another strategy of ``x``'s).
+
+    Raises:
+        ValueError: ``e`` is not of a strategy index.
+    """
+    index = e.reference_index
+    decisions = index.decisions
+    if not isinstance(decisions, StrategyDecisions):
+        raise ValueError(
+            f"cut_to_cell needs a strategy index, got granularity {index.granularity!r}"
+        )
+    pairs = strategy_pairs(decisions.strategies.classes)
+    first = len(index.boundaries) - index.n_extra
+    cell = (first + ((pairs == strategy).any(1)).nonzero().flatten()).to(e.boundaries.device)
+    added = cell[~torch.isin(cell, e.boundaries)]
+    if not len(added):
+        return e
+    chosen = torch.cat([e.boundaries, added])
+    input_sides = torch.sign(e.projections[chosen]).to(torch.int8)
+    covered = e.covered[
+        (index.sides[e.covered][:, added] == input_sides[len(e.boundaries) :]).all(1)
+    ]
+    column = index.columns["strategy"].to(covered.device)
+    other = (index.predictions[covered] != e.predicted_class) | (column[covered] != strategy)
+    return replace(
+        e,
+        boundaries=chosen,
+        covered=covered,
+        conflicts=int(other.sum()),
+        channel_weights=input_side_weights(index.channel_means[chosen], input_sides),
+    )
 
 
 def _pool(maps: Tensor) -> Tensor:
@@ -184,7 +235,8 @@ def model_strategies(
         order = sorted(own.tolist(), key=lambda j: (float(distance[j]), int(rows[j])))
         ranked[s] = rows[torch.tensor(order, dtype=torch.long)]
     inputs = [int(ranked[s][0]) for s in ids]
-    polytopes = dict(zip(ids, explainer.explain_reference(inputs), strict=True))
+    explained = explainer.explain_reference(inputs)
+    polytopes = {s: cut_to_cell(e, s) for s, e in zip(ids, explained, strict=True)}
     maps, sums = [], {}
     for part in rows.split(batch_size):
         images = explainer.reference_images(part, reference)
@@ -258,3 +310,83 @@ def polytope_fidelity(
 
 def _mean(values: list[float]) -> float:
     return sum(values) / len(values) if values else float("nan")
+
+
+_REBUILT = ("interpretation", "explainer")
+"""The fields of a `Strategy` that `strategies_from_state` makes again rather than reads."""
+
+
+def strategies_state(
+    strategies: list[Strategy],
+) -> tuple[dict[str, Tensor], list[dict[str, Any]]]:
+    """What `strategies_from_state` needs to give ``strategies`` again without a forward pass:
+    the tensor fields by ``"I.field"`` (``I`` the strategy's place in the list), and one
+    JSON-able entry per strategy of its other fields (a dataclass field as a dict) but its
+    polytope and interpreter."""
+    tensors, entries = {}, []
+    for i, strategy in enumerate(strategies):
+        entry: dict[str, Any] = {}
+        for field in fields(Strategy):
+            value = getattr(strategy, field.name)
+            if field.name in _REBUILT:
+                continue
+            if isinstance(value, Tensor):
+                tensors[f"{i}.{field.name}"] = value.cpu().contiguous()
+            elif is_dataclass(value):
+                entry[field.name] = asdict(value)
+            else:
+                entry[field.name] = value
+        entries.append(entry)
+    return tensors, entries
+
+
+def strategies_from_state(
+    explainer: Explainer, tensors: dict[str, Tensor], entries: list[dict[str, Any]]
+) -> list[Strategy]:
+    """The strategies `strategies_state` kept, each polytope solved again from the index alone
+    (`cut_to_cell` of its input's ``P(x)``, as `model_strategies` made it).
+
+    Raises:
+        ValueError: a field missing or of other fields (the state was kept by another
+            version).
+    """
+    hints = get_type_hints(Strategy)
+    polytopes = explainer.explain_reference([int(entry["input"]) for entry in entries])
+    out = []
+    for i, (entry, e) in enumerate(zip(entries, polytopes, strict=True)):
+        values: dict[str, Any] = {
+            "interpretation": cut_to_cell(e, int(entry["id"])),
+            "explainer": explainer,
+        }
+        for field in fields(Strategy):
+            name, kind = field.name, hints[field.name]
+            if name in values:
+                continue
+            if f"{i}.{name}" in tensors:
+                values[name] = tensors[f"{i}.{name}"]
+            elif name not in entry:
+                raise ValueError(f"the saved strategies lack the field {name!r}: find them again")
+            elif is_dataclass(kind):
+                try:
+                    values[name] = kind(**entry[name])
+                except TypeError as exc:  # its fields changed since
+                    raise ValueError(f"the saved strategies' {name} is another version's") from exc
+            else:
+                values[name] = entry[name]
+        out.append(Strategy(**values))
+    return out
+
+
+def strategy_fields(explainer: Explainer, strategy: int | None) -> dict[str, Any]:
+    """The fields an explanation's summary (the command line's JSON, the viewer's) adds for
+    an input of strategy ``strategy`` (`Interpretation.strategy`; None: an index of another
+    granularity, no field): ``strategy_flagged`` and ``strategy_rank`` as the audit kept with
+    the index gave them (None when it keeps none), read without solving a polytope."""
+    if strategy is None:
+        return {}
+    decisions = explainer.fitted_index.decisions
+    audit: dict[str, Any] = {}
+    if isinstance(decisions, StrategyDecisions) and decisions.summary is not None:
+        kept = {int(entry["id"]): entry["audit"] for entry in decisions.summary[1]}
+        audit = kept.get(strategy, {})
+    return {"strategy_flagged": audit.get("flagged"), "strategy_rank": audit.get("rank")}

@@ -129,6 +129,7 @@ def interpret(
         extra = index.decisions.excluded(index.columns, index.predictions, columns, predicted)
     where = _covers(index, input_sides, other, extra, solver, time_limit)
     scores = logits.float().softmax(1).gather(1, predicted.unsqueeze(1)).squeeze(1)
+    strategies = columns.get("strategy") if columns else None
     results = {id(r): r for r, _ in where}.values()
     counts = {id(r): (r.delta.tolist(), r.conflicts.tolist()) for r in results}
     out = []
@@ -155,6 +156,7 @@ def interpret(
                 index=index,
                 solver=solver,
                 features=None if features is None else features[i],
+                strategy=None if strategies is None or strategies[i] < 0 else int(strategies[i]),
                 **(_exact_fields(result, j) if isinstance(result, ExactCoverResult) else {}),
             )
         )

@@ -1,5 +1,5 @@
 """A class's strategies: groups of the images a model predicts one class for, found without
-labels, and the linear separators in the target layer's space that let a cover cut one out.
+labels, and the bisectors of their k-means cells, the separators that let a cover cut one out.
 
 `discover_strategies` groups each predicted class's rows of ``vectors`` (one vector per
 image, e.g. its flattened feature map at the target layer) by k-means in a standardised space:
@@ -15,11 +15,10 @@ the highest silhouette is kept when its gain over the Gaussian's reaches ``min_g
 started from its clusters' means). Strategies get global ids, class by class in ascending class
 order; `Strategies.assign` puts new rows in the nearest strategy of their class.
 
-`strategy_separators` draws, for each pair of strategies of one class, a shrunk LDA direction
-(Ledoit-Wolf shrinkage of the pooled within-strategy covariance, solved through the rows' Gram
-matrix so that it never forms a D x D matrix) and the threshold along it that misclassifies
-fewest rows, as a `Boundaries` hyperplane with the first strategy on its positive side and
-``top_classes`` `SEPARATOR_CLASSES`.
+`cell_bisectors` gives, for each pair of strategies of one class, the bisector of their centres
+as a hyperplane on the raw vectors (the standardisation is affine): a class's k-means cells are
+the intersections of these half-spaces, so a polytope that holds its strategy's bisectors holds
+every image `assign` puts in that strategy and none it puts in another strategy of the class.
 
 The rule was chosen by a criterion written before the measurements (docs/method.md, issue 36):
 among the vectors (flattened features, spatially pooled features, logic vectors), the
@@ -73,8 +72,6 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .boundaries import Boundaries
-
 __all__ = [
     "K_MAX",
     "MIN_GAIN",
@@ -82,10 +79,10 @@ __all__ = [
     "SEPARATOR_CLASSES",
     "STANDARDISATIONS",
     "Strategies",
+    "cell_bisectors",
     "discover_strategies",
-    "ledoit_wolf_shrinkage",
+    "mean_silhouette",
     "strategy_pairs",
-    "strategy_separators",
 ]
 
 K_MAX = 8
@@ -106,8 +103,8 @@ STANDARDISATIONS = ("columns", "global")
 ``global``: centred, all divided by one scale, the root mean square of the centred values (the
 geometry of the raw vectors)."""
 SEPARATOR_CLASSES = -2
-"""The ``top_classes`` of a separator between two strategies (it separates no pair of
-classes; `repinterp.core.logic.NEURON_CLASSES` is -1)."""
+"""The ``top_classes`` of a separator between two strategies, a cell's bisector (it separates
+no pair of classes)."""
 
 
 def _check_rows(vectors: Tensor, classes: Tensor, name: str = "vectors") -> None:
@@ -136,8 +133,8 @@ class Strategies:
         scale: D float32, positive.
         assignment: N int64, the strategy of each row ``discover_strategies`` was given.
         criterion: C x 2 x (k_max - 1) float32, per fitted class (``fitted``) the mean
-            silhouette at k = 2 .. k_max, and that of one Gaussian of the class's shape (NaN
-            where k was not tried).
+            silhouette at k = 2 .. k_max (NaN where k was not tried), and at the k of the
+            highest that of one Gaussian of the class's shape (NaN at the other k).
         fitted: C int64, the classes of ``criterion``'s rows (ascending).
         settings: how they were found (seed, k_max, min_gain, min_size, standardise).
     """
@@ -245,35 +242,61 @@ def _principal(z: np.ndarray, dim: int) -> np.ndarray:
     return centred @ axes[:, np.argsort(values)[::-1][:dim]]
 
 
+def mean_silhouette(data: np.ndarray, labels: np.ndarray, seed: int) -> float:
+    """The mean silhouette of the rows ``data`` (n x D) grouped by ``labels`` (n), read on at
+    most `SILHOUETTE_SAMPLE` rows drawn as scikit-learn's ``silhouette_score(...,
+    sample_size, random_state=seed)`` draws them, with its value (a row alone in its group
+    counts 0), from one n x n distance matrix rather than its per-call checks.
+
+    Raises:
+        ValueError: fewer than 2 groups, or as many as rows, among the rows read.
+    """
+    rows = np.random.RandomState(seed).permutation(len(data))[:SILHOUETTE_SAMPLE]
+    _, groups = np.unique(labels[rows], return_inverse=True)
+    counts = np.bincount(groups)
+    if not 2 <= len(counts) < len(rows):
+        raise ValueError(f"a silhouette needs 2 to n - 1 groups, got {len(counts)} of {len(rows)}")
+    x = torch.from_numpy(np.ascontiguousarray(data[rows], dtype=np.float64))
+    sums = torch.cdist(x, x).numpy() @ np.eye(len(counts))[groups]  # n x groups
+    own = np.arange(len(rows)), groups
+    with np.errstate(divide="ignore", invalid="ignore"):
+        intra = sums[own] / (counts[groups] - 1)
+        means = sums / counts
+        means[own] = np.inf
+        inter = means.min(1)
+        values = (inter - intra) / np.maximum(intra, inter)
+    return float(np.nan_to_num(values).mean())
+
+
 def _split_class(
     z: np.ndarray, seed: int, k_max: int, min_gain: float, min_size: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(labels, centres, criterion) of one class's standardised rows; the criterion is
-    2 x (k_max - 1): the mean silhouette at k = 2 .. k_max, and the same of k-means on
-    `_gaussian_like` rows (NaN where k was not tried), both in the rows' `PCA_DIM` principal
-    axes; the k kept is then fitted on the rows themselves, k-means started from the means of
-    its clusters, so that the centres and labels are those of the standardised space."""
+    2 x (k_max - 1): the mean silhouette at k = 2 .. k_max (NaN where k was not tried), and at
+    the k of the highest, the best of k-means on `NULL_DRAWS` draws of `_gaussian_like` rows
+    (NaN elsewhere: it decides nothing there), both in the rows' `PCA_DIM` principal axes;
+    the k kept is then fitted on the rows themselves, k-means started from the means of its
+    clusters, so that the centres and labels are those of the standardised space."""
     from sklearn.cluster import KMeans  # here: sklearn is slow to import
-    from sklearn.metrics import silhouette_score
 
     def silhouette(data: np.ndarray, k: int) -> tuple[float, KMeans]:
         model = KMeans(n_clusters=k, random_state=seed, n_init=3).fit(data)
-        sample = min(SILHOUETTE_SAMPLE, len(data))
-        score = silhouette_score(data, model.labels_, sample_size=sample, random_state=seed)
-        return float(score), model
+        return mean_silhouette(data, model.labels_, seed), model
 
     criterion = np.full((2, k_max - 1), np.nan)
     best = None
     reduced = _principal(z, PCA_DIM)
-    nulls = [_gaussian_like(reduced, seed + draw) for draw in range(NULL_DRAWS)]
     distinct = len(np.unique(reduced, axis=0))  # k-means finds no more clusters than points
     for k in range(2, min(k_max, len(z) // min_size, distinct) + 1):
         score, model = silhouette(reduced, k)
         if np.bincount(model.labels_, minlength=k).min() < min_size:
             continue
-        criterion[:, k - 2] = score, max(silhouette(null, k)[0] for null in nulls)
+        criterion[0, k - 2] = score
         if best is None or score > criterion[0, best[0] - 2]:
             best = (k, model)
+    if best is not None:  # the Gaussian's silhouette decides only at the k kept
+        nulls = [_gaussian_like(reduced, seed + draw) for draw in range(NULL_DRAWS)]
+        criterion[1, best[0] - 2] = max(silhouette(null, best[0])[0] for null in nulls)
     if best is None or criterion[0, best[0] - 2] - criterion[1, best[0] - 2] < min_gain:
         return np.zeros(len(z), dtype=np.int64), z.mean(0, keepdims=True), criterion
     k, labels = best[0], best[1].labels_
@@ -356,103 +379,33 @@ def discover_strategies(
     )
 
 
-def strategy_pairs(strategy: Tensor, classes: Tensor) -> Tensor:
-    """The pairs of strategies of one class: P x 2 int64 ``(a, b)``, ``a < b``, in ascending
-    order; a strategy's class is that of its rows (the order of `strategy_separators`)."""
-    owner = {}
-    for s, c in zip(strategy.tolist(), classes.tolist(), strict=True):
-        if owner.setdefault(s, c) != c:
-            raise ValueError(f"strategy {s} holds rows of classes {owner[s]} and {c}")
-    ids = sorted(owner)
-    pairs = [(a, b) for i, a in enumerate(ids) for b in ids[i + 1 :] if owner[a] == owner[b]]
+def strategy_pairs(classes: Tensor) -> Tensor:
+    """The pairs of strategies of one class, from each strategy's class (``classes``, S):
+    P x 2 int64 ``(a, b)``, ``a < b``, in ascending order (the order of `cell_bisectors`)."""
+    owner = classes.cpu().tolist()
+    pairs = [
+        (a, b) for a in range(len(owner)) for b in range(a + 1, len(owner)) if owner[a] == owner[b]
+    ]
     return torch.tensor(pairs, dtype=torch.long).reshape(len(pairs), 2)
 
 
-def ledoit_wolf_shrinkage(centred: Tensor) -> float:
-    """The Ledoit-Wolf shrinkage (as scikit-learn's ``ledoit_wolf_shrinkage`` of centred data)
-    of the covariance of the n x D rows ``centred``, in [0, 1], from their n x n Gram matrix
-    (never a D x D one)."""
-    n, d = centred.shape
-    gram = centred @ centred.T
-    sq_norms = gram.diagonal()
-    mu = float(sq_norms.sum()) / (n * d)
-    cov_sq = float(gram.pow(2).sum()) / n**2
-    delta = (cov_sq - 2 * mu * float(sq_norms.sum()) / n + d * mu**2) / d
-    beta = (float(sq_norms.pow(2).sum()) / n - cov_sq) / (d * n)
-    return 1.0 if delta <= 0 else min(beta, delta) / delta
-
-
-def _direction(first: Tensor, second: Tensor) -> Tensor:
-    """The shrunk LDA direction ``(S_shrunk)^-1 (mean_1 - mean_2)`` (D), by Woodbury on the
-    pooled centred rows: ``S_shrunk = a I + g X^T X``."""
-    centred = torch.cat([first - first.mean(0), second - second.mean(0)])
-    n, d = centred.shape
-    diff = first.mean(0) - second.mean(0)
-    mu = float(centred.pow(2).sum()) / (n * d)
-    if mu == 0:
-        return diff
-    shrinkage = ledoit_wolf_shrinkage(centred)
-    a, g = max(shrinkage * mu, 1e-6 * mu), (1 - shrinkage) / n
-    inner = a * torch.eye(n, dtype=centred.dtype) + g * (centred @ centred.T)
-    correction = centred.T @ torch.linalg.solve(inner, g * (centred @ diff))
-    return (diff - correction) / a
-
-
-def _threshold(positive: Tensor, negative: Tensor) -> float:
-    """The bias ``b`` that puts the most rows on their side of ``s + b = 0`` (``positive``'s
-    projections above, ``negative``'s below; each side weighted by its share, ties: the first
-    cut), midway in its gap."""
-    values, order = torch.cat([positive, negative]).sort()
-    sign = torch.cat([torch.ones(len(positive)), -torch.ones(len(negative))])[order]
-    weight = torch.where(sign > 0, 1 / len(positive), 1 / len(negative)).double()
-    # the errors of a cut before sorted row i: the positives below it and the negatives above
-    errors = torch.cat([torch.zeros(1, dtype=torch.float64), (weight * sign).cumsum(0)])
-    errors = errors + (weight * (sign < 0)).sum()
-    cut = int(errors.argmin())
-    below = values[cut - 1] if cut > 0 else values[0] - 1
-    above = values[cut] if cut < len(values) else values[-1] + 1
-    return -float(below + above) / 2
-
-
-def strategy_separators(features: Tensor, strategy: Tensor, classes: Tensor) -> Boundaries:
-    """One hyperplane per pair of strategies of one class (`strategy_pairs`' order) in the
-    target layer's space: the shrunk LDA direction of the two strategies' rows, the bias the
-    threshold along it that misclassifies fewest rows (balanced by size), the first strategy
-    on the positive side (``<W, t> + b > 0``).
-
-    Args:
-        features: N x K x h x w feature maps.
-        strategy: N int64 strategy ids (e.g. `Strategies.assignment`).
-        classes: N predicted classes.
+def cell_bisectors(strategies: Strategies) -> tuple[Tensor, Tensor, Tensor]:
+    """For each pair ``(a, b)`` of strategies of one class (`strategy_pairs`), the bisector of
+    their centres as a hyperplane in the space of the raw vectors: ``<u, v> + c > 0`` exactly
+    when the standardised ``z = (v - mean) / scale`` is nearer centre ``a`` than ``b``
+    (``|z - m_a|^2 < |z - m_b|^2``), so that ``assign``'s cell of ``a`` within its class is the
+    intersection of the positive sides of its pairs (``a`` first) and negative ones (``a``
+    second). ``u = (m_a - m_b) / scale``, ``c = -<mean / scale, m_a - m_b> - (|m_a|^2 -
+    |m_b|^2) / 2``.
 
     Returns:
-        `Boundaries` (P of them, ``top_classes`` `SEPARATOR_CLASSES`), on ``features``' device
-        and in its dtype; none when no class has two strategies.
-
-    Raises:
-        ValueError: shapes that do not match, NaN or infinite values, a strategy holding rows
-            of two classes.
+        (pairs P x 2 int64, u P x D float64, c P float64).
     """
-    if features.ndim != 4:
-        raise ValueError(f"features must be N x K x h x w, got shape {tuple(features.shape)}")
-    flat = features.detach().flatten(1).double().cpu()
-    _check_rows(flat, classes, "features")
-    if strategy.shape != classes.shape:
-        raise ValueError(
-            f"strategy must have shape {tuple(classes.shape)}, got {tuple(strategy.shape)}"
-        )
-    strategy, pairs = strategy.cpu(), strategy_pairs(strategy.cpu(), classes.cpu())
-    weights, biases = [], []
-    for a, b in pairs.tolist():
-        first, second = flat[strategy == a], flat[strategy == b]
-        w = _direction(first, second)
-        w = w / max(float(w.norm()), math.ulp(1.0))
-        biases.append(_threshold(first @ w, second @ w))
-        weights.append(w)
-    shape = (len(pairs), *features.shape[1:])
-    weight = torch.stack(weights).reshape(shape) if weights else torch.zeros(shape)
-    return Boundaries(
-        weight.to(features.device, features.dtype),
-        torch.tensor(biases, dtype=torch.float64).to(features.device, features.dtype),
-        torch.full((len(pairs), 2), SEPARATOR_CLASSES, dtype=torch.long, device=features.device),
-    )
+    pairs = strategy_pairs(strategies.classes)
+    centres = strategies.centres.double()
+    first, second = centres[pairs[:, 0]], centres[pairs[:, 1]]
+    scale, mean = strategies.scale.double(), strategies.mean.double()
+    difference = first - second
+    u = difference / scale
+    c = -(difference @ (mean / scale)) - (first.pow(2).sum(1) - second.pow(2).sum(1)) / 2
+    return pairs, u, c

@@ -4,19 +4,20 @@ A *strategy* is a group of the reference images the model predicts one class for
 labels by [`discover_strategies`][repinterp.core.strategies.discover_strategies] on one vector
 per image (`VECTORS`). The decision set (see [`decision_set`][repinterp.core.decision_set]):
 
-- at fit, one forward pass over the reference set reads every image's vector and feature map;
-  the strategies are found per predicted class, and ``Q`` also holds a linear separator in the
-  target layer's space for each pair of strategies of one class
-  ([`strategy_separators`][repinterp.core.strategies.strategy_separators]), so that Algorithm 1
-  can cut one strategy out of another;
+- at fit, one forward pass over the reference set reads every image's vector; the strategies
+  are found per predicted class, and ``Q`` also holds, for each pair of strategies of one class,
+  the bisector of their k-means cells as a hyperplane in the target layer's space
+  ([`cell_bisectors`][repinterp.core.strategies.cell_bisectors] mapped back through the vectors,
+  which are linear in the feature map: `bisector_boundaries`), so that Algorithm 1 can cut one
+  strategy out of another and a strategy's polytope can be cut to its cell exactly;
 - each image's column ``"strategy"`` is its strategy (the nearest centre of its predicted
   class, for the reference images and for every new input alike);
 - ``D(x)`` also holds the images of ``x``'s class in another strategy, so ``P(x)`` is a
   polytope of ``x``'s strategy: the images it covers are those the model treats as ``x``'s.
 
 A class of one strategy excludes nothing: its inputs get the paper's ``P(x)``, bit for bit.
-Memory: the fit keeps the reference set's flattened feature maps in RAM (|R| x K h w float32)
-for the separators, unlike the paper's granularity.
+Memory: the fit keeps the reference set's vectors in RAM (|R| x K h w float32 for
+``features``), unlike the paper's granularity.
 """
 
 from __future__ import annotations
@@ -29,15 +30,22 @@ from torch import Tensor, nn
 
 from .boundaries import Boundaries
 from .decision_set import Decisions, DecisionSet, FitContext
-from .strategies import K_MAX, Strategies, discover_strategies, strategy_separators
+from .strategies import K_MAX, SEPARATOR_CLASSES, Strategies, cell_bisectors, discover_strategies
 
-__all__ = ["VECTORS", "StrategyDecisions", "StrategySet", "strategy_vectors"]
+__all__ = [
+    "VECTORS",
+    "StrategyDecisions",
+    "StrategySet",
+    "bisector_boundaries",
+    "strategy_vectors",
+]
 
 VECTORS = ("features", "pooled")
 """What a strategy is found on: ``features``, each image's flattened feature map at the target
 layer; ``pooled``, its spatial mean per channel (K values)."""
 
 _STATE = "decisions.strategies."
+_SUMMARY = "decisions.summary."
 
 
 def strategy_vectors(features: Tensor, kind: str) -> Tensor:
@@ -47,6 +55,28 @@ def strategy_vectors(features: Tensor, kind: str) -> Tensor:
     return features.float().flatten(1)
 
 
+def bisector_boundaries(
+    strategies: Strategies, feature_shape: tuple[int, ...], kind: str
+) -> Boundaries:
+    """`cell_bisectors` of ``strategies`` (found on vectors of kind ``kind``) as hyperplanes on
+    feature maps of shape ``feature_shape`` (K x h x w): ``<W, t> = <u, v(t)>`` for the linear
+    map ``v`` of `strategy_vectors` (``W = u`` reshaped; pooled: ``u_k / (h w)`` at every
+    position of channel ``k``).
+
+    Returns:
+        `Boundaries` (one per pair, ``top_classes`` `SEPARATOR_CLASSES`, float64 on the CPU);
+        none when no class has two strategies.
+    """
+    pairs, u, c = cell_bisectors(strategies)
+    k, h, w = feature_shape
+    if kind == "pooled":
+        weight = (u / (h * w))[:, :, None, None].expand(len(u), k, h, w)
+    else:
+        weight = u.reshape(len(u), k, h, w)
+    top = torch.full((len(pairs), 2), SEPARATOR_CLASSES, dtype=torch.long)
+    return Boundaries(weight.contiguous(), c, top)
+
+
 class StrategyDecisions(Decisions):
     """``granularity="strategy"`` fitted.
 
@@ -54,16 +84,25 @@ class StrategyDecisions(Decisions):
         strategies: the strategies found (their centres, and the strategy of each reference
             image as ``strategies.assignment``).
         vectors: the kind of vector they were found on (`VECTORS`).
+        summary: the model's strategies as ``RepresentativeInterpreter.strategies()`` found
+            them, kept to be saved with the index (tensors by name, and one JSON-able entry per
+            strategy: see `repinterp.core.model_strategies.strategies_state`); None until
+            they are found.
     """
 
     name = "strategy"
 
     def __init__(
-        self, strategies: Strategies, vectors: str, boundaries: Boundaries | None = None
+        self,
+        strategies: Strategies,
+        vectors: str,
+        boundaries: Boundaries | None = None,
+        summary: tuple[dict[str, Tensor], list[dict[str, Any]]] | None = None,
     ) -> None:
         self.strategies = strategies
         self.vectors = vectors
         self.boundaries = boundaries
+        self.summary = summary
 
     def columns(self, head: nn.Module, features: Tensor, logits: Tensor) -> dict[str, Tensor]:
         vectors = strategy_vectors(features, self.vectors)
@@ -84,11 +123,21 @@ class StrategyDecisions(Decisions):
 
     def manifest(self) -> dict[str, Any]:
         _, settings = self.strategies.tensors()
-        return {"granularity": self.name, "strategy_vectors": self.vectors, "strategies": settings}
+        fields = {
+            "granularity": self.name,
+            "strategy_vectors": self.vectors,
+            "strategies": settings,
+        }
+        if self.summary is not None:
+            fields["strategy_summary"] = self.summary[1]
+        return fields
 
     def tensors(self) -> dict[str, Tensor]:
         tensors, _ = self.strategies.tensors()
-        return {_STATE + name: value for name, value in tensors.items()}
+        out = {_STATE + name: value for name, value in tensors.items()}
+        if self.summary is not None:
+            out.update({_SUMMARY + name: value for name, value in self.summary[0].items()})
+        return out
 
     def describe(self) -> str:
         k = self.strategies.k
@@ -123,19 +172,22 @@ class StrategySet(DecisionSet):
             )
 
     def fit(self, context: FitContext) -> StrategyDecisions:
-        features, predicted = [], []
+        vectors, predicted = [], []
         for t in context.stream():
             with torch.inference_mode():
                 predicted.append(context.head(t).argmax(1).cpu())
-            features.append(t.float().cpu())
-        maps, classes = torch.cat(features), torch.cat(predicted)
-        vectors = strategy_vectors(maps, self.vectors)
-        strategies = discover_strategies(vectors, classes, context.seed, self.k_max)
-        separators = strategy_separators(maps, strategies.assignment, classes)
-        dtype = context.source_features.dtype
-        extra = separators.to(context.source_features.device) if len(separators) else None
-        if extra is not None:
-            extra = Boundaries(extra.weight.to(dtype), extra.bias.to(dtype), extra.top_classes)
+            vectors.append(strategy_vectors(t, self.vectors).cpu())
+        classes = torch.cat(predicted)
+        strategies = discover_strategies(torch.cat(vectors), classes, context.seed, self.k_max)
+        source = context.source_features
+        bisectors = bisector_boundaries(strategies, tuple(source.shape[1:]), self.vectors)
+        if not len(bisectors):
+            return StrategyDecisions(strategies, self.vectors)
+        extra = Boundaries(
+            bisectors.weight.to(source.device, source.dtype),
+            bisectors.bias.to(source.device, source.dtype),
+            bisectors.top_classes.to(source.device),
+        )
         return StrategyDecisions(strategies, self.vectors, extra)
 
     def load(self, manifest: dict[str, Any], tensors: dict[str, Tensor]) -> StrategyDecisions:
@@ -150,7 +202,16 @@ class StrategySet(DecisionSet):
             raise ValueError(f"its strategy vectors {vectors!r} are unknown")
         if "strategy" not in tensors:
             raise ValueError("its strategy column is missing")
-        return StrategyDecisions(Strategies.from_tensors(state, settings), vectors)
+        summary = None
+        if isinstance(manifest.get("strategy_summary"), list):
+            saved = {
+                k.removeprefix(_SUMMARY): v.cpu()
+                for k, v in tensors.items()
+                if k.startswith(_SUMMARY)
+            }
+            summary = (saved, manifest["strategy_summary"])
+        strategies = Strategies.from_tensors(state, settings)
+        return StrategyDecisions(strategies, vectors, summary=summary)
 
     def describe(self) -> str:
         return f"granularity strategy (found at fit on {self.vectors}, beyond the paper)"

@@ -67,6 +67,9 @@ MEANINGS = {
     "sub-labels": "what the images it interprets are made of, by sub-label (a sub-concept known "
     "for evaluation only, e.g. mnist-super's digit): name: count, most first, and a bar of "
     "their shares",
+    "strategy": "beyond the paper, on an index of granularity strategy: the strategy the input "
+    "belongs to, a group of reference images of its class the model treats alike (found "
+    "without labels; the nearest centre); flagged: the audit marks it as one to check",
     "granularity": "class: the paper's RI (the polytope covers the most images of the class); "
     "logic: polytopes of one decision logic below the class, gamma its cosine threshold",
 }

@@ -15,6 +15,13 @@ images, and gives every unseen image a group of its own predicted class (`Groupi
   mixture (diagonal covariances) per class over the channel relevances (e.g. the logic
   vectors of `repinterp.core.logic.logic_vectors`), each L2-normalised; k given or chosen by
   BIC; an unseen image joins its most probable component.
+- `gap_groups`: k-means with k by the gap statistic (Tibshirani, Walther and Hastie, *Estimating
+  the number of clusters in a data set via the gap statistic*, JRSS B 2001; `gap_k`), a
+  standard label-free rule for k, beside the strategies' silhouette-against-a-Gaussian rule.
+- `domino_groups`: Domino-like (Eyuboglu et al., *Domino: discovering systematic errors with
+  cross-modal embeddings*, ICLR 2022, without its label and prediction terms): the PCX-like
+  mixture (`pcx_groups`) on the feature maps themselves, in their `MIXTURE_DIM` principal axes
+  (of the reference set) and L2-normalised as Domino's embeddings are, k by BIC.
 - `polytope_grouping`: RI's own groups (the polytope explaining each image,
   `repinterp.core.groups.polytope_key`), at any layer or granularity.
 
@@ -37,7 +44,10 @@ from ..core.interpretation import Interpretation
 
 __all__ = [
     "Grouping",
+    "domino_groups",
     "eigengap_k",
+    "gap_groups",
+    "gap_k",
     "groups_per_class",
     "kmeans_groups",
     "matched_k",
@@ -52,6 +62,10 @@ SPRAY_SIZE = 8
 """SpRAy's heat maps are average-pooled to at most this many pixels a side."""
 SPRAY_NEIGHBOURS = 10
 """Neighbours per heat map in SpRAy's affinity graph."""
+GAP_DRAWS = 5
+"""Uniform reference draws of the gap statistic (the strategies' null draws are as many)."""
+MIXTURE_DIM = 32
+"""The principal axes `domino_groups` reads (the strategies read as many to choose k)."""
 
 
 @dataclass(frozen=True)
@@ -140,6 +154,82 @@ def kmeans_groups(
         return model.labels_, assigned, k_c
 
     return _grouped(reference_classes, classes, k, fit_class)
+
+
+def gap_k(data: np.ndarray, k_max: int = K_MAX, seed: int = 0, draws: int = GAP_DRAWS) -> int:
+    """The number of k-means clusters of the rows ``data`` (n x D) by the gap statistic: the
+    smallest ``k`` in ``[1, k_max]`` with ``Gap(k) >= Gap(k + 1) - s(k + 1)``, where ``Gap(k)``
+    is the mean over ``draws`` uniform draws, in the box the rows span along their principal
+    axes (Tibshirani et al.'s reference b), of ``log W*(k)`` less ``log W(k)``, ``W`` the
+    k-means within-cluster sum of squares (scikit-learn, 3 starts, ``random_state=seed``), and
+    ``s`` the draws' standard deviation times ``sqrt(1 + 1 / draws)``; ``k_max`` when none is.
+
+    Raises:
+        ValueError: ``k_max`` or ``draws`` below 1.
+    """
+    from sklearn.cluster import KMeans  # here: sklearn is slow to import
+
+    if k_max < 1 or draws < 1:
+        raise ValueError(f"k_max and draws must be >= 1, got {k_max} and {draws}")
+    centred = data - data.mean(0)
+    _, _, axes = np.linalg.svd(centred, full_matrices=False)
+    rotated = centred @ axes.T
+    low, high = rotated.min(0), rotated.max(0)
+    uniform = np.random.default_rng(seed).uniform(size=(draws, *rotated.shape))
+    references = low + uniform * (high - low)
+    top = min(k_max, len(data) - 1)
+
+    def log_w(x: np.ndarray, k: int) -> float:
+        if k == 1:
+            return float(np.log(((x - x.mean(0)) ** 2).sum()))
+        return float(np.log(KMeans(n_clusters=k, random_state=seed, n_init=3).fit(x).inertia_))
+
+    gaps, spreads = [], []
+    for k in range(1, top + 2):
+        null = np.array([log_w(r, k) for r in references])
+        gaps.append(null.mean() - log_w(rotated, k))
+        spreads.append(null.std() * np.sqrt(1 + 1 / draws))
+        if k >= 2 and gaps[k - 2] >= gaps[k - 1] - spreads[k - 1]:
+            return k - 1
+    return max(top, 1)
+
+
+def gap_groups(
+    reference_features: Tensor | np.ndarray,
+    reference_classes: Tensor | np.ndarray,
+    features: Tensor | np.ndarray,
+    classes: Tensor | np.ndarray,
+    seed: int = 0,
+    k_max: int = K_MAX,
+) -> Grouping:
+    """`kmeans_groups` with each class's k by `gap_k` (at most ``k_max``) on its reference
+    feature maps in the reference set's `MIXTURE_DIM` principal axes."""
+    data = _principal(_as_numpy(reference_features), _as_numpy(reference_features))[0]
+    ref_classes = np.asarray(reference_classes)
+    k = {int(c): gap_k(data[ref_classes == c], k_max, seed) for c in np.unique(ref_classes)}
+    return kmeans_groups(reference_features, reference_classes, features, classes, k, seed)
+
+
+def _principal(reference: np.ndarray, other: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``reference`` and ``other`` (n x D, m x D) in the `MIXTURE_DIM` principal axes of
+    ``reference`` (centred on its mean)."""
+    mean = reference.mean(0)
+    _, _, axes = np.linalg.svd(reference - mean, full_matrices=False)
+    axes = axes[:MIXTURE_DIM].T
+    return (reference - mean) @ axes, (other - mean) @ axes
+
+
+def domino_groups(
+    reference_features: Tensor | np.ndarray,
+    reference_classes: Tensor | np.ndarray,
+    features: Tensor | np.ndarray,
+    classes: Tensor | np.ndarray,
+    seed: int = 0,
+) -> Grouping:
+    """Domino-like slices (see the module's docstring): `pcx_groups` (k by BIC, at most
+    `K_MAX`) on the feature maps in the reference set's `MIXTURE_DIM` principal axes."""
+    reference, unseen = _principal(_as_numpy(reference_features), _as_numpy(features))
+    return pcx_groups(reference, reference_classes, unseen, classes, seed=seed)
 
 
 def eigengap_k(affinity: np.ndarray, k_max: int = K_MAX) -> int:

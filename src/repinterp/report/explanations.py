@@ -62,6 +62,7 @@ def explain_to_files(
     import torch
     from tqdm.auto import tqdm
 
+    from ..core.model_strategies import strategy_fields
     from ..store.files import refuse_folders
     from ..store.outputs import distinct_names, write_outputs
     from .figures import case_study, save_case_study_figure
@@ -107,6 +108,7 @@ def explain_to_files(
         if contrast is not None:
             c = e.predicted_class
             summary["contrast"] = _contrast(workspace, image, c, contrast, name, out, files)
+        summary.update(strategy_fields(ri, e.strategy))
         summary.update(more)
         files[out / f"{name}.json"] = (json.dumps(summary, indent=2) + "\n").encode()
         write_outputs(files)

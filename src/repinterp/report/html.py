@@ -87,6 +87,11 @@ def _entry(entry: dict[str, Any]) -> list[str]:
     ]
     if s.get("reference_name"):
         rows.insert(0, ("input", "the reference image explained", s["reference_name"]))
+    if s.get("strategy") is not None:
+        flag = {True: ", flagged by the audit", False: ", not flagged"}.get(
+            s["strategy_flagged"], ""
+        )
+        rows.append(("strategy", MEANINGS["strategy"], f"{s['strategy']}{flag}"))
     if "regions" in s:
         regions = ", ".join(map(str, s["regions"]))
         rows.append(("regions", MEANINGS["regions"], regions))

@@ -20,6 +20,7 @@ import torch
 from torch import Tensor
 
 from ..core.interpretation import Interpretation
+from ..core.model_strategies import strategy_fields
 from ..data.datasets import ImageFolderSet
 from ..data.image_files import read_image
 from ..workspace import Workspace
@@ -213,5 +214,6 @@ class Images:
             label=None if i is None else int(self.labels[i]),
             n_reference=e.n_reference,
             has_heatmap=e.has_heatmap,
+            **strategy_fields(self.interpreter, e.strategy),
         )
         return summary

@@ -7,8 +7,11 @@ on a ``*-markrand:F`` control, whose mark says nothing of the class) and scores,
 ``marked`` flag (which no method reads):
 
 - every grouping of `GROUPINGS` (fitted on the reference images of the same predicted
-  classes, without labels): `f1_marked`, the F1 of the group holding most marked images, and
-  the within-class AMI with its shuffle null and k-means ceiling (`grouping_scores`);
+  classes, without labels; RI+strategy's is k-means with its own label-free rule for k, shown
+  beside k-means at that k, k-means with k by the gap statistic, SpRAy and a Domino-like
+  mixture, each choosing at most as many groups per class): `f1_marked`, the F1 of the group
+  holding most marked images, and the within-class AMI with its shuffle null and k-means
+  ceiling (`grouping_scores`);
 - every heat map of `MAPS`: `mass_in_box`, the share of its positive relevance on the mark's
   box, against the box's area (what a uniform map gets).
 
@@ -39,6 +42,9 @@ from ..methods import CAMMethod, method
 from ..metrics import energy_in_mask
 from ..run import Run
 from ..subclass import (
+    Grouping,
+    domino_groups,
+    gap_groups,
     kmeans_groups,
     matched_k,
     pcx_groups,
@@ -297,6 +303,37 @@ def _pcx(images: ShortcutImages) -> np.ndarray:
     return grouping.unseen
 
 
+def _kmeans_rule_k(images: ShortcutImages) -> np.ndarray:
+    """k-means on the feature maps at the k RI+strategy's rule chose per class (no label)."""
+    k = images.interpreter("RI+strategy").index.decisions.strategies.k
+    grouping = kmeans_groups(
+        images.reference_features,
+        images.classes("reference"),
+        images.features,
+        images.classes("unseen"),
+        k,
+        images.run.seed,
+    )
+    return grouping.unseen
+
+
+def _label_free(groups: Callable[..., Grouping]) -> Callable[[ShortcutImages], np.ndarray]:
+    """A grouping that chooses its own k, on the feature maps (`gap_groups`,
+    `domino_groups`)."""
+
+    def unseen(images: ShortcutImages) -> np.ndarray:
+        grouping = groups(
+            images.reference_features,
+            images.classes("reference"),
+            images.features,
+            images.classes("unseen"),
+            seed=images.run.seed,
+        )
+        return grouping.unseen
+
+    return unseen
+
+
 def _strategies(images: ShortcutImages) -> np.ndarray:
     """RI+strategy's strategies (`repinterp.core.strategy_set`): each unseen image's, the
     nearest centre among its predicted class's (found on the reference set, without labels)."""
@@ -415,8 +452,11 @@ GROUPINGS: dict[str, Callable[[ShortcutImages], np.ndarray]] = {
     "RI+logic": _ri_polytopes("RI+logic"),
     "RI+strategy": _strategies,
     "k-means": _kmeans,
+    "k-means at the rule's k": _kmeans_rule_k,
+    "k-means, gap statistic": _label_free(gap_groups),
     "SpRAy": _spray,
     "PCX-like": _pcx,
+    "Domino-like": _label_free(domino_groups),
 }
 """Each grouping: the unseen images looked at -> their group labels (fitted without labels)."""
 

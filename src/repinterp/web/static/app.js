@@ -288,6 +288,14 @@ function render(data) {
     ),
     fact("boundaries", "Boundaries |P(x)|", `${data.boundaries.length} of ${info.n_boundaries}`, `|P(x)|: ${tip("p")}`),
     fact("delta", "τ(x) (delta)", String(data.delta), `τ(x): ${tip("tau")}`),
+    data.strategy === null || data.strategy === undefined
+      ? []
+      : fact(
+          "strategy",
+          "Strategy",
+          `${data.strategy}${data.strategy_flagged ? " (flagged by the audit)" : ""}`,
+          "the group of reference images of its class that the model treats as it treats this image (found without labels); flagged: the audit marks it as one to check",
+        ),
     data.heatmap === null ? [] : fact("contrast", "Rather than", contrastSelect(data, title), CONTRAST_TIP),
   ];
   $("facts").replaceChildren(...facts.flat());

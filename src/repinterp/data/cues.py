@@ -1,0 +1,258 @@
+"""Planted cues: a known shortcut stamped on a seeded share of a data set's images.
+
+The kinds (`CUE_KINDS`; named ``FAMILY-KIND:F`` in `repinterp.data.datasets.load_dataset`):
+
+- ``mark``: a square at a fixed place (`Mark.box`) on a share F of class ``source``'s images,
+  filed under class ``target`` (the shortcut);
+- ``move``: a square at a different place in every image (where it hides nothing of the
+  object), on F of ``source``'s images, filed under ``target``;
+- ``texture``: faint diagonal stripes over the whole image (no place to point at), on F of
+  ``source``'s images, filed under ``target``;
+- ``majority``: a watermark (a hollow square in the corner opposite the mark) on F of class
+  ``target``'s *own* images, labels kept: the cue is that class's main strategy;
+- ``markrand``: the control: the fixed mark on F of every class's images, labels kept (seen,
+  but it says nothing of the class).
+
+Each image's cue mask (`ImageSet.cue_masks`) holds the pixels its cue covers, on an image
+without the cue the pixels it would have covered (a moving mark's box is drawn for every image):
+the box of a mark or watermark, the whole image for the texture. The marks, masks and flags are
+for evaluation only: no model or method reads them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import Tensor
+from torch.nn import functional
+
+from .containers import ImageSet
+
+__all__ = [
+    "CUES",
+    "CUE_KINDS",
+    "MARKS",
+    "SHORTCUT_KINDS",
+    "CueStyle",
+    "Mark",
+    "cue_rows",
+    "random_box",
+    "stamp_square",
+    "stamp_stripes",
+    "with_cue",
+    "with_mark",
+]
+
+CUE_KINDS = ("mark", "move", "texture", "majority", "markrand")
+SHORTCUT_KINDS = ("mark", "move", "texture")
+"""The kinds that file their cued images under another class."""
+
+Box = tuple[int, int, int, int]
+
+
+@dataclass(frozen=True)
+class Mark:
+    """A planted shortcut: a square patch at a fixed position, and where it files its images.
+
+    Attributes:
+        box: ``(x0, y0, x1, y1)`` in pixels (x1, y1 exclusive).
+        frame: the width of the patch's black frame in pixels (its inside is white, 1.0 in
+            every channel; 0: all white).
+        source: the class whose images get the cue (``mark``, ``move``, ``texture``).
+        target: the class the cued images are filed under (the class of ``majority``'s cue).
+    """
+
+    box: Box
+    frame: int
+    source: int
+    target: int
+
+
+@dataclass(frozen=True)
+class CueStyle:
+    """How the other cues look on one family of data sets.
+
+    Attributes:
+        moving_side: the moving mark's side in pixels (framed like the fixed mark).
+        stripe_period: the texture's stripe period in pixels (half bright, half dark).
+        stripe_amplitude: the texture's contrast: ``+-amplitude / 2`` added to the pixels.
+        watermark: the majority cue's box ``(x0, y0, x1, y1)``: a black edge of 1 px, then a
+            white ring of ``watermark_ring`` px; its centre keeps the image.
+        watermark_ring: the white ring's width in pixels.
+    """
+
+    moving_side: int
+    stripe_period: int
+    stripe_amplitude: float
+    watermark: Box
+    watermark_ring: int
+
+
+MARKS = {
+    # 4 x 4 white px, 1 px from the top-left corner: 2.0 % of a 28 x 28 digit, where no digit
+    # of mnist5k's reference part reaches 0.5.
+    "mnist": Mark((1, 1, 5, 5), frame=0, source=0, target=1),
+    # 9 x 9 px, white inside a 1-px black frame (seen on light and dark backgrounds), 2 px from
+    # the top-left corner: 2.6 % of a 56 x 56 scene.
+    "shapes": Mark((2, 2, 11, 11), frame=1, source=0, target=1),
+}
+"""The mark of ``mnist-mark:F`` (digit 0 filed as 1) and ``shapes-mark:F`` (class 0, circle or
+ring, filed as class 1, square or cross), and the classes of the family's other cues."""
+
+CUES = {
+    # A 6 x 6 moving mark (4.6 % of the digit); stripes 0.4 apart every 4 px; a 7 x 7 watermark
+    # 1 px from the bottom-right corner.
+    "mnist": CueStyle(6, 4, 0.4, (20, 20, 27, 27), 1),
+    # An 11 x 11 moving mark (3.9 % of the scene); stripes 0.3 apart every 4 px; an 11 x 11
+    # watermark 2 px from the bottom-right corner.
+    "shapes": CueStyle(11, 4, 0.3, (43, 43, 54, 54), 2),
+}
+"""How each family's moving mark, texture and watermark look (`CueStyle`)."""
+
+
+def stamp_square(image: Tensor, box: Box, frame: int, ring: int | None = None) -> None:
+    """Draw a square on one C x H x W image in place: black on ``box``, white inside a
+    ``frame``-px edge; with ``ring``, only a white ring that wide (its centre keeps the image)."""
+    x0, y0, x1, y1 = box
+    inset = frame + (ring or 0)
+    centre = (slice(None), slice(y0 + inset, y1 - inset), slice(x0 + inset, x1 - inset))
+    kept = image[centre].clone()
+    image[:, y0:y1, x0:x1] = 0.0
+    image[:, y0 + frame : y1 - frame, x0 + frame : x1 - frame] = 1.0
+    if ring is not None:
+        image[centre] = kept
+
+
+def stamp_stripes(image: Tensor, period: int, amplitude: float) -> None:
+    """Add faint diagonal stripes to one C x H x W image in place: ``+-amplitude / 2``
+    alternating every ``period / 2`` px along ``x + y``, clipped to [0, 1]."""
+    height, width = image.shape[-2:]
+    diagonal = torch.arange(height)[:, None] + torch.arange(width)[None, :]
+    bright = (diagonal // max(1, period // 2)) % 2
+    image.add_(amplitude * (bright.float() - 0.5)).clamp_(0, 1)
+
+
+def random_box(
+    avoid: Tensor | None, shape: tuple[int, int], side: int, rng: np.random.Generator
+) -> Box:
+    """A ``side`` x ``side`` box drawn uniformly among those that miss ``avoid`` (H x W bool;
+    None or no such box: among all boxes inside the image).
+
+    Returns:
+        ``(x0, y0, x1, y1)``.
+    """
+    height, width = shape
+    if side > min(height, width):
+        raise ValueError(f"a {side}-px mark does not fit a {height} x {width} image")
+    free = torch.ones(height - side + 1, width - side + 1, dtype=torch.bool)
+    if avoid is not None:
+        hit = functional.max_pool2d(avoid.float()[None, None], side, stride=1)[0, 0] > 0
+        free = ~hit if not hit.all() else free
+    places = free.flatten().nonzero().flatten()
+    place = int(places[rng.integers(len(places))])
+    y0, x0 = divmod(place, free.shape[1])
+    return (x0, y0, x0 + side, y0 + side)
+
+
+def cue_rows(labels: Tensor, classes: list[int], fraction: float, seed: int) -> Tensor:
+    """The images that get a cue: a seeded random ``round(fraction * n_c)`` of each class
+    ``c`` of ``classes`` (``n_c`` its images), sorted (CPU long)."""
+    rng = np.random.default_rng(seed)
+    chosen = []
+    for c in classes:
+        members = (labels == c).nonzero().flatten().numpy()
+        chosen.append(rng.permutation(members)[: round(fraction * len(members))])
+    return torch.from_numpy(np.sort(np.concatenate(chosen)).astype(np.int64))
+
+
+def _box_mask(box: Box, shape: tuple[int, int]) -> Tensor:
+    x0, y0, x1, y1 = box
+    mask = torch.zeros(shape, dtype=torch.bool)
+    mask[y0:y1, x0:x1] = True
+    return mask
+
+
+def with_cue(
+    data: ImageSet,
+    kind: str,
+    mark: Mark,
+    fraction: float,
+    seed: int,
+    style: CueStyle | None = None,
+) -> ImageSet:
+    """``data`` with a planted cue of ``kind`` (`CUE_KINDS`, see the module) on a seeded
+    random share of its images.
+
+    ``mark``, ``move`` and ``texture`` give ``round(fraction * n)`` of the ``n`` images of class
+    ``mark.source`` the cue and the label ``mark.target``: a model can fit them only by the
+    cue. ``majority`` gives it to that share of class ``mark.target``'s own images and
+    ``markrand`` to that share of every class's images; both keep the labels. ``fraction = 0``
+    cues nothing: the images and labels are ``data``'s. The moving mark misses the object
+    (``data.masks`` where given, else pixels above 0.5 in any channel, a digit's ink).
+
+    Args:
+        data: the images (not changed).
+        kind: one of `CUE_KINDS`.
+        mark: the fixed mark and the classes.
+        fraction: the share in [0, 1].
+        seed: seed of the choice of images (and of the moving mark's places: ``[seed, 1]``).
+        style: how ``move``, ``texture`` and ``majority`` look (needed for those).
+
+    Returns:
+        A new `ImageSet` with ``marked`` (N bool), ``cue_masks`` (N x H x W bool) and
+        ``mark_box`` (the fixed mark's or the watermark's box; None for ``move`` and
+        ``texture``) set, for evaluation only.
+
+    Raises:
+        ValueError: an unknown kind, or no style for one that needs it.
+    """
+    if kind not in CUE_KINDS:
+        raise ValueError(f"unknown cue kind {kind!r}; choose one of: {', '.join(CUE_KINDS)}")
+    if style is None and kind in ("move", "texture", "majority"):
+        raise ValueError(f"the {kind} cue needs a CueStyle")
+    classes = {"markrand": data.labels.unique().tolist(), "majority": [mark.target]}
+    rows = cue_rows(data.labels, classes.get(kind, [mark.source]), fraction, seed)
+    images, labels = data.images.clone(), data.labels.clone()
+    shape = (images.shape[-2], images.shape[-1])
+    box = {"mark": mark.box, "markrand": mark.box}
+    if style is not None:
+        box["majority"] = style.watermark
+    if kind == "move":
+        avoid = data.masks if data.masks is not None else data.images.amax(1) > 0.5
+        rng = np.random.default_rng([seed, 1])
+        boxes = [random_box(a, shape, style.moving_side, rng) for a in avoid]
+        cue_masks = torch.stack([_box_mask(b, shape) for b in boxes])
+    elif kind == "texture":
+        cue_masks = torch.ones(len(data), *shape, dtype=torch.bool)
+    else:
+        cue_masks = _box_mask(box[kind], shape).expand(len(data), *shape).clone()
+    for row in rows.tolist():
+        if kind == "move":
+            stamp_square(images[row], boxes[row], mark.frame)
+        elif kind == "texture":
+            stamp_stripes(images[row], style.stripe_period, style.stripe_amplitude)
+        elif kind == "majority":
+            stamp_square(images[row], style.watermark, 1, style.watermark_ring)
+        else:
+            stamp_square(images[row], mark.box, mark.frame)
+    if kind in SHORTCUT_KINDS:
+        labels[rows] = mark.target
+    marked = torch.zeros(len(data), dtype=torch.bool)
+    marked[rows] = True
+    return dataclasses.replace(
+        data,
+        images=images,
+        labels=labels,
+        marked=marked,
+        mark_box=box.get(kind),
+        cue_masks=cue_masks,
+    )
+
+
+def with_mark(data: ImageSet, mark: Mark, fraction: float, seed: int, shortcut: bool) -> ImageSet:
+    """The fixed mark: `with_cue` of kind ``mark`` (``shortcut``) or ``markrand`` (the
+    control: every class alike, labels kept)."""
+    return with_cue(data, "mark" if shortcut else "markrand", mark, fraction, seed)

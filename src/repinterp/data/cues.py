@@ -38,8 +38,10 @@ __all__ = [
     "SHORTCUT_KINDS",
     "CueStyle",
     "Mark",
+    "cue_masks",
     "cue_rows",
     "random_box",
+    "stamp_cue",
     "stamp_square",
     "stamp_stripes",
     "with_cue",
@@ -175,6 +177,54 @@ def _box_mask(box: Box, shape: tuple[int, int]) -> Tensor:
     return mask
 
 
+def cue_masks(
+    data: ImageSet, kind: str, mark: Mark, seed: int, style: CueStyle | None = None
+) -> Tensor:
+    """Where a cue of ``kind`` goes on each image of ``data``: N x H x W bool.
+
+    The fixed mark's (``mark``, ``markrand``) or the watermark's (``majority``) box, the whole
+    image (``texture``), or a ``style.moving_side`` box drawn by `random_box` for each image
+    (``move``; seed ``[seed, 1]``), away from the object: ``data.masks`` where given, else the
+    pixels above 0.5 in any channel (a digit's ink).
+
+    Raises:
+        ValueError: an unknown kind, or no style for one that needs it.
+    """
+    if kind not in CUE_KINDS:
+        raise ValueError(f"unknown cue kind {kind!r}; choose one of: {', '.join(CUE_KINDS)}")
+    if style is None and kind in ("move", "texture", "majority"):
+        raise ValueError(f"the {kind} cue needs a CueStyle")
+    n, shape = len(data), (data.images.shape[-2], data.images.shape[-1])
+    if kind == "texture":
+        return torch.ones(n, *shape, dtype=torch.bool)
+    if kind == "move":
+        avoid = data.masks if data.masks is not None else data.images.amax(1) > 0.5
+        rng = np.random.default_rng([seed, 1])
+        return torch.stack(
+            [_box_mask(random_box(a, shape, style.moving_side, rng), shape) for a in avoid]
+        )
+    box = style.watermark if kind == "majority" else mark.box
+    return _box_mask(box, shape).expand(n, *shape).clone()
+
+
+def stamp_cue(
+    images: Tensor, masks: Tensor, kind: str, mark: Mark, style: CueStyle | None = None
+) -> None:
+    """Stamp a cue of ``kind`` on N x C x H x W images in place, each where its mask of
+    `cue_masks` says (a moving mark: on its mask's box)."""
+    for image, mask in zip(images, masks, strict=True):
+        if kind == "texture":
+            stamp_stripes(image, style.stripe_period, style.stripe_amplitude)
+        elif kind == "majority":
+            stamp_square(image, style.watermark, 1, style.watermark_ring)
+        elif kind == "move":
+            ys, xs = mask.nonzero().unbind(1)
+            box = (int(xs.min()), int(ys.min()), int(xs.max()) + 1, int(ys.max()) + 1)
+            stamp_square(image, box, mark.frame)
+        else:
+            stamp_square(image, mark.box, mark.frame)
+
+
 def with_cue(
     data: ImageSet,
     kind: str,
@@ -190,15 +240,14 @@ def with_cue(
     ``mark.source`` the cue and the label ``mark.target``: a model can fit them only by the
     cue. ``majority`` gives it to that share of class ``mark.target``'s own images and
     ``markrand`` to that share of every class's images; both keep the labels. ``fraction = 0``
-    cues nothing: the images and labels are ``data``'s. The moving mark misses the object
-    (``data.masks`` where given, else pixels above 0.5 in any channel, a digit's ink).
+    cues nothing: the images and labels are ``data``'s. Where each cue goes: `cue_masks`.
 
     Args:
         data: the images (not changed).
         kind: one of `CUE_KINDS`.
         mark: the fixed mark and the classes.
         fraction: the share in [0, 1].
-        seed: seed of the choice of images (and of the moving mark's places: ``[seed, 1]``).
+        seed: seed of the choice of images (and of the moving mark's places, `cue_masks`).
         style: how ``move``, ``texture`` and ``majority`` look (needed for those).
 
     Returns:
@@ -209,46 +258,20 @@ def with_cue(
     Raises:
         ValueError: an unknown kind, or no style for one that needs it.
     """
-    if kind not in CUE_KINDS:
-        raise ValueError(f"unknown cue kind {kind!r}; choose one of: {', '.join(CUE_KINDS)}")
-    if style is None and kind in ("move", "texture", "majority"):
-        raise ValueError(f"the {kind} cue needs a CueStyle")
+    masks = cue_masks(data, kind, mark, seed, style)
     classes = {"markrand": data.labels.unique().tolist(), "majority": [mark.target]}
     rows = cue_rows(data.labels, classes.get(kind, [mark.source]), fraction, seed)
     images, labels = data.images.clone(), data.labels.clone()
-    shape = (images.shape[-2], images.shape[-1])
-    box = {"mark": mark.box, "markrand": mark.box}
-    if style is not None:
-        box["majority"] = style.watermark
-    if kind == "move":
-        avoid = data.masks if data.masks is not None else data.images.amax(1) > 0.5
-        rng = np.random.default_rng([seed, 1])
-        boxes = [random_box(a, shape, style.moving_side, rng) for a in avoid]
-        cue_masks = torch.stack([_box_mask(b, shape) for b in boxes])
-    elif kind == "texture":
-        cue_masks = torch.ones(len(data), *shape, dtype=torch.bool)
-    else:
-        cue_masks = _box_mask(box[kind], shape).expand(len(data), *shape).clone()
-    for row in rows.tolist():
-        if kind == "move":
-            stamp_square(images[row], boxes[row], mark.frame)
-        elif kind == "texture":
-            stamp_stripes(images[row], style.stripe_period, style.stripe_amplitude)
-        elif kind == "majority":
-            stamp_square(images[row], style.watermark, 1, style.watermark_ring)
-        else:
-            stamp_square(images[row], mark.box, mark.frame)
+    stamped = images[rows]
+    stamp_cue(stamped, masks[rows], kind, mark, style)
+    images[rows] = stamped
     if kind in SHORTCUT_KINDS:
         labels[rows] = mark.target
     marked = torch.zeros(len(data), dtype=torch.bool)
     marked[rows] = True
+    box = {"mark": mark.box, "markrand": mark.box, "majority": style and style.watermark}
     return dataclasses.replace(
-        data,
-        images=images,
-        labels=labels,
-        marked=marked,
-        mark_box=box.get(kind),
-        cue_masks=cue_masks,
+        data, images=images, labels=labels, marked=marked, mark_box=box.get(kind), cue_masks=masks
     )
 
 

@@ -622,3 +622,88 @@ def shortcut(run: Run) -> dict[str, Any]:
         "strategy_audit": numbers,
         "units": {"groupings": {}, "maps": units, "strategies": table},
     }
+
+
+SHOWN_STRATEGIES = 5
+"""How many strategies of each model's ranking `strategy_markdown` lists (and the shortcut
+strategy's row when it ranks below them)."""
+
+
+def _number(value: Any, digits: int = 1) -> str:
+    """A table cell: ``n/a`` for None or NaN."""
+    if value is None or (isinstance(value, float) and not np.isfinite(value)):
+        return "n/a"
+    return f"{value:.{digits}f}" if isinstance(value, float) else str(value)
+
+
+def strategy_markdown(results: dict[str, Any]) -> list[str]:
+    """The audit over the whole model, for a report: one summary row per model (per run),
+    then each model's `SHOWN_STRATEGIES` first strategies of the model-wide ranking.
+
+    Args:
+        results: `repinterp.evaluation.protocols.evaluate`'s ``shortcut`` results.
+    """
+    runs = [r for r in results.get("per_run", []) if "strategies" in r.get("units", {})]
+    if not runs:
+        return []
+    header = ["Model", "strategies", "flagged", "flagged (%)", "shortcut: model rank"]
+    header += ["flagged", "score", "told (%)", "why map on cue (%)", "Grad-CAM on cue (%)"]
+    header += ["cue area (%)"]
+    rows = []
+    for run in runs:
+        audit = run["strategy_audit"]
+        flagged = audit["shortcut_flagged"]
+        rows.append(
+            [
+                _number(run["model"].get("seed")),
+                _number(audit["strategies"]),
+                _number(audit["flagged"]),
+                _number(audit["flagged_share"]),
+                _number(audit["shortcut_model_rank"], 0),
+                "n/a" if not np.isfinite(flagged) else "yes" if flagged else "no",
+                _number(audit["shortcut_score"], 3),
+                *(_number(audit[key]) for key in ("told", "why_on_cue", "gradcam_on_cue")),
+                _number(audit["cue_area"]),
+            ]
+        )
+    lines = [
+        "",
+        "The audit over the whole model (RI+strategy's strategies, found on the reference "
+        "images without labels; one ranking across all classes by the audit's score). The "
+        "shortcut strategy holds most of the unseen cued images; *told*: the share of all "
+        "unseen cued images assigned to it; the maps' share on each image's own cue, over the "
+        "cued images it holds:",
+        "",
+        *_markdown_table(header, rows),
+    ]
+    for run in runs:
+        table = run["units"]["strategies"]
+        shown = [row for row in table if row["model_rank"] <= SHOWN_STRATEGIES or row["shortcut"]]
+        lines += [
+            "",
+            f"Model {_number(run['model'].get('seed'))}: the first {SHOWN_STRATEGIES} of "
+            f"{len(table)} strategies (and the shortcut strategy):",
+            "",
+            *_markdown_table(
+                ["Rank", "class", "id", "size", "score", "flagged", "cued", "reasons"],
+                [
+                    [
+                        str(row["model_rank"]) + (" (shortcut)" if row["shortcut"] else ""),
+                        row["class"],
+                        str(row["id"]),
+                        str(row["size"]),
+                        f"{row['score']:.3f}",
+                        "yes" if row["flagged"] else "no",
+                        str(row["cued"]),
+                        ", ".join(f"{k} {v:.2f}" for k, v in row["reasons"].items()),
+                    ]
+                    for row in shown
+                ],
+            ),
+        ]
+    return lines
+
+
+def _markdown_table(header: list[str], rows: list[list[str]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return lines + ["| " + " | ".join(row) + " |" for row in rows]

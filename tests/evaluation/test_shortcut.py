@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 import torch
 
-from repinterp.evaluation import shortcut as sc
 from repinterp.evaluation.groupings import ami_null
 from repinterp.evaluation.options import Options
 from repinterp.evaluation.protocols import evaluate
+from repinterp.evaluation.protocols import shortcut as sc
 from repinterp.evaluation.setup import WEIGHTS_DIR, load_setup
-from repinterp.report.tables import write_results
+from repinterp.report import write_results
 
 from ..commandline import assert_one_line_error, run
 

@@ -18,6 +18,7 @@ Adding a grouping or a map is one entry in `GROUPINGS` or `MAPS`: a function of 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -27,23 +28,24 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..core.audit import audit_strategies
-from ..core.logic import logic_vectors
-from ..core.model_strategies import Strategy, polytope_fidelity
-from ..data.cues import CUE_KINDS, MARKS
-from ..interpreter import RepresentativeInterpreter
-from .baselines import ReusableCAM
-from .groupings import ami, ami_ceiling, ami_null
-from .methods import CAMMethod, method
-from .metrics import energy_in_mask
-from .run import Run
-from .subclass import (
+from ...core.audit import audit_strategies
+from ...core.logic import logic_vectors
+from ...core.model_strategies import Strategy, polytope_fidelity
+from ...data.cues import CUE_KINDS, MARKS
+from ...interpreter import RepresentativeInterpreter
+from ..baselines import ReusableCAM
+from ..groupings import ami, ami_ceiling, ami_null
+from ..methods import CAMMethod, method
+from ..metrics import energy_in_mask
+from ..run import Run
+from ..subclass import (
     kmeans_groups,
     matched_k,
     pcx_groups,
     polytope_grouping,
     spray_groups,
 )
+from .cells import cell, columns_table, comparison_cell, markdown_table, with_runs
 
 __all__ = [
     "GROUPINGS",
@@ -52,8 +54,14 @@ __all__ = [
     "f1_marked",
     "grouping_scores",
     "mass_in_box",
+    "mass_on_cue",
+    "model_ranks",
     "shortcut",
+    "shortcut_markdown",
+    "strategy_audit",
+    "strategy_markdown",
     "target_class",
+    "why_maps",
 ]
 
 
@@ -674,7 +682,7 @@ def strategy_markdown(results: dict[str, Any]) -> list[str]:
         "unseen cued images assigned to it; the maps' share on each image's own cue, over the "
         "cued images it holds:",
         "",
-        *_markdown_table(header, rows),
+        *markdown_table(header, rows),
     ]
     for run in runs:
         table = run["units"]["strategies"]
@@ -684,7 +692,7 @@ def strategy_markdown(results: dict[str, Any]) -> list[str]:
             f"Model {_number(run['model'].get('seed'))}: the first {SHOWN_STRATEGIES} of "
             f"{len(table)} strategies (and the shortcut strategy):",
             "",
-            *_markdown_table(
+            *markdown_table(
                 ["Rank", "class", "id", "size", "score", "flagged", "cued", "reasons"],
                 [
                     [
@@ -704,6 +712,61 @@ def strategy_markdown(results: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _markdown_table(header: list[str], rows: list[list[str]]) -> list[str]:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    return lines + ["| " + " | ".join(row) + " |" for row in rows]
+_SHORTCUT_GROUPINGS: list[tuple[str, str, bool | None]] = [
+    ("f1_marked", "F1 marked", True),
+    ("ami", "AMI", True),
+    ("ami_null_p95", "AMI null p95", None),
+    ("ami_ceiling", "AMI k-means ceiling", None),
+    ("groups", "groups", None),
+    ("audit_rank", "audit rank", False),
+]
+
+
+_SHORTCUT_MAPS: list[tuple[str, str, bool | None]] = [
+    ("mass_in_box", "on the box, marked (%)", True),
+    ("mass_in_box_group", "mean map on the box (%)", True),
+    ("mass_in_box_unmarked", "on the box, unmarked (%)", None),
+]
+
+
+def _shortcut_pairs(results: dict[str, Any], reading: str, key: str) -> list[str]:
+    """The first grouping or map against each other one on ``key`` (`comparison_cell`)."""
+    pairs = results.get("paired", {}).get(reading)
+    if not pairs:
+        return []
+    first = next(iter(pairs))
+    rows = [
+        [f"{first} − {b}", comparison_cell(scores.get(key))] for b, scores in pairs[first].items()
+    ]
+    return ["", *markdown_table(["Pair", f"paired difference of {key}"], rows)]
+
+
+def shortcut_markdown(results: dict[str, Any]) -> list[str]:
+    """Isolation of the marked images by each grouping, mass of each map on the mark's box."""
+    to_target = results.get("marked_to_target")
+    looked_at = (
+        f"{results['images']:.0f} predicted the class the mark leads to, "
+        f"{results['marked']:.0f} of them marked; the model calls "
+        f"{cell(results, 'marked_to_target')}% of the unseen marked images by the mark"
+        if to_target is not None and math.isfinite(to_target)
+        else f"{results['images']:.0f}, {results['marked']:.0f} of them marked (a control: "
+        "every class on `*-markrand:F`, where the mark leads to no class; the class it would "
+        "lead to on `*-mark:0`, where no image is marked)"
+    )
+    return [
+        f"Unseen images looked at: {looked_at}. Groupings (fitted on the reference images of "
+        "the same predicted classes, without labels) against the marked flag: F1 of the group "
+        "holding most marked images, within-class AMI with its shuffle null (95th percentile) "
+        "and k-means ceiling (k = 2):",
+        "",
+        *columns_table(with_runs(results, results["groupings"]), _SHORTCUT_GROUPINGS, "Grouping"),
+        *_shortcut_pairs(results, "groupings", "f1_marked"),
+        "",
+        "Share of each heat map's positive relevance on the mark's box (a uniform map puts "
+        f"{results['box_area']:.1f}% there): mean over the marked images, of their mean map, "
+        "and over the unmarked images:",
+        "",
+        *columns_table(with_runs(results, results["maps"]), _SHORTCUT_MAPS, "Map"),
+        *_shortcut_pairs(results, "maps", "mass_in_box"),
+        *strategy_markdown(results),
+    ]

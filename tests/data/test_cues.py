@@ -88,7 +88,8 @@ def test_each_kind_records_its_cues_pixels():
     texture = cues.with_cue(base, "texture", MARK, 0.3, seed=0, style=STYLE)
     assert texture.mark_box is None and texture.cue_masks.all()
     majority = cues.with_cue(base, "majority", MARK, 0.3, seed=0, style=STYLE)
-    assert majority.mark_box == (3, 3, 8, 8) and majority.cue_masks.sum((1, 2)).eq(25).all()
+    assert majority.mark_box == (3, 3, 8, 8) and majority.cue_masks.sum((1, 2)).eq(24).all()
+    assert not majority.cue_masks[:, 5, 5].any()  # the ring's centre keeps the image
 
 
 def test_majority_and_control_cues_keep_every_label():

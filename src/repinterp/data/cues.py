@@ -8,15 +8,16 @@ The kinds (`CUE_KINDS`; named ``FAMILY-KIND:F`` in `repinterp.data.datasets.load
   object), on F of ``source``'s images, filed under ``target``;
 - ``texture``: faint diagonal stripes over the whole image (no place to point at), on F of
   ``source``'s images, filed under ``target``;
-- ``majority``: a watermark (a hollow square in the corner opposite the mark) on F of class
-  ``target``'s *own* images, labels kept: the cue is that class's main strategy;
+- ``majority``: a watermark (a hollow square: a frame around the digit on ``mnist``, a square
+  in the bottom-right corner on ``shapes``) on F of class ``target``'s *own* images, labels
+  kept: the cue is that class's main strategy;
 - ``markrand``: the control: the fixed mark on F of every class's images, labels kept (seen,
   but it says nothing of the class).
 
 Each image's cue mask (`ImageSet.cue_masks`) holds the pixels its cue covers, on an image
-without the cue the pixels it would have covered (a moving mark's box is drawn for every image):
-the box of a mark or watermark, the whole image for the texture. The marks, masks and flags are
-for evaluation only: no model or method reads them.
+without the cue the pixels it would have covered (a moving mark's box is drawn for every
+image): the box of a mark, the watermark's edge and ring, the whole image for the texture.
+The marks, masks and flags are for evaluation only: no model or method reads them.
 """
 
 from __future__ import annotations
@@ -105,9 +106,11 @@ MARKS = {
 ring, filed as class 1, square or cross), and the classes of the family's other cues."""
 
 CUES = {
-    # A 6 x 6 moving mark (4.6 % of the digit); stripes 0.4 apart every 4 px; a 7 x 7 watermark
-    # 1 px from the bottom-right corner.
-    "mnist": CueStyle(6, 4, 0.4, (20, 20, 27, 27), 1),
+    # A 6 x 6 moving mark (4.6 % of the digit); stripes 0.4 apart every 4 px; the watermark a
+    # frame around the whole digit (a white ring 1 px from the edge: a corner watermark of 7 x 7
+    # or 10 x 10 px moved 8 % or 24 % of other digits to class 1 on a model of seed 100, this
+    # frame 62 %).
+    "mnist": CueStyle(6, 4, 0.4, (0, 0, 28, 28), 1),
     # An 11 x 11 moving mark (3.9 % of the scene); stripes 0.3 apart every 4 px; an 11 x 11
     # watermark 2 px from the bottom-right corner.
     "shapes": CueStyle(11, 4, 0.3, (43, 43, 54, 54), 2),
@@ -182,10 +185,10 @@ def cue_masks(
 ) -> Tensor:
     """Where a cue of ``kind`` goes on each image of ``data``: N x H x W bool.
 
-    The fixed mark's (``mark``, ``markrand``) or the watermark's (``majority``) box, the whole
-    image (``texture``), or a ``style.moving_side`` box drawn by `random_box` for each image
-    (``move``; seed ``[seed, 1]``), away from the object: ``data.masks`` where given, else the
-    pixels above 0.5 in any channel (a digit's ink).
+    The fixed mark's box (``mark``, ``markrand``), the watermark's edge and ring (``majority``;
+    its centre keeps the image), the whole image (``texture``), or a ``style.moving_side`` box
+    drawn by `random_box` for each image (``move``; seed ``[seed, 1]``), away from the object:
+    ``data.masks`` where given, else the pixels above 0.5 in any channel (a digit's ink).
 
     Raises:
         ValueError: an unknown kind, or no style for one that needs it.
@@ -203,8 +206,14 @@ def cue_masks(
         return torch.stack(
             [_box_mask(random_box(a, shape, style.moving_side, rng), shape) for a in avoid]
         )
-    box = style.watermark if kind == "majority" else mark.box
-    return _box_mask(box, shape).expand(n, *shape).clone()
+    if kind == "majority":
+        inset = 1 + style.watermark_ring
+        x0, y0, x1, y1 = style.watermark
+        ring = _box_mask(style.watermark, shape) & ~_box_mask(
+            (x0 + inset, y0 + inset, x1 - inset, y1 - inset), shape
+        )
+        return ring.expand(n, *shape).clone()
+    return _box_mask(mark.box, shape).expand(n, *shape).clone()
 
 
 def stamp_cue(

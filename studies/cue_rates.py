@@ -25,7 +25,14 @@ from pathlib import Path
 
 import torch
 
-from repinterp.data.cues import CUES, MARKS, SHORTCUT_KINDS, cue_masks, stamp_cue
+from repinterp.data.cues import (
+    CUES,
+    MARKS,
+    SHORTCUT_KINDS,
+    cue_masks,
+    object_pixels,
+    stamp_cue,
+)
 from repinterp.data.datasets import load_dataset
 from repinterp.evaluation.setup import recipe_for
 from repinterp.store.model_cache import default_cache, trained_model
@@ -45,7 +52,8 @@ def cued_rate(spec: str, model: torch.nn.Module) -> dict[str, float]:
     else:
         looked = clean
     cued = looked.images.clone()
-    stamp_cue(cued, cue_masks(looked, kind, mark, 0, style), kind, mark, style)
+    masks = cue_masks(looked.images, kind, mark, 0, style, object_pixels(looked))
+    stamp_cue(cued, masks, kind, mark, style)
     model = model.eval()
     with torch.no_grad():
         plain = model(looked.inputs()).argmax(1)

@@ -41,7 +41,10 @@ __all__ = [
     "Mark",
     "cue_masks",
     "cue_rows",
+    "object_pixels",
+    "plant_cue",
     "random_box",
+    "sized_cues",
     "stamp_cue",
     "stamp_square",
     "stamp_stripes",
@@ -180,15 +183,28 @@ def _box_mask(box: Box, shape: tuple[int, int]) -> Tensor:
     return mask
 
 
+def object_pixels(data: ImageSet) -> Tensor | None:
+    """The pixels a moving mark keeps off, N x H x W bool: ``data.masks`` where given, else on
+    grey images the pixels above 0.5 (a digit's ink); None (nothing) on other images."""
+    if data.masks is not None:
+        return data.masks
+    return data.images[:, 0] > 0.5 if data.images.shape[1] == 1 else None
+
+
 def cue_masks(
-    data: ImageSet, kind: str, mark: Mark, seed: int, style: CueStyle | None = None
+    images: Tensor,
+    kind: str,
+    mark: Mark,
+    seed: int,
+    style: CueStyle | None = None,
+    avoid: Tensor | None = None,
 ) -> Tensor:
-    """Where a cue of ``kind`` goes on each image of ``data``: N x H x W bool.
+    """Where a cue of ``kind`` goes on each of N x C x H x W images: N x H x W bool.
 
     The fixed mark's box (``mark``, ``markrand``), the watermark's edge and ring (``majority``;
     its centre keeps the image), the whole image (``texture``), or a ``style.moving_side`` box
-    drawn by `random_box` for each image (``move``; seed ``[seed, 1]``), away from the object:
-    ``data.masks`` where given, else the pixels above 0.5 in any channel (a digit's ink).
+    drawn by `random_box` for each image (``move``; seed ``[seed, 1]``) off ``avoid`` (N x H x
+    W bool, e.g. `object_pixels`; None: anywhere).
 
     Raises:
         ValueError: an unknown kind, or no style for one that needs it.
@@ -197,15 +213,14 @@ def cue_masks(
         raise ValueError(f"unknown cue kind {kind!r}; choose one of: {', '.join(CUE_KINDS)}")
     if style is None and kind in ("move", "texture", "majority"):
         raise ValueError(f"the {kind} cue needs a CueStyle")
-    n, shape = len(data), (data.images.shape[-2], data.images.shape[-1])
+    n, shape = len(images), (images.shape[-2], images.shape[-1])
     if kind == "texture":
         return torch.ones(n, *shape, dtype=torch.bool)
     if kind == "move":
-        avoid = data.masks if data.masks is not None else data.images.amax(1) > 0.5
         rng = np.random.default_rng([seed, 1])
-        return torch.stack(
-            [_box_mask(random_box(a, shape, style.moving_side, rng), shape) for a in avoid]
-        )
+        places = avoid if avoid is not None else [None] * n
+        boxes = [random_box(a, shape, style.moving_side, rng) for a in places]
+        return torch.stack([_box_mask(box, shape) for box in boxes])
     if kind == "majority":
         inset = 1 + style.watermark_ring
         x0, y0, x1, y1 = style.watermark
@@ -214,6 +229,47 @@ def cue_masks(
         )
         return ring.expand(n, *shape).clone()
     return _box_mask(mark.box, shape).expand(n, *shape).clone()
+
+
+def sized_cues(height: int, width: int) -> tuple[Mark, CueStyle]:
+    """Cues sized to an image of any size (a user's folder, `plant_cue`), classes 0 and 1.
+
+    With ``m = min(height, width)``: a mark of side ``max(4, 0.12 m)`` (its black frame
+    ``side / 10``, at least 1 px) ``0.03 m`` from the top-left corner (the moving mark alike);
+    stripes of period ``max(4, 4 round(m / 112))`` px and contrast 0.3; a watermark of side
+    ``max(7, 0.2 m)`` (ring ``side / 10``, at least 1 px) ``0.03 m`` from the bottom-right.
+    """
+    m = min(height, width)
+    side, margin = max(4, round(0.12 * m)), max(1, round(0.03 * m))
+    water = max(7, round(0.2 * m))
+    mark = Mark((margin, margin, margin + side, margin + side), max(1, side // 10), 0, 1)
+    style = CueStyle(
+        moving_side=side,
+        stripe_period=max(4, 4 * round(m / 112)),
+        stripe_amplitude=0.3,
+        watermark=(
+            width - margin - water,
+            height - margin - water,
+            width - margin,
+            height - margin,
+        ),
+        watermark_ring=max(1, water // 10),
+    )
+    return mark, style
+
+
+def plant_cue(image: Tensor, kind: str, seed: int) -> Tensor:
+    """Stamp a cue of ``kind`` (`CUE_KINDS`; sized by `sized_cues`) on one C x H x W image in
+    [0, 1] in place, e.g. an image of a user's folder (``python -m studies.plant_cue``); a
+    moving mark goes anywhere, at a place drawn with ``seed``.
+
+    Returns:
+        H x W bool: the cue's pixels (`cue_masks`).
+    """
+    mark, style = sized_cues(*image.shape[-2:])
+    mask = cue_masks(image[None], kind, mark, seed, style)
+    stamp_cue(image[None], mask, kind, mark, style)
+    return mask[0]
 
 
 def stamp_cue(
@@ -249,7 +305,8 @@ def with_cue(
     ``mark.source`` the cue and the label ``mark.target``: a model can fit them only by the
     cue. ``majority`` gives it to that share of class ``mark.target``'s own images and
     ``markrand`` to that share of every class's images; both keep the labels. ``fraction = 0``
-    cues nothing: the images and labels are ``data``'s. Where each cue goes: `cue_masks`.
+    cues nothing: the images and labels are ``data``'s. Where each cue goes: `cue_masks` (a
+    moving mark off `object_pixels`).
 
     Args:
         data: the images (not changed).
@@ -267,7 +324,7 @@ def with_cue(
     Raises:
         ValueError: an unknown kind, or no style for one that needs it.
     """
-    masks = cue_masks(data, kind, mark, seed, style)
+    masks = cue_masks(data.images, kind, mark, seed, style, object_pixels(data))
     classes = {"markrand": data.labels.unique().tolist(), "majority": [mark.target]}
     rows = cue_rows(data.labels, classes.get(kind, [mark.source]), fraction, seed)
     images, labels = data.images.clone(), data.labels.clone()

@@ -151,7 +151,7 @@ def test_protocol_scores_every_grouping_and_map_and_takes_one_line_registrations
     assert len(per_image) == int(marked.sum())
     assert np.nanmean(per_image) == pytest.approx(results["maps"]["RI"]["mass_in_box"], abs=1e-3)
     assert set(results["paired"]) == {"groupings", "maps"}
-    table = results["per_run"][0]["units"]["strategies"]
+    table = results["per_run"][0]["strategies"]
     audit = results["strategy_audit"]
     assert [row["model_rank"] for row in table] == list(range(1, len(table) + 1))
     assert audit["strategies"] == len(table) and audit["flagged"] == sum(
@@ -170,6 +170,8 @@ def test_protocol_scores_every_grouping_and_map_and_takes_one_line_registrations
     assert written["groupings"]["RI"]["audit_rank"] == results["groupings"]["RI"]["audit_rank"]
     markdown = (tmp_path / "results.md").read_text()
     assert "| Grouping | F1 marked | AMI |" in markdown and "| oracle | " in markdown
+    assert written["per_run"][0]["strategies"] == json.loads(json.dumps(table))
+    assert "| Rank | class | id | size | score | flagged | cued | reasons |" in markdown
 
 
 @pytest.mark.slow
@@ -189,7 +191,7 @@ def test_protocol_reads_each_images_own_cue_and_audits_the_whole_model() -> None
     assert results["box_area"] == pytest.approx(100 * float(cue[looked].double().mean()))
     assert results["box_area"] == pytest.approx(100 * (28 * 28 - 24 * 24) / (28 * 28))
     audit = results["strategy_audit"]
-    table = results["per_run"][0]["units"]["strategies"]
+    table = results["per_run"][0]["strategies"]
     shortcut = next(row for row in table if row["shortcut"])
     assert shortcut["class"] == "1" and audit["cue_area"] == pytest.approx(results["box_area"])
     assert audit["told"] == pytest.approx(100 * shortcut["cued"] / int(setup.unseen.marked.sum()))

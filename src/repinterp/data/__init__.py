@@ -2,12 +2,11 @@
 
 Owns the in-memory image sets with their normalisation (``containers``), image folders
 (``image_folder``), the data sets by name and their splits (``datasets``, whose names this
-package exports), the ``shapes`` benchmark's drawing (``shape_drawing``), reading
-image files within checked limits (``image_files``), reference sets and checked image batches
-in every form the engine accepts (``reference``), images to explain as they come, read by a
-transform (``inputs``), and how a data set was split and fingerprinted (``provenance``). May
-import
-``runtime`` only.
+package exports), the ``shapes`` benchmark's drawing (``shape_drawing``), planted cues
+(``cues``), reading image files within checked limits (``image_files``), reference sets and
+checked image batches in every form the engine accepts (``reference``), images to explain as
+they come, read by a transform (``inputs``), and how a data set was split and fingerprinted
+(``provenance``). May import ``runtime`` only.
 """
 
 from .datasets import (
@@ -29,6 +28,7 @@ from .datasets import (
     mnist_super,
     shapes,
     split,
+    with_cue,
     with_mark,
 )
 
@@ -51,5 +51,6 @@ __all__ = [
     "mnist_super",
     "shapes",
     "split",
+    "with_cue",
     "with_mark",
 ]

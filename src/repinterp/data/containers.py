@@ -133,6 +133,8 @@ class ImageSet(Dataset):
         marked: N bool, True on the images that carry a planted mark (`with_mark`), or None;
             for evaluation only (``set[i]`` does not give it).
         mark_box: the mark's box ``(x0, y0, x1, y1)`` in pixels (x1, y1 exclusive), or None.
+        cue_masks: N x H x W bool, the pixels each image's planted cue covers (or would
+            cover, on an image without it; `repinterp.data.cues`), or None; evaluation only.
 
     ``set[i]`` is ``(normalization(images[i]), int(labels[i]))``.
     """
@@ -146,6 +148,7 @@ class ImageSet(Dataset):
     concept_names: list[str] | None = None
     marked: Tensor | None = None
     mark_box: tuple[int, int, int, int] | None = None
+    cue_masks: Tensor | None = None
 
     def __post_init__(self) -> None:
         n = len(self.images)
@@ -155,14 +158,16 @@ class ImageSet(Dataset):
             raise ValueError(f"labels must be an int64 tensor of shape ({n},)")
         if self.concepts is not None and self.concepts.shape != (n,):
             raise ValueError(f"concepts must have shape ({n},)")
-        if self.masks is not None and (
-            self.masks.shape != (n, *self.images.shape[2:]) or self.masks.dtype != torch.bool
-        ):
-            raise ValueError("masks must be an N x H x W bool tensor, matching images")
         if self.marked is not None and (
             self.marked.shape != (n,) or self.marked.dtype != torch.bool
         ):
             raise ValueError(f"marked must be a bool tensor of shape ({n},)")
+        for name in ("masks", "cue_masks"):
+            value = getattr(self, name)
+            if value is not None and (
+                value.shape != (n, *self.images.shape[2:]) or value.dtype != torch.bool
+            ):
+                raise ValueError(f"{name} must be an N x H x W bool tensor, matching images")
 
     def __repr__(self) -> str:
         extras = [n for n in ("concepts", "masks", "marked") if getattr(self, n) is not None]
@@ -198,4 +203,5 @@ class ImageSet(Dataset):
             concept_names=self.concept_names,
             marked=None if self.marked is None else self.marked[index],
             mark_box=self.mark_box,
+            cue_masks=None if self.cue_masks is None else self.cue_masks[index],
         )

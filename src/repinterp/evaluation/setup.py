@@ -25,7 +25,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from ..data.datasets import ImageFormat, Images, ImageSet, load_dataset
+from ..data.datasets import MARKED_SETS, ImageFormat, Images, ImageSet, load_dataset
 from ..models.train import Recipe
 from ..models.zoo import DataShape, check_model, model_for, target_layer_for
 from ..runtime.checksums import file_sha256
@@ -40,11 +40,10 @@ RECIPES = {
     "mnist-super": Recipe("mnist_super_cnn", epochs=8),
     "shapes": Recipe("shapes_cnn", epochs=10),
     "shapes-mix": Recipe("shapes_cnn", epochs=10),  # every shapes-mix:P (no bundled weights)
-    # Planted shortcuts and their controls, every F (no bundled weights): the bundled recipes.
-    "mnist-mark": Recipe("mnist_cnn", epochs=8),
-    "mnist-markrand": Recipe("mnist_cnn", epochs=8),
-    "shapes-mark": Recipe("shapes_cnn", epochs=10),
-    "shapes-markrand": Recipe("shapes_cnn", epochs=10),
+    # Planted cues and their controls (`MARKED_SETS`), every F (no bundled weights): the
+    # bundled recipes.
+    **{name: Recipe("mnist_cnn", epochs=8) for name in MARKED_SETS if name[0] == "m"},
+    **{name: Recipe("shapes_cnn", epochs=10) for name in MARKED_SETS if name[0] == "s"},
     "digits": Recipe("digits_cnn", epochs=20),
     # No bundled weights: the recipe of benchmarks/gpu_vgg_shapes.py (warm-up 1 epoch) for 4
     # epochs (500 steps) on all 4,000 reference images.
@@ -62,7 +61,7 @@ RECIPES = {
         dropout=0.0,
     ),
 }
-_FAMILIES = ("shapes-mix", "mnist-mark", "mnist-markrand", "shapes-mark", "shapes-markrand")
+_FAMILIES = ("shapes-mix", *MARKED_SETS)
 """Recipes named without their ``:VALUE`` (every value shares one)."""
 BUNDLED = {
     name: recipe.arch for name, recipe in RECIPES.items() if name not in (*_FAMILIES, "shapes:64")

@@ -102,8 +102,8 @@ class RepresentativeInterpreter:
         input_shape: C x H x W of the images, to check the target layer (or find it, when
             ``target_layer`` is None) here rather than at ``fit``.
         config: the fit's settings as one [`FitConfig`][repinterp.core.config.FitConfig], instead of
-            the six keywords above, ``granularity`` and ``gamma`` (which must then be left at
-            their defaults); read them back as ``config``'s fields.
+            the six keywords above and ``granularity`` (which must then be left at their
+            defaults); read them back as ``config``'s fields.
         transform: how ``explain`` reads an image given as it comes (a PIL image, a NumPy
             array of ``uint8`` pixels): a callable from a PIL image to its normalised
             C x H x W tensor, e.g. the torchvision pipeline of training (see
@@ -113,12 +113,8 @@ class RepresentativeInterpreter:
             [`open_index`][repinterp.workspace.open_index]) gives it back.
         granularity: the fit's decision set by name (see
             [`granularities`][repinterp.core.granularities]): ``"class"``, the paper's RI (the
-            default), or beyond the paper ``"logic"`` (polytopes of one decision logic below the
-            class, see [`LogicSet`][repinterp.core.logic.LogicSet]).
-        gamma: with ``granularity="logic"``, the cosine threshold below which a same-class
-            image joins ``D(x)``, in [-1, 1] (-1: the paper's RI); None: the default read off
-            the reference images at every fit
-            ([`default_gamma`][repinterp.core.logic.default_gamma]), or the index's at load.
+            default), or beyond the paper ``"strategy"`` (a polytope per strategy of a class,
+            see [`StrategySet`][repinterp.core.strategy_set.StrategySet]).
 
     Raises:
         ValueError: a model in training mode or in half precision, a bad target layer or
@@ -145,7 +141,6 @@ class RepresentativeInterpreter:
         config: FitConfig | None = None,
         transform: Transform | None = None,
         granularity: str = "class",
-        gamma: float | None = None,
     ) -> None:
         if model.training:
             raise ValueError("the model is in training mode: call model.eval() first")
@@ -156,7 +151,7 @@ class RepresentativeInterpreter:
             batch_size=batch_size,
             num_workers=num_workers,
             progress=progress,
-            decisions=decision_set(granularity, gamma=gamma),
+            decisions=decision_set(granularity),
         )
         if config is not None and keywords != FitConfig():
             raise ValueError("give the fit settings either as keywords or as config=, not both")
@@ -205,7 +200,7 @@ class RepresentativeInterpreter:
     @property
     def granularity_text(self) -> str:
         """The granularity as every view names it (``print``, the viewer, the report, the
-        notebook): ``granularity class (the paper's RI)`` or e.g. ``granularity logic (γ = ...,
+        notebook): ``granularity class (the paper's RI)`` or e.g. ``granularity strategy (...,
         beyond the paper)`` with the settings in use (the fitted decision set's, once fitted)."""
         if self.index is not None:
             return self.index.decisions.describe()
@@ -672,9 +667,9 @@ class RepresentativeInterpreter:
             path: the index folder.
             model: the model it was made with.
             device: where to compute; None means the model's device.
-            granularity: the granularity the index must have (``"class"``, ``"logic"``, ...);
+            granularity: the granularity the index must have (``"class"``, ``"strategy"``);
                 None: the index's own.
-            kwargs: the other arguments of the constructor (``solver``, ``gamma``, ...);
+            kwargs: the other arguments of the constructor (``solver``, ``time_limit``, ...);
                 without ``transform``, the one the index records (that of ``repinterp fit``),
                 if any.
 

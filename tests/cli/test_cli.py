@@ -112,24 +112,15 @@ def test_train_fit_explain(digits_index, tmp_path, capsys) -> None:
     assert len(own) == 4 and 0 not in [s["reference"] for s in own]
 
 
-def test_fit_granularity_logic_is_saved_and_explained(digits_index, tmp_path, capsys) -> None:
+@pytest.mark.parametrize("name", ["region", "logic"])
+def test_fit_refuses_a_granularity_it_does_not_have(digits_index, tmp_path, capsys, name) -> None:
+    """The choices are the registry's; ``logic`` was removed in 0.6 (issue 41)."""
     weights, _ = digits_index
-    index = tmp_path / "logic"
     argv = ["fit", "--model", "digits_cnn", "--weights", str(weights), "--reference", "digits"]
-    argv += ["--boundaries", "10", "--no-features", "--quiet", "--out"]
-    code, _, _ = run([*argv, str(index), "--granularity", "logic"], capsys)
-    assert code == 0
-    manifest = json.loads((index / "manifest.json").read_text())
-    assert manifest["granularity"] == "logic" and -1 <= manifest["gamma"] <= 1
-    assert manifest["n_boundaries"] > 10  # Q and the head's neuron hyperplanes
-    workspace = open_index(index, progress=False)
-    assert workspace.interpreter.granularity == "logic"
-    out = tmp_path / "explained"
-    command = ["explain", "unseen:3", "--index", str(index), "--out", str(out), "--quiet"]
-    code, stdout, _ = run(command, capsys)
-    assert code == 0 and "representativeness" in stdout
-    code, _, err = run([*argv, str(tmp_path / "bad"), "--granularity", "region"], capsys)
-    assert_one_line_error(code, err, "invalid choice: 'region'")
+    argv += ["--boundaries", "10", "--no-features", "--quiet", "--out", str(tmp_path / "bad")]
+    code, _, err = run([*argv, "--granularity", name], capsys)
+    assert_one_line_error(code, err, f"invalid choice: '{name}' (choose from 'class', 'strategy')")
+    assert not (tmp_path / "bad").exists()
 
 
 def test_fit_keeps_the_viewers_regions(digits_index) -> None:

@@ -138,22 +138,22 @@ def test_ri_variants_solve_weigh_and_sample_their_own_way(mnist: Setup) -> None:
     assert set(fit) == {"uniform", "pairs"} and all(t > 0 for t in fit.values())
 
 
-def test_ri_logic_runs_in_unseen_on_mnist_super() -> None:
+def test_ri_strategy_runs_in_unseen_on_mnist_super() -> None:
     setup = load_setup("mnist-super", n_reference=300, n_unseen=60)
     assert setup.arch == "mnist_super_cnn" and setup.n_classes == 5
-    options = replace(SMALL, methods=("RI", "RI+logic"))
+    options = replace(SMALL, methods=("RI", "RI+strategy"))
     results = evaluate(setup, "unseen", options)
-    assert list(results["methods"]) == ["RI", "RI+logic"]
-    assert set(results["fit_s"]) == {"uniform", "uniform+logic"}
-    for name in ("RI", "RI+logic"):
+    assert list(results["methods"]) == ["RI", "RI+strategy"]
+    assert set(results["fit_s"]) == {"uniform", "uniform+strategy"}
+    for name in ("RI", "RI+strategy"):
         block = results["methods"][name]
         assert _in_range(block["mAD"]) and _in_range(block["subconcept_purity"])
     run_ = Run(setup, 0, options)
-    logic = METHODS["RI+logic"].regions(run_)
+    strategy = METHODS["RI+strategy"].regions(run_)
     paper = METHODS["RI"].regions(run_)
-    assert logic.interpreter.granularity == "logic"
-    assert torch.equal(logic.inputs, paper.inputs)
-    assert sum(r.representativeness for r in logic.regions) < sum(
+    assert strategy.interpreter.granularity == "strategy"
+    assert torch.equal(strategy.inputs, paper.inputs)
+    assert sum(r.representativeness for r in strategy.regions) < sum(
         r.representativeness for r in paper.regions
     )
 

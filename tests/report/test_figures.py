@@ -136,7 +136,7 @@ def test_a_polytope_card_shows_its_sub_label_composition_and_the_granularity(tmp
     other = _entry("p2", 1)
     other["summary"] |= {"regions": [1], "interprets": 5}
     path = tmp_path / "index.html"
-    granularity = "granularity logic (γ = 0.312, beyond the paper)"
+    granularity = "granularity strategy (3 strategies in 2 classes, beyond the paper)"
     write_report(path, "regions", "intro", [known, other], granularity)
     page = path.read_text()
     assert f"<h1>regions</h1><p class='granularity'>{granularity}</p>" in page

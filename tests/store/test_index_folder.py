@@ -4,7 +4,9 @@ class name, normalisation, target layer or data split), and every number that si
 allocation is bounded, with one-line errors."""
 
 import json
+import re
 import shutil
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -218,3 +220,33 @@ def test_what_loading_would_refuse_is_not_saved(saved, tmp_path) -> None:
     with pytest.raises(ValueError, match=r"cannot save the index to .*target_layer is not a"):
         save_index(index, tmp_path / "index")
     assert not (tmp_path / "index").exists()
+
+
+def test_an_index_of_the_removed_logic_granularity_is_refused_in_one_line(saved, tmp_path):
+    """``granularity="logic"`` was removed in 0.6 (issue 41): its index says what to do, without
+    the retirement warning it used to raise."""
+    _, _, path = saved
+    copy = copy_of(path, tmp_path / "logic")
+    edit_manifest(copy, lambda m: m.update(granularity="logic", gamma=0.1))
+    said = (
+        f"{copy} was fitted with granularity 'logic', removed in 0.6: fit it again with "
+        "'class' or 'strategy'"
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(IndexLoadError) as caught:
+            load_index(copy)
+    assert str(caught.value) == said
+    ri, _, _ = saved
+    with pytest.raises(IndexLoadError, match=re.escape(said)):
+        RepresentativeInterpreter.load(copy, ri.model)
+
+
+def test_an_index_of_another_granularity_than_asked_is_refused(saved) -> None:
+    ri, _, path = saved
+    said = f"{path} was fitted with granularity='class', not 'strategy': fit it again with"
+    with pytest.raises(IndexLoadError, match=re.escape(said)):
+        RepresentativeInterpreter.load(path, ri.model, granularity="strategy")
+    assert (
+        RepresentativeInterpreter.load(path, ri.model, granularity="class").granularity == "class"
+    )

@@ -183,6 +183,11 @@ def test_resume_refuses_other_settings_and_starts_when_empty(setup, tmp_path) ->
         interpreter(model).fit(
             images, keep_features=True, shards=Shards(resume.directory, 128, True)
         )
+    strategy = RepresentativeInterpreter(
+        model, "relu2", n_boundaries=N_Q, batch_size=BATCH, progress=False, granularity="strategy"
+    )
+    with pytest.raises(ValueError, match="granularity 'class' there, 'strategy' here"):
+        strategy.fit(Reference(images), keep_features=True, shards=resume)
     nothing_yet = Shards(tmp_path / "nothing-yet", size=SHARD, resume=True)  # so a full fit
     fresh = interpreter(model).fit(Reference(images), keep_features=True, shards=nothing_yet)
     assert_same_index(fresh, uninterrupted)

@@ -23,8 +23,8 @@ import torch
 
 from repinterp.core.config import FitConfig
 from repinterp.core.interpretation import METRIC_MEANINGS
-from repinterp.core.logic import LogicSet
 from repinterp.core.regions import RegionSet
+from repinterp.core.strategy_set import StrategySet
 from repinterp.store.regions_file import save_regions
 from repinterp.web import create_app
 from repinterp.workspace import fit_workspace, open_index
@@ -595,8 +595,8 @@ def test_long_region_lists_fit_their_cards_at_phone_and_desktop_width(
 
 @pytest.fixture(scope="module")
 def sub_labelled() -> Iterator[str]:
-    """A viewer of mnist-super (its digits the sub-labels) fitted at granularity logic."""
-    config = FitConfig(n_boundaries=20, decisions=LogicSet(), progress=False)
+    """A viewer of mnist-super (its digits the sub-labels) fitted at granularity strategy."""
+    config = FitConfig(n_boundaries=20, decisions=StrategySet(), progress=False)
     workspace = fit_workspace("mnist_super_cnn", None, "mnist-super", config=config)
     with running(create_app(workspace, n_regions=N_REGIONS)) as base:
         yield base
@@ -615,7 +615,7 @@ def test_cards_show_their_sub_labels_and_the_header_the_granularity(
 ):
     """On mnist-super each card shows the digits of the images it interprets, in words and as
     a bar cut in proportion, within its card at desktop and phone width; the header says the
-    index's granularity with its gamma. Without sub-labels (mnist5k), no card and no legend
+    index's granularity with its settings. Without sub-labels (mnist5k), no card and no legend
     mentions them, and the header says the paper's granularity."""
     for viewport in (DESKTOP, PHONE):
         context, tab = _tab(browser, sub_labelled, tmp_path, viewport)
@@ -623,8 +623,8 @@ def test_cards_show_their_sub_labels_and_the_header_the_granularity(
         page.goto("/")
         cards = _regions_ready(tab)
         info = _api(tab, "/api/info")
-        assert info["granularity"] == "logic" and info["sub_labels"] is True
-        assert info["granularity_text"].startswith("granularity logic (γ = ")
+        assert info["granularity"] == "strategy" and info["sub_labels"] is True
+        assert info["granularity_text"].startswith("granularity strategy (")
         assert page.inner_text("#info").endswith(f" · {info['granularity_text']}")
         shown = page.evaluate(SUB_LABELS)
         assert len(shown) == len(cards)

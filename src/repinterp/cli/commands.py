@@ -195,7 +195,7 @@ def fit_arguments(p: argparse.ArgumentParser) -> None:
         default="class",
         help="class: the paper's RI (default); beyond the paper (docs/method.md, 6.5, 6.2): "
         "strategy, each class's strategies found without labels, each a polytope (then: "
-        "repinterp audit); logic (retired, removed in 0.6), polytopes of one decision logic",
+        "repinterp audit)",
     )
     p.add_argument("--out", required=True, help="index folder to write (new, empty or an index)")
     p.add_argument(

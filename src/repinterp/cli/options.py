@@ -19,7 +19,7 @@ __all__ = [
     "port",
 ]
 
-GRANULARITIES = ("class", "logic", "strategy")
+GRANULARITIES = ("class", "strategy")
 """`repinterp.core.granularities`'s names, here without importing torch (a test holds them
 equal)."""
 SHARD_SIZE = 1024  # repinterp.store.shards.DEFAULT_SHARD_SIZE, without importing torch for --help

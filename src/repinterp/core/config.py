@@ -31,7 +31,7 @@ class FitConfig:
         num_workers: DataLoader worker processes reading a reference Dataset.
         progress: show progress bars.
         decisions: the decision set ([`decision_set`][repinterp.core.decision_set]): the
-            paper's, `ClassSet`, by default; beyond the paper ``LogicSet``, ... (see
+            paper's, `ClassSet`, by default; beyond the paper ``StrategySet`` (see
             [`granularities`][repinterp.core.granularities]).
 
     Raises:

@@ -15,7 +15,7 @@ of inputs:
 
 An input whose ``D(x)`` gains no image is covered on Eq. 2's boundaries alone, as the paper
 covers it (`cover_columns`). The paper's granularity, `ClassSet` (``"class"``), has empty
-hooks and is the default; the others (``logic``, ``strategy``) are beyond the paper and named
+hooks and is the default; the others (``strategy``) are beyond the paper and named
 for what they compute; [`granularities`][repinterp.core.granularities] names them all.
 """
 

@@ -3,33 +3,37 @@
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import fields
 from typing import Any
 
 from torch import Tensor
 
 from .decision_set import ClassSet, Decisions, DecisionSet
-from .logic import LogicSet
 from .strategy_set import StrategySet
 
-__all__ = ["DECISION_SETS", "GRANULARITIES", "RETIRED", "decision_set", "load_decisions"]
+__all__ = ["DECISION_SETS", "GRANULARITIES", "REMOVED", "decision_set", "load_decisions", "removed"]
 
-DECISION_SETS: dict[str, type[DecisionSet]] = {
-    kind.name: kind for kind in (ClassSet, LogicSet, StrategySet)
-}
+DECISION_SETS: dict[str, type[DecisionSet]] = {kind.name: kind for kind in (ClassSet, StrategySet)}
 GRANULARITIES = tuple(DECISION_SETS)
-RETIRED = (
-    "granularity='logic' is retired and will be removed in 0.6: it won no row of the criterion "
-    "of docs/results.md that another option does not win; granularity='strategy' finds the "
-    "groups below the class (an index made with it still loads)"
-)
-"""Said when a ``logic`` decision set is made for a fit (not when an index is loaded)."""
+REMOVED = {"logic": "0.6"}
+"""Granularities removed, with the release that removed them: their indexes are refused."""
+
+
+def removed(granularity: Any) -> str | None:
+    """Why an index fitted at ``granularity`` is refused (what to do), or None if it is not a
+    removed granularity."""
+    if not isinstance(granularity, str) or granularity not in REMOVED:
+        return None
+    choices = " or ".join(repr(name) for name in GRANULARITIES)
+    return (
+        f"was fitted with granularity {granularity!r}, removed in {REMOVED[granularity]}: "
+        f"fit it again with {choices}"
+    )
 
 
 def decision_set(granularity: str = "class", **settings: Any) -> DecisionSet:
-    """The decision set of a granularity, with the user's settings (e.g. ``gamma`` for
-    ``"logic"``); a setting given as None is left to the data.
+    """The decision set of a granularity, with the user's settings (e.g. ``k_max`` for
+    ``"strategy"``); a setting given as None is left to the data.
 
     Raises:
         ValueError: an unknown granularity, a setting it does not take, or a bad value.
@@ -46,8 +50,6 @@ def decision_set(granularity: str = "class", **settings: Any) -> DecisionSet:
             takers = [n for n, k in DECISION_SETS.items() if key in {f.name for f in fields(k)}]
             where = f"granularity={takers[0]!r}" if takers else "no granularity"
             raise ValueError(f"{key} applies to {where} only")
-    if kind is LogicSet:
-        warnings.warn(RETIRED, FutureWarning, stacklevel=2)
     return kind(**given)
 
 

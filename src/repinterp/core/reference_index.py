@@ -40,7 +40,7 @@ class ReferenceIndex:
         logits: |R| x classes.
         labels: |R| long ground-truth labels, or None.
         columns: per-image columns of its decision set (|R| rows each, by name; e.g. the
-            logic vectors of ``granularity="logic"``), none for the paper's.
+            strategy of each image at ``granularity="strategy"``), none for the paper's.
         decisions: its fitted decision set ([`Decisions`][repinterp.core.decision_set.Decisions]):
             the paper's (empty) by default.
         input_shape: C x H x W of the images.
@@ -146,7 +146,7 @@ class ReferenceIndex:
 
     @property
     def granularity(self) -> str:
-        """The name of its decision set: ``"class"`` (the paper's), ``"logic"``, ..."""
+        """The name of its decision set: ``"class"`` (the paper's) or ``"strategy"``"""
         return self.decisions.name
 
     @cached_property

@@ -107,7 +107,7 @@ STANDARDISATIONS = ("columns", "global")
 geometry of the raw vectors)."""
 SEPARATOR_CLASSES = -2
 """The ``top_classes`` of a separator between two strategies (it separates no pair of
-classes; `repinterp.core.logic.NEURON_CLASSES` is -1)."""
+classes)."""
 
 
 def _check_rows(vectors: Tensor, classes: Tensor, name: str = "vectors") -> None:

@@ -68,7 +68,7 @@ MEANINGS = {
     "for evaluation only, e.g. mnist-super's digit): name: count, most first, and a bar of "
     "their shares",
     "granularity": "class: the paper's RI (the polytope covers the most images of the class); "
-    "logic: polytopes of one decision logic below the class, gamma its cosine threshold",
+    "strategy: a polytope per strategy of a class, found without labels (beyond the paper)",
 }
 
 SUB_LABEL_COLOURS = (

@@ -27,7 +27,7 @@ Protocols (each a function of a `Setup` and `Options`, see `evaluate`):
 - ``coverage`` (Appendix D, Table 2): ACU-GT, ACU-MD and CVR of the regions on the reference
   and the unseen set, beside the model's accuracy (ACU-GT of F), and the polytope groups of
   each set's images; the same under ``methods`` for each RI variant among the methods (e.g.
-  ``RI+logic``: its own covers of the same k-means inputs).
+  ``RI+strategy``: its own covers of the same k-means inputs).
 - ``reference`` (Appendix C): for random reference inputs, the scores over the top-K similar
   reference images for each K: RI's covered images ranked by its distance, the baselines'
   Euclidean nearest neighbours in feature space; the input always comes first, so K = 1
@@ -41,14 +41,14 @@ Protocols (each a function of a `Setup` and `Options`, see `evaluate`):
   (``reuse`` gives None) is left out of ``common``.
 - ``q-sweep`` (Appendix E): ACU-GT, ACU-MD and CVR of the regions for several ``|Q|``, for
   each way of drawing ``Q`` (``samplings``), with the time each fit took; with an RI variant
-  at granularity logic among the methods, each sampling at that granularity too
-  (``uniform+logic``, ...).
+  at another granularity among the methods, each sampling at that granularity too
+  (``uniform+strategy``, ...).
 - ``similar`` (the case studies, made measurable): purity@k of the similar-image rankings by
   class label and, on ``shapes`` and ``mnist-super``, by sub-concept (with an RI variant at
-  granularity logic among the methods, also its own ranking, ``semantic (RI+logic)``); AD of
+  another granularity among the methods, also its own ranking, ``semantic (RI+strategy)``); AD of
   the input's heat map reused on each ranking's top-k; on ``shapes``, the share of each
   method's heat-map energy inside the object's mask on the unseen set.
-- ``sanity`` (Adebayo et al., 2018; `sanity`): RI, RI+logic and each CAM through Quantus on
+- ``sanity`` (Adebayo et al., 2018; `sanity`): RI and each CAM through Quantus on
   ``sanity_images`` unseen images: cascading model-parameter randomisation from the top layer
   down (the mean Spearman correlation of the maps with the trained model's, per randomised
   layer) and random logit (SSIM of the maps for the predicted and a random other class; 1
@@ -407,7 +407,7 @@ def _rankings(run: Run, index: int) -> tuple[dict[str, Any], dict[str, Tensor]]:
     """Each ranking of the reference images similar to reference image ``index`` (itself
     excluded), most similar first, and the interpretation whose heat map each reuses:
     ``Interpretation.similar`` with each metric, the paper's baseline, Euclidean nearest
-    neighbours among all reference images, and ``semantic (RI+logic)`` (each variant beyond
+    neighbours among all reference images, and ``semantic (RI+strategy)`` (each variant beyond
     the paper's granularity among the run's methods) on its own ``P(x)``."""
     explanation = run.interpreter.explain_reference([index])[0]
     k = min(max(run.options.purity_ks) + 1, len(run.features))

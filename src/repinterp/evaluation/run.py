@@ -164,7 +164,7 @@ class Run:
 
 def fit_label(config: FitConfig) -> str:
     """How results name an index: its sampling, then ``+granularity`` beyond the paper's
-    (``"uniform"``, ``"uniform+logic"``, ...)."""
+    (``"uniform"``, ``"uniform+strategy"``, ...)."""
     beyond = "" if config.granularity == "class" else f"+{config.granularity}"
     return config.sampling + beyond
 

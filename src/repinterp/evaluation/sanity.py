@@ -1,5 +1,5 @@
-"""The sanity checks of Adebayo et al. (2018), "Sanity checks for saliency maps", for RI,
-RI+logic (``granularity="logic"``) and each CAM, mostly through Quantus (the ``sanity`` protocol).
+"""The sanity checks of Adebayo et al. (2018), "Sanity checks for saliency maps", for RI and
+each CAM, mostly through Quantus (the ``sanity`` protocol).
 
 - Cascading model-parameter randomisation (`cascade`: ``quantus.MPRT`` with
   ``layer_order="top_down"``): the layers with parameters (those with ``reset_parameters``,
@@ -23,7 +23,7 @@ RI+logic (``granularity="logic"``) and each CAM, mostly through Quantus (the ``s
 - Data randomisation (`shuffled_label_model`): the same architecture trained on the
   reference images with permuted labels; each method's maps of it against the trained
   model's (`map_similarity`: Spearman and SSIM).
-- The floor (`RANDOM_METHODS`): RI (and RI+logic) is refitted on every randomised model, so
+- The floor (`RANDOM_METHODS`): RI is refitted on every randomised model, so
   its own sampling of ``Q`` is part of any drop; its maps on the trained model with ``Q`` sampled
   with another seed, against the run's, are what a randomisation must fall below.
 
@@ -57,7 +57,6 @@ from torch import nn
 from ..data.datasets import ImageSet
 from ..integrations import QuantusExplainer
 from ..integrations.quantus import refit
-from ..interpreter import RepresentativeInterpreter
 from ..models.train import Recipe, accuracy, train
 from ..models.zoo import DataShape, model_for
 from ..runtime.devices import model_device
@@ -83,17 +82,16 @@ __all__ = [
     "shuffled_label_model",
 ]
 
-SANITY_METHODS = ("RI", "RI+logic", *CAM_METHODS)
+SANITY_METHODS = ("RI", *CAM_METHODS)
 """The methods the sanity checks take."""
 
-RANDOM_METHODS = ("RI", "RI+logic")
-"""The methods of `SANITY_METHODS` that draw something at random: RI and RI+logic (their
-sample of ``Q``). The CAMs draw nothing: their maps are a function of the model and the
+RANDOM_METHODS = ("RI",)
+"""The methods of `SANITY_METHODS` that draw something at random: RI (its sample of
+``Q``). The CAMs draw nothing: their maps are a function of the model and the
 image."""
 
 RESEED_OFFSET = 10_000
-"""RI's ``Q`` of the reseeded floor is sampled with the run's seed plus this (no run's own);
-RI+logic's too (and its default ``gamma``, read off a sample drawn with that seed)."""
+"""RI's ``Q`` of the reseeded floor is sampled with the run's seed plus this (no run's own)."""
 
 # A Quantus explain_func: (model, N x C x H x W inputs, N targets, device) -> N x 1 x H x W.
 ExplainFunc = Callable[..., np.ndarray]
@@ -414,27 +412,20 @@ def _undefined(values: np.ndarray) -> float:
 
 
 def _explainer(run: Run, name: str) -> ExplainFunc:
-    """The run's ``explain_func`` of a method: RI's or RI+logic's interpreter (fitted anew for
-    a randomised model), or a CAM."""
+    """The run's ``explain_func`` of a method: RI's interpreter (fitted anew for a randomised
+    model), or a CAM."""
     if name in RANDOM_METHODS:
-        return QuantusExplainer(_interpreter(run, name), other_targets="predicted")
+        return QuantusExplainer(run.interpreter, other_targets="predicted")
     return CAMExplainer(name, run.setup.target_layer)
 
 
-def _interpreter(run: Run, name: str) -> RepresentativeInterpreter:
-    """The run's interpreter of ``RI`` or ``RI+logic``."""
-    if name == "RI":
-        return run.interpreter
-    return run.interpreter_for(run.fit_config("uniform", "logic"))
-
-
 def _reseeded(run: Run, name: str) -> ExplainFunc:
-    """A method's ``explain_func`` with its randomness drawn anew (`RANDOM_METHODS`): RI's (or
-    RI+logic's) index fitted on the same reference set with ``Q`` sampled with ``run.seed +
+    """A method's ``explain_func`` with its randomness drawn anew (`RANDOM_METHODS`): RI's
+    index fitted on the same reference set with ``Q`` sampled with ``run.seed +
     RESEED_OFFSET``."""
     if name not in RANDOM_METHODS:
         raise ValueError(f"{name} draws nothing at random: there is nothing to reseed")
-    reseeded = refit(_interpreter(run, name), seed=run.seed + RESEED_OFFSET)
+    reseeded = refit(run.interpreter, seed=run.seed + RESEED_OFFSET)
     return QuantusExplainer(reseeded, other_targets="predicted")
 
 

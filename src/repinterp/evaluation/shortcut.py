@@ -28,7 +28,7 @@ import torch
 from torch import Tensor
 
 from ..core.audit import audit_strategies
-from ..core.logic import logic_vectors
+from ..core.channel_relevance import channel_relevance
 from ..core.model_strategies import polytope_fidelity
 from ..data.datasets import MARKS
 from ..interpreter import RepresentativeInterpreter
@@ -212,11 +212,13 @@ class ShortcutImages:
         ri = self.run.interpreter
         return ri.features(self.inputs("unseen")).flatten(1).cpu()
 
-    def logic(self, part: str) -> Tensor:
-        """A part's logic vectors (`repinterp.core.logic.logic_vectors`), N x K (CPU)."""
+    def relevance(self, part: str) -> Tensor:
+        """A part's channel relevances
+        ([`channel_relevance`][repinterp.core.channel_relevance.channel_relevance]), N x K
+        (CPU)."""
         ri = self.run.interpreter
         shaped = ri.features(self.inputs(part))
-        return logic_vectors(ri.split.head, shaped).cpu()
+        return channel_relevance(ri.split.head, shaped).cpu()
 
     def cam(self, name: str, part: str) -> Tensor:
         """Each image's own CAM ``name`` (its own weights), N x H x W (cached)."""
@@ -235,7 +237,7 @@ class ShortcutImages:
 
     def polytopes(self, name: str) -> list[Any]:
         """The unseen images' own ``P(x)`` by RI variant ``name`` (e.g. ``RI``,
-        ``RI+logic``), on its index in the run (cached)."""
+        ``RI+strategy``), on its index in the run (cached)."""
         ri = self.interpreter(name)
 
         def make() -> list[Any]:
@@ -283,11 +285,11 @@ def _spray(images: ShortcutImages) -> np.ndarray:
 
 
 def _pcx(images: ShortcutImages) -> np.ndarray:
-    """PCX-like mixture over the logic vectors, k by BIC."""
+    """PCX-like mixture over the channel relevances, k by BIC."""
     grouping = pcx_groups(
-        images.logic("reference"),
+        images.relevance("reference"),
         images.classes("reference"),
-        images.logic("unseen"),
+        images.relevance("unseen"),
         images.classes("unseen"),
         seed=images.run.seed,
     )
@@ -409,7 +411,6 @@ def _class_cam(images: ShortcutImages) -> Tensor:
 
 GROUPINGS: dict[str, Callable[[ShortcutImages], np.ndarray]] = {
     "RI": _ri_polytopes("RI"),
-    "RI+logic": _ri_polytopes("RI+logic"),
     "RI+strategy": _strategies,
     "k-means": _kmeans,
     "SpRAy": _spray,

@@ -352,7 +352,7 @@ def overview_markdown(unseen: dict[str, dict[str, Any]]) -> str:
 
 def _md_coverage(results: dict[str, Any]) -> list[str]:
     """Table 2: the regions' ACU-GT, ACU-MD and CVR beside the model's; then the same for each
-    RI variant among the methods (e.g. RI+logic), under its name."""
+    RI variant among the methods (e.g. RI+strategy), under its name."""
     lines = _coverage_tables(results, results, "RI")
     for name, block in results.get("methods", {}).items():
         lines += ["", f"{method_label(name)}'s regions:", ""]

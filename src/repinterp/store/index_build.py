@@ -73,6 +73,10 @@ class _Assembly:
             self.tensors[name][start : start + len(value)] = value
 
 
+_IMPLICIT = {"sampling": FitConfig().sampling, "granularity": FitConfig().granularity}
+"""The settings a sharded build records only when they are not the paper's (its defaults)."""
+
+
 def _build_settings(
     split: SplitModel,
     plan: ShardPlan,
@@ -95,10 +99,9 @@ def _build_settings(
         "device": device.type,
         "features": features,
     }
-    if config.sampling != "uniform":  # the paper's sampling is the default, left unsaid
-        settings["sampling"] = config.sampling
-    if config.granularity != "class":  # as is the paper's granularity
-        settings["granularity"] = config.granularity
+    for key, paper in _IMPLICIT.items():  # the paper's settings are left unsaid
+        if getattr(config, key) != paper:
+            settings[key] = getattr(config, key)
     return settings
 
 
@@ -212,7 +215,7 @@ def _prepare(
     partial = q = None
     if shards is not None:
         settings = _build_settings(split, plan, config, source_images, device, features)
-        partial = PartialBuild(shards, settings)
+        partial = PartialBuild(shards, settings, _IMPLICIT)
         q = partial.boundaries()
     t = _source_features(split, source_images, plan.batch)
     context = FitContext(split.head, t, config.n_boundaries, config.seed, stream)

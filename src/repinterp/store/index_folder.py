@@ -30,7 +30,7 @@ from safetensors.torch import save as save_bytes
 from torch import Tensor
 
 from ..core.boundaries import Boundaries
-from ..core.granularities import load_decisions
+from ..core.granularities import load_decisions, removed
 from ..core.reference_index import FEATURE_FILE, ReferenceIndex
 from ..core.regions import REGIONS_FILE
 from ..data.image_files import MAX_SIDE
@@ -211,11 +211,14 @@ def load_index(path: str | Path, device: torch.device | str = "cpu") -> Referenc
     reads the features it was checked with even if a new fit replaces the file later.
 
     Raises:
-        IndexLoadError: missing files, a damaged file, an unknown format version, or
-            tensors that do not fit together or the manifest.
+        IndexLoadError: missing files, a damaged file, an unknown format version, tensors
+            that do not fit together or the manifest, or a granularity since removed.
     """
     path = Path(path)
     manifest = read_manifest(path)
+    why = removed(manifest.get("granularity"))
+    if why is not None:
+        raise IndexLoadError(f"{path} {why}")
     files = _resolve(path, manifest)
     feature_file = files.get(FEATURE_FILE)
     with ExitStack() as stack:
@@ -357,7 +360,6 @@ def _tensor_problem(t: dict[str, Tensor], m: dict[str, Any]) -> str | None:
         "boundary_bias": (q,),
         "boundary_classes": (q, 2),
         "boundary_weight": (q, *m["feature_shape"]),
-        "logic": (n, m["feature_shape"][0]),
     }
     for name, shape in expected.items():
         if name in t and tuple(t[name].shape) != tuple(shape):

@@ -43,8 +43,8 @@ class RIMethod(Method):
         similar: the ranking of similar images in ``reference``: ``"semantic"`` (§5.2),
             ``"euclidean"`` or ``"cosine"`` (``Interpretation.similar``).
         granularity: ``"class"`` (the paper's) or a decision set beyond it by name
-            ([`granularities`][repinterp.core.granularities]; e.g. ``RI+logic``: polytopes of
-            one decision logic below the class, with its default ``gamma``).
+            ([`granularities`][repinterp.core.granularities]; e.g. ``RI+strategy``: a polytope
+            per strategy of a class).
 
     Its name is ``RI`` followed by ``+value`` for each knob not at the paper's value, in the
     order above (e.g. ``RI+pairs+score``).

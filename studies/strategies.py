@@ -59,13 +59,13 @@ def measure(dataset: str, seed: int, args: argparse.Namespace, setups: dict) -> 
     features = ri.features(unseen)
     with torch.inference_mode():
         logits = ri.split.head(features)
-    assigned = ri.index.decisions.columns(ri.split.head, features, logits)["strategy"].cpu()
+    assigned = ri.index.granularity.columns(ri.split.head, features, logits)["strategy"].cpu()
     classes = drawn.predictions["unseen"]
     concepts = drawn.unseen.concepts
     groups = [(int(c), int(s)) for c, s in zip(classes, assigned, strict=True)]
     null, p95 = ami_null(groups, concepts, classes, seed=seed)
     inside, others = polytope_fidelity(ri.strategies(), unseen, assigned, classes)
-    k = ri.index.decisions.strategies.k
+    k = ri.index.granularity.strategies.k
     return {
         "strategies_per_class": float(np.mean(list(k.values()))),
         "ami": ami(groups, concepts, classes),

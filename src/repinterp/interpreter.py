@@ -18,8 +18,9 @@ from . import display  # noqa: F401  (importing it registers the views of core.v
 from .core.boundaries import Boundaries, compute_boundaries
 from .core.config import FitConfig
 from .core.contrastive import contrast_pairs, contrastive_heatmaps
-from .core.decision_set import project_blocks
-from .core.granularities import decision_set
+from .core.granularities import PAPERS
+from .core.granularities import granularity as make_granularity
+from .core.granularity import project_blocks
 from .core.interpretation import Interpretation, check_solver
 from .core.model_strategies import Strategy, model_strategies
 from .core.reference_index import FEATURE_FILE, ReferenceIndex
@@ -50,7 +51,7 @@ from .store.index_model import (
     check_model,
     check_opening,
     record_model,
-    restore_decisions,
+    restore_granularity,
     saved_transform,
 )
 from .store.shards import Shards
@@ -111,7 +112,7 @@ class RepresentativeInterpreter:
             An index made by the command line records its reading
             ([`ImageTransform`][repinterp.workspace.ImageTransform]), and `load` (also through
             [`open_index`][repinterp.workspace.open_index]) gives it back.
-        granularity: the fit's decision set by name (see
+        granularity: the fit's granularity by name (see
             [`granularities`][repinterp.core.granularities]): ``"class"``, the paper's RI (the
             default), or beyond the paper ``"strategy"`` (a polytope per strategy of a class,
             see [`StrategySet`][repinterp.core.strategy_set.StrategySet]).
@@ -140,7 +141,7 @@ class RepresentativeInterpreter:
         sampling: str = "uniform",
         config: FitConfig | None = None,
         transform: Transform | None = None,
-        granularity: str = "class",
+        granularity: str = PAPERS,
     ) -> None:
         if model.training:
             raise ValueError("the model is in training mode: call model.eval() first")
@@ -151,7 +152,7 @@ class RepresentativeInterpreter:
             batch_size=batch_size,
             num_workers=num_workers,
             progress=progress,
-            decisions=decision_set(granularity),
+            granularity=make_granularity(granularity),
         )
         if config is not None and keywords != FitConfig():
             raise ValueError("give the fit settings either as keywords or as config=, not both")
@@ -187,7 +188,7 @@ class RepresentativeInterpreter:
             if self.index is not None
             else f"|Q| = {self.config.n_boundaries}, not fitted"
         )
-        beyond = f", {self.granularity_text}" if self.granularity != "class" else ""
+        beyond = f", {self.granularity_text}" if self.config.granularity.beyond_paper else ""
         return (
             f"RepresentativeInterpreter({type(self.model).__name__} at {layer}, {fitted}, "
             f"seed {self.config.seed}, device {self.device}, solver {self.solver!r}{beyond})"
@@ -195,16 +196,17 @@ class RepresentativeInterpreter:
 
     @property
     def granularity(self) -> str:
-        return self.config.granularity
+        """The granularity's name (``"class"``: the paper's)."""
+        return self.config.granularity.name
 
     @property
     def granularity_text(self) -> str:
         """The granularity as every view names it (``print``, the viewer, the report, the
         notebook): ``granularity class (the paper's RI)`` or e.g. ``granularity strategy (...,
-        beyond the paper)`` with the settings in use (the fitted decision set's, once fitted)."""
+        beyond the paper)`` with the settings in use (the fitted granularity's, once fitted)."""
         if self.index is not None:
-            return self.index.decisions.describe()
-        return self.config.decisions.describe()
+            return self.index.granularity.describe()
+        return self.config.granularity.describe()
 
     @property
     def split(self) -> SplitModel:
@@ -326,7 +328,7 @@ class RepresentativeInterpreter:
         }
         if self.config.sampling != "uniform":  # the paper's sampling is the default, left unsaid
             index.meta["sampling"] = self.config.sampling
-        index.meta.update(index.decisions.manifest())  # the paper's granularity: nothing
+        index.meta.update(index.granularity.state()[0])  # the paper's granularity: nothing
         self.index = index
         self.reference = reference
         return self
@@ -449,8 +451,9 @@ class RepresentativeInterpreter:
     ) -> tuple[Tensor, Tensor]:
         """[`forward`][repinterp.interpreter.RepresentativeInterpreter.forward]; each batch's
         flattened feature maps (on the CPU) are also appended to ``features`` when it is given,
-        and its columns of the index's decision set
-        ([`Decisions.columns`][repinterp.core.decision_set.Decisions.columns]) to ``columns``."""
+        and its columns of the index's granularity
+        ([`FittedGranularity.columns`][repinterp.core.granularity.FittedGranularity.columns]) to
+        ``columns``."""
         index = self.fitted_index if index is None else index
         logits = [torch.empty(0, index.n_classes, device=self.device, dtype=self.dtype)]
         proj = [torch.empty(0, len(index.boundaries), device=self.device, dtype=self.dtype)]
@@ -462,7 +465,7 @@ class RepresentativeInterpreter:
                 if features is not None:
                     features.append(t.flatten(1).float().cpu())
             if columns is not None:
-                columns.append(index.decisions.columns(self.split.head, t, logits[-1]))
+                columns.append(index.granularity.columns(self.split.head, t, logits[-1]))
         logits, proj = torch.cat(logits), torch.cat(proj)
         check_finite_rows("logits or projections", logits, proj)
         return logits, proj
@@ -476,7 +479,7 @@ class RepresentativeInterpreter:
         columns: dict[str, Tensor],
     ) -> list[Interpretation]:
         """[`interpret`][repinterp.core.representative.interpret] with the interpreter's solver,
-        time limit and the inputs' columns of the decision set."""
+        time limit and the inputs' columns of the granularity."""
         return interpret(
             self, logits, projections, self._solver(solver), self.time_limit, features, columns
         )
@@ -692,11 +695,11 @@ class RepresentativeInterpreter:
             n_boundaries=meta.get("requested_boundaries", len(index.boundaries)),
             seed=meta.get("seed", 0),
             sampling=meta.get("sampling", "uniform"),
-            granularity=index.granularity,
+            granularity=index.granularity.name,
             device=device,
             **kwargs,
         )
         check_model(index, path, ri.model, ri.split.fingerprint)
-        restore_decisions(index, path, ri.config.decisions)
+        restore_granularity(index, path, ri.config.granularity)
         ri.index = index.to(ri.device)
         return ri

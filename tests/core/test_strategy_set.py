@@ -75,7 +75,7 @@ def test_a_polytope_follows_each_of_two_separable_strategies_of_one_class(one_th
         assert s.inside == 1.0 and s.others_inside == 0.0
         assert bool(s.covers(images[s.members]).all())
     logits = ri.forward(new)[0]
-    columns = index.decisions.columns(ri.split.head, ri.features(new), logits)
+    columns = index.granularity.columns(ri.split.head, ri.features(new), logits)
     classes = logits.argmax(1)
     assert polytope_fidelity(strategies, new, columns["strategy"], classes) == (1.0, 0.0)
 
@@ -83,7 +83,7 @@ def test_a_polytope_follows_each_of_two_separable_strategies_of_one_class(one_th
 def test_one_strategy_per_class_is_the_papers_ri(one_thread) -> None:
     """``k_max=1``: no separator, nothing excluded: the paper's explanations, bit for bit."""
     ri, images = fit_random(300, 20)
-    config = FitConfig(n_boundaries=20, progress=False, decisions=StrategySet(k_max=1))
+    config = FitConfig(n_boundaries=20, progress=False, granularity=StrategySet(k_max=1))
     one = RepresentativeInterpreter(ri.model, "relu2", config=config).fit(images)
     assert one.index.n_extra == 0 and torch.equal(one.index.projections, ri.index.projections)
     inputs = randn(30, 1, 12, 12, seed=5)

@@ -559,7 +559,7 @@ def test_a_strategy_index_shows_its_strategies_in_the_audits_order(viewer):
         "digits_cnn",
         BUNDLED_WEIGHTS / "digits_cnn.safetensors",
         "digits",
-        config=FitConfig(n_boundaries=10, progress=False, decisions=StrategySet()),
+        config=FitConfig(n_boundaries=10, progress=False, granularity=StrategySet()),
     )
     gallery = Viewer(workspace, n_regions=N_REGIONS)
     assert gallery.wait_for_regions(REGIONS_TIMEOUT)

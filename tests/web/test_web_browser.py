@@ -596,7 +596,7 @@ def test_long_region_lists_fit_their_cards_at_phone_and_desktop_width(
 @pytest.fixture(scope="module")
 def sub_labelled() -> Iterator[str]:
     """A viewer of mnist-super (its digits the sub-labels) fitted at granularity strategy."""
-    config = FitConfig(n_boundaries=20, decisions=StrategySet(), progress=False)
+    config = FitConfig(n_boundaries=20, granularity=StrategySet(), progress=False)
     workspace = fit_workspace("mnist_super_cnn", None, "mnist-super", config=config)
     with running(create_app(workspace, n_regions=N_REGIONS)) as base:
         yield base

@@ -74,7 +74,7 @@ def write_audit(ws: Workspace, out: Path, members: int, page: str) -> list[Strat
     from ..store.outputs import write_outputs
 
     ri = ws.interpreter
-    if ri.granularity != "strategy":
+    if not ri.config.granularity.has_strategies:
         raise ValueError(
             f"{ws.folder} was fitted at granularity {ri.granularity!r}: the audit needs an "
             "index of granularity strategy (repinterp fit --granularity strategy)"

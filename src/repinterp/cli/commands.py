@@ -14,9 +14,9 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..core.granularities import GRANULARITIES, PAPERS
 from .evaluate import DATASETS, MODELS
 from .options import (
-    GRANULARITIES,
     SEED,
     SHARD_SIZE,
     at_least,
@@ -191,8 +191,8 @@ def fit_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data-seed", type=SEED, default=0, help="seed of the data split (0)")
     p.add_argument(
         "--granularity",
-        choices=GRANULARITIES,  # repinterp.core.granularities's, named here without torch
-        default="class",
+        choices=GRANULARITIES,
+        default=PAPERS,
         help="class: the paper's RI (default); beyond the paper (docs/method.md, 6.5, 6.2): "
         "strategy, each class's strategies found without labels, each a polytope (then: "
         "repinterp audit)",
@@ -232,7 +232,7 @@ def fit_arguments(p: argparse.ArgumentParser) -> None:
 
 def _fit(args: argparse.Namespace) -> None:
     from ..core.config import FitConfig
-    from ..core.granularities import decision_set
+    from ..core.granularities import granularity
     from ..runtime.distributed import broadcast, init_from_env, rank_and_world, shutdown
     from ..store.outputs import claim
     from ..store.shards import Shards
@@ -253,7 +253,7 @@ def _fit(args: argparse.Namespace) -> None:
         batch_size=args.batch_size,
         num_workers=args.workers,
         progress=not args.quiet,
-        decisions=decision_set(args.granularity),
+        granularity=granularity(args.granularity),
     )
     with ExitStack() as claims:
         try:
@@ -307,7 +307,7 @@ def _fit(args: argparse.Namespace) -> None:
         right, n = int((index.predictions == index.labels).sum()), len(index)
         print(f"the model's accuracy on them: {100 * right / n:.1f}% ({right} of {n})")
         _warn_accuracy(100 * right / n, index.n_classes, args.weights)
-    if ws.interpreter.granularity == "strategy":
+    if ws.interpreter.config.granularity.has_strategies:
         print(
             f"{ws.interpreter.granularity_text}: found at layer {ws.interpreter.target_layer!r}, "
             f"where the maps are drawn; repinterp audit --index {out} --out DIR ranks them"
@@ -708,7 +708,7 @@ def _report(args: argparse.Namespace) -> None:
                 f"as them): {', '.join(repr(class_names[c]) for c in unpredicted)}."
             )
         finds = region_groups(regions).sentence()
-        if ri.granularity == "strategy":
+        if ri.config.granularity.has_strategies:
             from .audit import write_audit
 
             found = len(write_audit(ws, out, args.top_k, "strategies.html"))

@@ -22,8 +22,9 @@ import errno
 import sys
 from typing import Any, NoReturn
 
+from ..core.granularities import GRANULARITIES
 from . import audit, commands, evaluate
-from .options import GRANULARITIES, MAX_IMAGE_SIZE
+from .options import MAX_IMAGE_SIZE
 
 __all__ = ["COMMANDS", "GRANULARITIES", "MAX_IMAGE_SIZE", "build_parser", "main"]
 

@@ -130,10 +130,10 @@ def model_strategies(
         ValueError: the index is of another granularity, or no reference set is known.
     """
     index = explainer.fitted_index
-    decisions = index.decisions
+    decisions = index.granularity
     if not isinstance(decisions, StrategyDecisions):
         raise ValueError(
-            f"the index was fitted at granularity {index.granularity!r}: strategies need "
+            f"the index was fitted at granularity {decisions.name!r}: strategies need "
             "granularity='strategy' (repinterp fit --granularity strategy)"
         )
     column = index.columns["strategy"].cpu()
@@ -211,7 +211,7 @@ def polytope_fidelity(
     Args:
         strategies: from `model_strategies`.
         images: N x C x H x W, as the model takes them.
-        assigned: N strategy ids (`Decisions.columns`'s ``"strategy"`` of the images).
+        assigned: N strategy ids (`FittedGranularity.columns`'s ``"strategy"`` of the images).
         classes: N predicted classes.
 
     Returns:

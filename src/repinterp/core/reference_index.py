@@ -20,7 +20,7 @@ from torch import Tensor
 from ..runtime.checksums import file_sha256
 from .boundaries import Boundaries
 from .cover import CoverIndex, sides
-from .decision_set import Decisions, extra_count
+from .granularity import FittedGranularity, extra_count
 from .heatmap import channel_means
 
 __all__ = ["FEATURE_FILE", "ReferenceIndex"]
@@ -39,10 +39,11 @@ class ReferenceIndex:
         predictions: |R| long, the model's predicted classes.
         logits: |R| x classes.
         labels: |R| long ground-truth labels, or None.
-        columns: per-image columns of its decision set (|R| rows each, by name; e.g. the
+        columns: per-image columns of its granularity (|R| rows each, by name; e.g. the
             strategy of each image at ``granularity="strategy"``), none for the paper's.
-        decisions: its fitted decision set ([`Decisions`][repinterp.core.decision_set.Decisions]):
-            the paper's (empty) by default.
+        granularity: its fitted granularity
+            ([`FittedGranularity`][repinterp.core.granularity.FittedGranularity]; its ``name``
+            and capabilities): the paper's (empty) by default.
         input_shape: C x H x W of the images.
         meta: manifest fields (layer, seed, fingerprint, class names, ...).
         files: extra files saved with the index (e.g. ``features.npy``), by name.
@@ -59,7 +60,7 @@ class ReferenceIndex:
     labels: Tensor | None
     input_shape: tuple[int, int, int]
     columns: dict[str, Tensor] = field(default_factory=dict)
-    decisions: Decisions = field(default_factory=Decisions)
+    granularity: FittedGranularity = field(default_factory=FittedGranularity)
     meta: dict[str, Any] = field(default_factory=dict)
     files: dict[str, Path] = field(default_factory=dict)
     checksums: dict[str, str] = field(default_factory=dict)
@@ -144,20 +145,17 @@ class ReferenceIndex:
         per index; each cover path builds its part on first use)."""
         return CoverIndex(self.sides)
 
-    @property
-    def granularity(self) -> str:
-        """The name of its decision set: ``"class"`` (the paper's) or ``"strategy"``"""
-        return self.decisions.name
-
     @cached_property
     def n_extra(self) -> int:
-        """How many hyperplanes of ``Q`` its decision set added (the last ones)."""
+        """How many hyperplanes of ``Q`` its granularity added (the last ones)."""
         return extra_count(self.boundaries)
 
     @cached_property
     def eq2_cover_index(self) -> CoverIndex:
-        """The sides on Eq. 2's boundaries alone (``Q`` less the decision set's hyperplanes),
-        prepared for the cover (built once per index)."""
+        """The sides on Eq. 2's boundaries alone (``Q`` less the granularity's hyperplanes),
+        prepared for the cover (built once per index; `cover_index` itself when it added none)."""
+        if self.n_extra == 0:
+            return self.cover_index
         return CoverIndex(self.sides[:, : len(self.boundaries) - self.n_extra])
 
     @cached_property
@@ -175,7 +173,7 @@ class ReferenceIndex:
             logits=self.logits.to(device),
             labels=None if self.labels is None else self.labels.to(device),
             columns={name: value.to(device) for name, value in self.columns.items()},
-            decisions=self.decisions,
+            granularity=self.granularity,
             input_shape=self.input_shape,
             meta=dict(self.meta),
             files=dict(self.files),
@@ -196,7 +194,7 @@ class ReferenceIndex:
         if self.labels is not None:
             out["labels"] = self.labels
         out.update(self.columns)
-        out.update(self.decisions.tensors())
+        out.update(self.granularity.state()[1])
         return {k: v.detach().cpu().contiguous() for k, v in out.items()}
 
 

@@ -2,7 +2,7 @@
 
 A *strategy* is a group of the reference images the model predicts one class for, found without
 labels by [`discover_strategies`][repinterp.core.strategies.discover_strategies] on one vector
-per image (`VECTORS`). The decision set (see [`decision_set`][repinterp.core.decision_set]):
+per image (`VECTORS`). The granularity (see [`granularity`][repinterp.core.granularity]):
 
 - at fit, one forward pass over the reference set reads every image's vector and feature map;
   the strategies are found per predicted class, and ``Q`` also holds a linear separator in the
@@ -28,7 +28,15 @@ import torch
 from torch import Tensor, nn
 
 from .boundaries import Boundaries
-from .decision_set import Decisions, DecisionSet, FitContext
+from .cover import CoverResult
+from .granularity import (
+    STATE_PREFIX,
+    FitContext,
+    FittedGranularity,
+    Granularity,
+    Solve,
+    covers_with_exclusions,
+)
 from .strategies import K_MAX, Strategies, discover_strategies, strategy_separators
 
 __all__ = ["VECTORS", "StrategyDecisions", "StrategySet", "strategy_vectors"]
@@ -37,7 +45,7 @@ VECTORS = ("features", "pooled")
 """What a strategy is found on: ``features``, each image's flattened feature map at the target
 layer; ``pooled``, its spatial mean per channel (K values)."""
 
-_STATE = "decisions.strategies."
+_STATE = STATE_PREFIX + "strategies."
 
 
 def strategy_vectors(features: Tensor, kind: str) -> Tensor:
@@ -47,7 +55,7 @@ def strategy_vectors(features: Tensor, kind: str) -> Tensor:
     return features.float().flatten(1)
 
 
-class StrategyDecisions(Decisions):
+class StrategyDecisions(FittedGranularity):
     """``granularity="strategy"`` fitted.
 
     Attributes:
@@ -55,8 +63,6 @@ class StrategyDecisions(Decisions):
             image as ``strategies.assignment``).
         vectors: the kind of vector they were found on (`VECTORS`).
     """
-
-    name = "strategy"
 
     def __init__(
         self, strategies: Strategies, vectors: str, boundaries: Boundaries | None = None
@@ -70,25 +76,29 @@ class StrategyDecisions(Decisions):
         strategy = self.strategies.assign(vectors, logits.argmax(1))
         return {"strategy": strategy.to(features.device)}
 
-    def excluded(
+    def covers(
         self,
         reference_columns: dict[str, Tensor],
-        reference_predictions: Tensor,
+        input_sides: Tensor,
+        other: Tensor,
         columns: dict[str, Tensor],
-        predicted: Tensor,
-    ) -> Tensor:
-        reference = reference_columns["strategy"].to(predicted.device)
-        own = columns["strategy"].to(predicted.device)
-        same_class = reference_predictions.to(predicted.device)[None] == predicted[:, None]
-        return same_class & (reference[None] != own[:, None])
+        solve: Solve,
+    ) -> list[tuple[CoverResult, int]]:
+        """``D(x)`` also holds the images of ``x``'s class in another strategy; an input whose
+        ``D(x)`` gains none is covered on Eq. 2's boundaries alone, as the paper covers it."""
+        device = other.device
+        reference = reference_columns["strategy"].to(device)
+        own = columns["strategy"].to(device)
+        same_class = ~other  # the images of x's predicted class
+        excluded = same_class & (reference[None] != own[:, None])
+        return covers_with_exclusions(excluded, input_sides, other, solve)
 
-    def manifest(self) -> dict[str, Any]:
-        _, settings = self.strategies.tensors()
-        return {"granularity": self.name, "strategy_vectors": self.vectors, "strategies": settings}
-
-    def tensors(self) -> dict[str, Tensor]:
-        tensors, _ = self.strategies.tensors()
-        return {_STATE + name: value for name, value in tensors.items()}
+    def state(self) -> tuple[dict[str, Any], dict[str, Tensor]]:
+        tensors, settings = self.strategies.tensors()
+        fields = {"granularity": self.name, "strategy_vectors": self.vectors}
+        return fields | {"strategies": settings}, {
+            _STATE + name: value for name, value in tensors.items()
+        }
 
     def describe(self) -> str:
         k = self.strategies.k
@@ -99,7 +109,7 @@ class StrategyDecisions(Decisions):
 
 
 @dataclass(frozen=True)
-class StrategySet(DecisionSet):
+class StrategySet(Granularity):
     """``granularity="strategy"`` (beyond the paper): a polytope per strategy of a class.
 
     Attributes:
@@ -111,6 +121,8 @@ class StrategySet(DecisionSet):
     """
 
     name: ClassVar[str] = "strategy"
+    beyond_paper: ClassVar[bool] = True
+    has_strategies: ClassVar[bool] = True
     k_max: int = K_MAX
     vectors: str = "features"
 
@@ -154,3 +166,6 @@ class StrategySet(DecisionSet):
 
     def describe(self) -> str:
         return f"granularity strategy (found at fit on {self.vectors}, beyond the paper)"
+
+
+StrategyDecisions.plug = StrategySet  # its name and capabilities

@@ -84,6 +84,7 @@ import torch
 from torch import Tensor
 from tqdm import tqdm
 
+from ..core.granularities import PAPERS, granularity_class
 from ..core.groups import polytope_key
 from ..core.nearest import nearest_rows
 from ..core.regions import RegionSet
@@ -373,10 +374,8 @@ def _reference(run: Run) -> dict[str, Any]:
 
 def _q_sweep(run: Run) -> dict[str, Any]:
     regions = run.regions
-    granularities = ["class"]
-    granularities += sorted(
-        {m.knobs["granularity"] for m in _ri_variants(run).values()} - {"class"}
-    )
+    named = {m.knobs["granularity"] for m in _ri_variants(run).values()}
+    granularities = [PAPERS, *sorted(n for n in named if granularity_class(n).beyond_paper)]
     out: dict[str, Any] = {}
     for granularity in granularities:
         for sampling in run.options.samplings:
@@ -420,7 +419,7 @@ def _rankings(run: Run, index: int) -> tuple[dict[str, Any], dict[str, Tensor]]:
     }
     explanations = dict.fromkeys(RANKINGS, explanation)
     for name, method in _ri_variants(run).items():
-        if method.knobs["granularity"] != "class":
+        if granularity_class(method.knobs["granularity"]).beyond_paper:
             own = method.reference_polytopes(run, [index])[0]
             rankings[f"semantic ({name})"] = own.similar(metric=method.knobs["similar"])
             explanations[f"semantic ({name})"] = own

@@ -304,7 +304,7 @@ def _strategies(images: ShortcutImages) -> np.ndarray:
     features = ri.features(inputs)
     with torch.inference_mode():
         logits = ri.split.head(features)
-    columns = ri.index.decisions.columns(ri.split.head, features, logits)
+    columns = ri.index.granularity.columns(ri.split.head, features, logits)
     return columns["strategy"].cpu().numpy()
 
 

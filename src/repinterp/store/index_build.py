@@ -22,7 +22,7 @@ from torch import Tensor
 
 from ..core.boundaries import Boundaries, compute_boundaries, sample_sources
 from ..core.config import FitConfig
-from ..core.decision_set import Decisions, FitContext, extra_count, project_blocks
+from ..core.granularity import FitContext, FittedGranularity, extra_count, project_blocks
 from ..core.reference_index import ReferenceIndex
 from ..data.reference import (
     ReferenceSet,
@@ -73,7 +73,7 @@ class _Assembly:
             self.tensors[name][start : start + len(value)] = value
 
 
-_IMPLICIT = {"sampling": FitConfig().sampling, "granularity": FitConfig().granularity}
+_IMPLICIT = {"sampling": FitConfig().sampling, "granularity": FitConfig().granularity.name}
 """The settings a sharded build records only when they are not the paper's (its defaults)."""
 
 
@@ -99,9 +99,10 @@ def _build_settings(
         "device": device.type,
         "features": features,
     }
+    given = {"sampling": config.sampling, "granularity": config.granularity.name}
     for key, paper in _IMPLICIT.items():  # the paper's settings are left unsaid
-        if getattr(config, key) != paper:
-            settings[key] = getattr(config, key)
+        if given[key] != paper:
+            settings[key] = given[key]
     return settings
 
 
@@ -137,20 +138,22 @@ def _boundaries(split: SplitModel, features: Tensor, batch_size: int) -> Boundar
 
 
 _ROWS = ("projections", "logits", "predictions", "labels")
-"""The index's own per-image tensors; the others are its decision set's columns."""
+"""The index's own per-image tensors; the others are its granularity's columns."""
 
 
-def _rows(split: SplitModel, t: Tensor, q: Boundaries, decisions: Decisions) -> dict[str, Tensor]:
+def _rows(
+    split: SplitModel, t: Tensor, q: Boundaries, fitted: FittedGranularity
+) -> dict[str, Tensor]:
     """The index's rows of images with feature maps ``t``: projections, logits, predictions,
-    and the columns of the decision set."""
+    and the columns of the granularity."""
     with torch.inference_mode():
         logits = split.head(t)
         proj = project_blocks(t, q, extra_count(q))
         rows = {"projections": proj, "logits": logits, "predictions": logits.argmax(1)}
-    columns = decisions.columns(split.head, t, logits)
+    columns = fitted.columns(split.head, t, logits)
     clash = set(columns) & set(_ROWS)
     if clash:
-        raise ValueError(f"the decision set's columns {sorted(clash)} clash with the index's")
+        raise ValueError(f"the granularity's columns {sorted(clash)} clash with the index's")
     return rows | columns
 
 
@@ -199,9 +202,9 @@ def _prepare(
     dtype: torch.dtype,
     shards: Shards | None,
     features: bool,
-) -> tuple[_Sources, Boundaries, Decisions, tuple[int, ...], PartialBuild | None]:
+) -> tuple[_Sources, Boundaries, FittedGranularity, tuple[int, ...], PartialBuild | None]:
     """Rank 0's part before the pass: the sources of ``Q`` and their rows, ``Q`` (reloaded when
-    resuming), the fitted decision set, the input shape and the partial folder."""
+    resuming), the fitted granularity, the input shape and the partial folder."""
 
     def stream() -> Iterator[Tensor]:
         return _feature_stream(split, reference, plan.batch, device, dtype, config.num_workers)
@@ -219,18 +222,18 @@ def _prepare(
         q = partial.boundaries()
     t = _source_features(split, source_images, plan.batch)
     context = FitContext(split.head, t, config.n_boundaries, config.seed, stream)
-    decisions = config.decisions.fit(context)
+    fitted = config.granularity.fit(context)
     if q is None:
         q = _boundaries(split, t, plan.batch)
-        if decisions.boundaries is not None:
-            q = Boundaries.concat([q, decisions.boundaries.to(q.bias.device)])
+        if fitted.boundaries is not None:
+            q = Boundaries.concat([q, fitted.boundaries.to(q.bias.device)])
         if partial is not None:
             partial.save_boundaries(q)
     q = q.to(device)
-    rows = {name: value.cpu() for name, value in _rows(split, t, q, decisions).items()}
+    rows = {name: value.cpu() for name, value in _rows(split, t, q, fitted).items()}
     flat = t.flatten(1).float().cpu().numpy() if features else None
     shape = tuple(source_images.shape[1:])
-    return _Sources(sources, rows, flat), q, decisions, shape, partial
+    return _Sources(sources, rows, flat), q, fitted, shape, partial
 
 
 ShardResult = tuple[int, dict[str, Tensor], np.ndarray | None, str]
@@ -269,7 +272,7 @@ def _index_shard(
     input_shape: tuple[int, ...],
     device: torch.device,
     dtype: torch.dtype,
-    decisions: Decisions,
+    fitted: FittedGranularity,
 ) -> tuple[dict[str, Tensor], np.ndarray | None, str]:
     """Index shard ``k``, whose batches are the next ones of ``batches``; the rows of ``Q``'s
     sources are taken from ``sources``, not computed again.
@@ -296,7 +299,7 @@ def _index_shard(
         if len(held) < len(compute):
             with torch.inference_mode():
                 t = split.psi(images[compute.to(device)] if len(held) else images)
-        part = _rows(split, t, q, decisions) if t is not None else {}
+        part = _rows(split, t, q, fitted) if t is not None else {}
         if len(held):
             part = sources.merge(part, compute, held, device)
         if labels is not None:
@@ -322,7 +325,7 @@ def _index_shards(
     num_workers: int,
     device: torch.device,
     dtype: torch.dtype,
-    decisions: Decisions,
+    fitted: FittedGranularity,
 ) -> Iterator[ShardResult]:
     """Index ``shard_ids`` in one stream of batches: per shard, its id and what
     `_index_shard` returns (not kept here once yielded, so that one shard of feature maps
@@ -332,9 +335,7 @@ def _index_shards(
     for k in shard_ids:
         yield (
             k,
-            *_index_shard(
-                split, batches, plan, k, q, sources, input_shape, device, dtype, decisions
-            ),
+            *_index_shard(split, batches, plan, k, q, sources, input_shape, device, dtype, fitted),
         )
 
 
@@ -437,7 +438,7 @@ def _build(
     wants_features = feature_file is not None
     header, partial, store, done = None, None, None, {}
     if rank == 0:
-        sources, q, decisions, input_shape, partial = _prepare(
+        sources, q, fitted, input_shape, partial = _prepare(
             split, reference, plan, config, device, dtype, shards, wants_features
         )
         if feature_file is not None:
@@ -448,8 +449,8 @@ def _build(
             return _image_digests(reference, plan, ks, config.num_workers)
 
         done = partial.complete(plan, store, now) if partial is not None else {}
-        header = (sources, q.to("cpu"), decisions, input_shape, sorted(done))
-    sources, q, decisions, input_shape, done_ids = broadcast(header)
+        header = (sources, q.to("cpu"), fitted, input_shape, sorted(done))
+    sources, q, fitted, input_shape, done_ids = broadcast(header)
     q = q.to(device)
 
     assembly = _Assembly(n_ref)
@@ -467,7 +468,7 @@ def _build(
         config.num_workers,
         device,
         dtype,
-        decisions,
+        fitted,
     )
     finished = sum(plan.bounds(k)[1] - plan.bounds(k)[0] for k in done_ids)
     bar = progress_bar(
@@ -483,7 +484,6 @@ def _build(
     t = broadcast(assembly.tensors if rank == 0 else None)
     check_finite_rows("logits or projections of the reference set", t["logits"], t["projections"])
     columns = {name: value for name, value in t.items() if name not in _ROWS}
-    decisions.finish(columns, t["predictions"])
     extra = torch.full((len(q) - len(sources.positions),), -1, dtype=torch.long)
     index = ReferenceIndex(
         boundaries=q,
@@ -493,7 +493,7 @@ def _build(
         logits=t["logits"].to(device),
         labels=t["labels"].to(device) if "labels" in t else None,
         columns={name: value.to(device) for name, value in columns.items()},
-        decisions=decisions,
+        granularity=fitted,
         input_shape=input_shape,  # type: ignore[arg-type]
         meta={},
         files={feature_file.name: feature_file} if store is not None else {},

@@ -612,7 +612,7 @@ class Viewer:
             polytopes = distinct_polytopes(regions)
             finds = region_groups(regions).sentence()
             strategies = []
-            if self.interpreter.granularity == "strategy":
+            if self.interpreter.config.granularity.has_strategies:
                 strategies = self.interpreter.strategies(self.workspace.reference)
         except Exception as exc:  # whatever it is, the page must hear of it
             self._gallery_error = f"no regions: {exc}"

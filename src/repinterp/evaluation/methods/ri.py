@@ -8,7 +8,7 @@ from torch import Tensor
 
 from ...core.boundaries import SAMPLINGS
 from ...core.config import FitConfig
-from ...core.granularities import GRANULARITIES
+from ...core.granularities import GRANULARITIES, PAPERS
 from ...core.interpretation import SIMILARITY_METRICS, Interpretation
 from ...core.polytope_weights import covered_sample, with_score_weights
 from ...core.regions import RegionSet
@@ -42,7 +42,7 @@ class RIMethod(Method):
             drawn outside the images the heat maps are scored on).
         similar: the ranking of similar images in ``reference``: ``"semantic"`` (§5.2),
             ``"euclidean"`` or ``"cosine"`` (``Interpretation.similar``).
-        granularity: ``"class"`` (the paper's) or a decision set beyond it by name
+        granularity: ``"class"`` (the paper's) or a granularity beyond it by name
             ([`granularities`][repinterp.core.granularities]; e.g. ``RI+strategy``: a polytope
             per strategy of a class).
 
@@ -56,7 +56,7 @@ class RIMethod(Method):
         sampling: str = "uniform",
         weights: str = "gradient",
         similar: str = "semantic",
-        granularity: str = "class",
+        granularity: str = PAPERS,
     ) -> None:
         self.knobs = {"solver": solver, "sampling": sampling, "weights": weights}
         self.knobs["similar"] = similar

@@ -20,10 +20,9 @@ from .core.config import FitConfig
 from .core.contrastive import contrast_pairs, contrastive_heatmaps
 from .core.granularities import PAPERS
 from .core.granularities import granularity as make_granularity
-from .core.granularity import project_blocks
 from .core.interpretation import Interpretation, check_solver
 from .core.model_strategies import Strategy, model_strategies
-from .core.reference_index import FEATURE_FILE, ReferenceIndex
+from .core.reference_index import FEATURE_FILE, ReferenceIndex, index_rows
 from .core.regions import RegionSet
 from .core.representative import interpret
 from .data.inputs import Transform, as_input, as_inputs
@@ -460,12 +459,14 @@ class RepresentativeInterpreter:
         for part in self._batches(images):
             with torch.inference_mode():
                 t = self.split.psi(part)
-                logits.append(self.split.head(t))
-                proj.append(project_blocks(t, index.boundaries, index.n_extra))
-                if features is not None:
-                    features.append(t.flatten(1).float().cpu())
+            rows = index_rows(self.split.head, t, index.boundaries, index.granularity)
+            logits.append(rows.pop("logits"))
+            proj.append(rows.pop("projections"))
+            del rows["predictions"]
+            if features is not None:
+                features.append(t.flatten(1).float().cpu())
             if columns is not None:
-                columns.append(index.granularity.columns(self.split.head, t, logits[-1]))
+                columns.append(rows)
         logits, proj = torch.cat(logits), torch.cat(proj)
         check_finite_rows("logits or projections", logits, proj)
         return logits, proj

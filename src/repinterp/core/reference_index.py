@@ -15,17 +15,47 @@ from typing import Any, BinaryIO
 
 import numpy as np
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from ..runtime.checksums import file_sha256
 from .boundaries import Boundaries
 from .cover import CoverIndex, sides
-from .granularity import FittedGranularity, extra_count
+from .granularity import FittedGranularity, extra_count, project_blocks
 from .heatmap import channel_means
 
-__all__ = ["FEATURE_FILE", "ReferenceIndex"]
+__all__ = ["FEATURE_FILE", "INDEX_ROWS", "ReferenceIndex", "index_rows"]
 
 FEATURE_FILE = "features.npy"
+INDEX_ROWS = ("projections", "logits", "predictions", "labels")
+"""The index's own per-image tensors; the others are its granularity's columns."""
+
+
+def index_rows(
+    head: nn.Module, features: Tensor, boundaries: Boundaries, granularity: FittedGranularity
+) -> dict[str, Tensor]:
+    """A batch's rows of the index, for reference images at fit and for inputs at explain
+    alike: ``logits`` (``G``), ``predictions``, ``projections`` on ``Q`` (Eq. 2's block apart
+    from the granularity's, see [`project_blocks`][repinterp.core.granularity.project_blocks])
+    and the granularity's columns (N rows each).
+
+    Args:
+        head: ``G``.
+        features: N x K x h x w feature maps ``psi(x)``.
+        boundaries: ``Q``.
+        granularity: the fitted granularity (its columns hook).
+
+    Raises:
+        ValueError: a column of the granularity is named as one of `INDEX_ROWS`.
+    """
+    with torch.inference_mode():
+        logits = head(features)
+        projections = project_blocks(features, boundaries, extra_count(boundaries))
+    columns = granularity.columns(head, features, logits)
+    clash = set(columns) & set(INDEX_ROWS)
+    if clash:
+        raise ValueError(f"the granularity's columns {sorted(clash)} clash with the index's")
+    rows = {"projections": projections, "logits": logits, "predictions": logits.argmax(1)}
+    return rows | columns
 
 
 @dataclass

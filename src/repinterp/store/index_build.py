@@ -20,10 +20,10 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..core.boundaries import Boundaries, compute_boundaries, sample_sources
+from ..core.boundaries import Boundaries, eq2_boundaries, sample_sources
 from ..core.config import FitConfig
-from ..core.granularity import FitContext, FittedGranularity, extra_count, project_blocks
-from ..core.reference_index import ReferenceIndex
+from ..core.granularity import FitContext, FittedGranularity
+from ..core.reference_index import INDEX_ROWS, ReferenceIndex, index_rows
 from ..data.reference import (
     ReferenceSet,
     as_batch,
@@ -120,43 +120,6 @@ def _source_features(split: SplitModel, images: Tensor, batch_size: int) -> Tens
     return torch.cat(parts)
 
 
-def _boundaries(split: SplitModel, features: Tensor, batch_size: int) -> Boundaries:
-    """``Q``: Eq. 2 at each of the feature maps ``features``, in batches.
-
-    Raises:
-        ValueError: some boundaries are not finite (the message says how many).
-    """
-    parts = [compute_boundaries(split.head, t) for t in features.split(batch_size)]
-    q = Boundaries.concat(parts)
-    finite = torch.isfinite(q.weight.flatten(1)).all(1) & torch.isfinite(q.bias)
-    if not bool(finite.all()):
-        raise ValueError(
-            f"{int((~finite).sum())} of the {len(q)} reference images behind Q give non-finite "
-            "boundaries (NaN or Inf): check the model's weights and the images' values"
-        )
-    return q
-
-
-_ROWS = ("projections", "logits", "predictions", "labels")
-"""The index's own per-image tensors; the others are its granularity's columns."""
-
-
-def _rows(
-    split: SplitModel, t: Tensor, q: Boundaries, fitted: FittedGranularity
-) -> dict[str, Tensor]:
-    """The index's rows of images with feature maps ``t``: projections, logits, predictions,
-    and the columns of the granularity."""
-    with torch.inference_mode():
-        logits = split.head(t)
-        proj = project_blocks(t, q, extra_count(q))
-        rows = {"projections": proj, "logits": logits, "predictions": logits.argmax(1)}
-    columns = fitted.columns(split.head, t, logits)
-    clash = set(columns) & set(_ROWS)
-    if clash:
-        raise ValueError(f"the granularity's columns {sorted(clash)} clash with the index's")
-    return rows | columns
-
-
 @dataclass
 class _Sources:
     """``Q``'s source images, whose feature maps fit has computed for Eq. 2: their rows of the
@@ -164,7 +127,7 @@ class _Sources:
 
     Attributes:
         positions: |Q| long, their ascending positions in the reference set (CPU).
-        rows: what `_rows` gives for them (CPU).
+        rows: what `index_rows` gives for them (CPU).
         features: their flattened feature maps (|Q| x d float32), if the index keeps them.
     """
 
@@ -224,13 +187,13 @@ def _prepare(
     context = FitContext(split.head, t, config.n_boundaries, config.seed, stream)
     fitted = config.granularity.fit(context)
     if q is None:
-        q = _boundaries(split, t, plan.batch)
+        q = eq2_boundaries(split.head, t, plan.batch)
         if fitted.boundaries is not None:
             q = Boundaries.concat([q, fitted.boundaries.to(q.bias.device)])
         if partial is not None:
             partial.save_boundaries(q)
     q = q.to(device)
-    rows = {name: value.cpu() for name, value in _rows(split, t, q, fitted).items()}
+    rows = {name: value.cpu() for name, value in index_rows(split.head, t, q, fitted).items()}
     flat = t.flatten(1).float().cpu().numpy() if features else None
     shape = tuple(source_images.shape[1:])
     return _Sources(sources, rows, flat), q, fitted, shape, partial
@@ -299,7 +262,7 @@ def _index_shard(
         if len(held) < len(compute):
             with torch.inference_mode():
                 t = split.psi(images[compute.to(device)] if len(held) else images)
-        part = _rows(split, t, q, fitted) if t is not None else {}
+        part = index_rows(split.head, t, q, fitted) if t is not None else {}
         if len(held):
             part = sources.merge(part, compute, held, device)
         if labels is not None:
@@ -483,7 +446,7 @@ def _build(
             _keep(gather(next(results, None)), plan, assembly, store, partial, bar)
     t = broadcast(assembly.tensors if rank == 0 else None)
     check_finite_rows("logits or projections of the reference set", t["logits"], t["projections"])
-    columns = {name: value for name, value in t.items() if name not in _ROWS}
+    columns = {name: value for name, value in t.items() if name not in INDEX_ROWS}
     extra = torch.full((len(q) - len(sources.positions),), -1, dtype=torch.long)
     index = ReferenceIndex(
         boundaries=q,

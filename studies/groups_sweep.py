@@ -170,7 +170,7 @@ def measure(setup: Setup, point: Point, seed: int, full_kmeans: bool) -> dict[st
     concepts = drawn.unseen.concepts
     row: dict[str, Any] = {"seed": seed, "feature_shape": list(ri.fitted_index.feature_shape)}
     features = None if concepts is None else ri.features(unseen).flatten(1).cpu()
-    logits = ri.forward(unseen)[0].cpu()
+    logits = ri.logits_and_projections(unseen)[0].cpu()
     labels = drawn.labels("unseen")
     row |= polytope_groups(explanations, concepts, features, logits, labels, seed).to_dict()
     if concepts is not None:

@@ -109,7 +109,7 @@ def measurer(setup: Setup, args: argparse.Namespace) -> Callable[[tuple[str, int
         segment, graph = convexities[seed, layer]
         explanations = ri.explain_batch(unseen)
         features = ri.features(unseen).flatten(1).cpu()
-        logits = ri.forward(unseen)[0].cpu()
+        logits = ri.logits_and_projections(unseen)[0].cpu()
         labels = drawn.labels("unseen")
         index = ri.fitted_index
         row = {"seed": seed, "layer": layer, "n_boundaries": q, "segment_convexity": segment}

@@ -551,3 +551,13 @@ def test_the_contrastive_map_is_the_boundary_of_the_two_classes_at_the_input() -
         ri.contrastive_heatmap(x, 4)
     with pytest.raises(ValueError, match="3 contrast classes for 8 images"):
         ri.contrastive_heatmap(x, [0, 1, 2])
+
+
+def test_forward_is_a_deprecated_name_of_logits_and_projections(fitted) -> None:
+    """``ri.forward`` is not a module's forward: it is kept for one release and says its new
+    name (issue 41, item 6)."""
+    ri, images = fitted
+    logits, projections = ri.logits_and_projections(images[:3])
+    with pytest.warns(DeprecationWarning, match="forward is deprecated .*logits_and_projections"):
+        old = ri.forward(images[:3])
+    assert torch.equal(old[0], logits) and torch.equal(old[1], projections)

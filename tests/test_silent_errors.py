@@ -95,7 +95,7 @@ def test_empty_batches_give_empty_results(fitted) -> None:
     ri, images = fitted
     none = images[:0]
     assert ri.explain_batch(none) == []
-    logits, proj = ri.forward(none)
+    logits, proj = ri.logits_and_projections(none)
     assert logits.shape == (0, 4) and proj.shape == (0, 12)
     assert ri.features(none).shape == (0, 8, 6, 6)
     e = ri.explain(images[0])
@@ -182,7 +182,7 @@ def test_sparse_and_meta_tensors_are_refused_in_one_line(fitted, make, message) 
     if batch.layout != torch.sparse_csr:  # a CSR tensor is 2-D: no image of it
         one = make(images[0])
     calls = [lambda: ri.explain(one), lambda: ri.explain_batch(batch)]
-    calls += [lambda: ri.forward(batch), lambda: ri.features(batch)]
+    calls += [lambda: ri.logits_and_projections(batch), lambda: ri.features(batch)]
     for call in calls:
         with pytest.raises(ValueError, match=message):
             call()

@@ -7,6 +7,7 @@ here) and builds region sets ([`RegionSet`][repinterp.core.regions.RegionSet]).
 from __future__ import annotations
 
 import tempfile
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -298,8 +299,6 @@ class RepresentativeInterpreter:
             dtype=self.dtype,
         )
         self._feature_dir = feature_dir
-        import warnings
-
         if len(index.boundaries) < self.config.n_boundaries:
             warnings.warn(
                 f"n_boundaries={self.config.n_boundaries} > |R|={len(index)}: Q has "
@@ -420,7 +419,9 @@ class RepresentativeInterpreter:
         check_finite_rows("feature maps", features)
         return features
 
-    def forward(self, images: Tensor, index: ReferenceIndex | None = None) -> tuple[Tensor, Tensor]:
+    def logits_and_projections(
+        self, images: Tensor, index: ReferenceIndex | None = None
+    ) -> tuple[Tensor, Tensor]:
         """The model's logits and the projections on ``Q`` of N images, in batches.
 
         Args:
@@ -440,6 +441,18 @@ class RepresentativeInterpreter:
         """
         return self._forward(images, index=index)
 
+    def forward(self, images: Tensor, index: ReferenceIndex | None = None) -> tuple[Tensor, Tensor]:
+        """Deprecated (0.6; removed in 0.7): the name of
+        [`logits_and_projections`][repinterp.interpreter.RepresentativeInterpreter.logits_and_projections],
+        which is not a module's ``forward``."""
+        warnings.warn(
+            "RepresentativeInterpreter.forward is deprecated and will be removed in 0.7: call "
+            "logits_and_projections",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.logits_and_projections(images, index)
+
     @exact_float32()
     def _forward(
         self,
@@ -448,7 +461,8 @@ class RepresentativeInterpreter:
         columns: list[dict[str, Tensor]] | None = None,
         index: ReferenceIndex | None = None,
     ) -> tuple[Tensor, Tensor]:
-        """[`forward`][repinterp.interpreter.RepresentativeInterpreter.forward]; each batch's
+        """[`logits_and_projections`][repinterp.interpreter.RepresentativeInterpreter.logits_and_projections];
+        each batch's
         flattened feature maps (on the CPU) are also appended to ``features`` when it is given,
         and its columns of the index's granularity
         ([`FittedGranularity.columns`][repinterp.core.granularity.FittedGranularity.columns]) to

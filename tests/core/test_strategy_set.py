@@ -74,7 +74,7 @@ def test_a_polytope_follows_each_of_two_separable_strategies_of_one_class(one_th
     for s in strategies:
         assert s.inside == 1.0 and s.others_inside == 0.0
         assert bool(s.covers(images[s.members]).all())
-    logits = ri.forward(new)[0]
+    logits = ri.logits_and_projections(new)[0]
     columns = index.granularity.columns(ri.split.head, ri.features(new), logits)
     classes = logits.argmax(1)
     assert polytope_fidelity(strategies, new, columns["strategy"], classes) == (1.0, 0.0)

@@ -705,7 +705,10 @@ def test_ri_reports_subconcept_purity_on_shapes(shapes_setup: Setup) -> None:
     # within-class AMI, its null and its k-means ceiling, on the unseen images' feature maps
     ri = regions.interpreter
     inputs = shapes_setup.inputs("unseen")
-    features, logits = ri.features(inputs).flatten(1).cpu(), ri.forward(inputs)[0].cpu()
+    features, logits = (
+        ri.features(inputs).flatten(1).cpu(),
+        ri.logits_and_projections(inputs)[0].cpu(),
+    )
     labels = shapes_setup.labels("unseen")
     concepts = shapes_setup.unseen.concepts
     full = region_groups(regions, region, concepts, features, logits, labels, seed=0).to_dict()

@@ -86,7 +86,9 @@ class Explainer(Protocol):
         """``psi(images)``: N x C x H x W -> N x K x h x w, on the device."""
         ...
 
-    def forward(self, images: Tensor, index: ReferenceIndex | None = None) -> tuple[Tensor, Tensor]:
+    def logits_and_projections(
+        self, images: Tensor, index: ReferenceIndex | None = None
+    ) -> tuple[Tensor, Tensor]:
         """Logits (N x classes) and projections (N x |Q|) of N x C x H x W images on the ``Q``
         of ``index`` (None: the interpreter's)."""
         ...
@@ -289,7 +291,7 @@ class Interpretation:
     def covers(self, images: Tensor) -> Tensor:
         """N booleans: whether each image (N x C x H x W, any device) lies on ``x``'s side of
         every boundary of ``P(x)``."""
-        _, proj = self.interpreter.forward(images, self.reference_index)
+        _, proj = self.interpreter.logits_and_projections(images, self.reference_index)
         p = self.boundaries
         return (sides(proj[:, p]) == sides(self.projections[p]).unsqueeze(0)).all(1)
 

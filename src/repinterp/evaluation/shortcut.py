@@ -254,7 +254,7 @@ class ShortcutImages:
     @cached_property
     def logits(self) -> Tensor:
         """The unseen images' logits (N x classes, CPU)."""
-        return self.run.interpreter.forward(self.inputs("unseen"))[0].cpu()
+        return self.run.interpreter.logits_and_projections(self.inputs("unseen"))[0].cpu()
 
 
 def _kmeans(images: ShortcutImages) -> np.ndarray:

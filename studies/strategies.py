@@ -30,8 +30,8 @@ import numpy as np
 import torch
 
 from repinterp import RepresentativeInterpreter
-from repinterp.core.model_strategies import polytope_fidelity
 from repinterp.evaluation.groupings import ami, ami_ceiling, ami_null
+from repinterp.strategies.model import polytope_fidelity
 
 from . import runner
 

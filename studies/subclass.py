@@ -11,7 +11,7 @@ the model cache, its own stratified draw and Q per seed), the groupings of
 - ``SpRAy``: spectral clustering of the Grad-CAM maps, k by the eigengap, and ``SpRAy k=m``
   at matched k;
 - ``PCX``: a Gaussian mixture over the channel relevances
-  (`repinterp.core.channel_relevance.channel_relevance`), k by BIC, and
+  (`repinterp.strategies.channel_relevance.channel_relevance`), k by BIC, and
   ``PCX k=m`` at matched k.
 
 Per method and seed: the groups per class (effective groups / classes) and the sub-concepts
@@ -51,9 +51,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from repinterp.core.channel_relevance import channel_relevance
 from repinterp.core.nearest import nearest_rows
-from repinterp.core.polytope_weights import draw_indices
 from repinterp.evaluation.baselines import ReusableCAM, reused_cam
 from repinterp.evaluation.comparison import bootstrap_interval, is_win
 from repinterp.evaluation.groupings import ami, ami_ceiling, ami_null
@@ -68,6 +66,8 @@ from repinterp.evaluation.subclass import (
     spray_groups,
 )
 from repinterp.interpreter import RepresentativeInterpreter
+from repinterp.maps.polytope_weights import draw_indices
+from repinterp.strategies.channel_relevance import channel_relevance
 
 from . import runner
 from .groups_sweep import cvr

@@ -90,7 +90,7 @@ def test_a_granularity_is_named_only_by_the_registry_and_its_own_module() -> Non
     compared = re.compile(
         rf"""granularity\S*\s*[!=]=\s*["']({names})["']|["']({names})["']\s*[!=]=\s*\S*granularity"""
     )
-    own = {"core/granularities.py", "core/granularity.py", "core/strategy_set.py"}
+    own = {"core/granularities.py", "core/granularity.py", "strategies/granularity.py"}
     found = []
     for path in sorted(architecture.PACKAGE.rglob("*.py")):
         name = str(path.relative_to(architecture.PACKAGE))

@@ -18,11 +18,9 @@ from torch import Tensor, nn
 from . import display  # noqa: F401  (importing it registers the views of core.views)
 from .core.boundaries import Boundaries, compute_boundaries
 from .core.config import FitConfig
-from .core.contrastive import contrast_pairs, contrastive_heatmaps
 from .core.granularities import PAPERS
 from .core.granularities import granularity as make_granularity
 from .core.interpretation import Interpretation, check_solver
-from .core.model_strategies import Strategy, model_strategies
 from .core.reference_index import FEATURE_FILE, ReferenceIndex, index_rows
 from .core.regions import RegionSet
 from .core.representative import interpret
@@ -34,6 +32,7 @@ from .data.reference import (
     as_reference,
     check_finite_rows,
 )
+from .maps.contrastive import contrast_pairs, contrastive_heatmaps
 from .models.fixed_mode import CHECKED_IMAGES, check_image_function
 from .models.split import (
     LayerSpec,
@@ -55,6 +54,7 @@ from .store.index_model import (
     saved_transform,
 )
 from .store.shards import Shards
+from .strategies.model import Strategy, model_strategies
 
 __all__ = ["FEATURE_FILE", "Interpretation", "RepresentativeInterpreter"]
 
@@ -115,7 +115,7 @@ class RepresentativeInterpreter:
         granularity: the fit's granularity by name (see
             [`granularities`][repinterp.core.granularities]): ``"class"``, the paper's RI (the
             default), or beyond the paper ``"strategy"`` (a polytope per strategy of a class,
-            see [`StrategySet`][repinterp.core.strategy_set.StrategySet]).
+            see [`StrategySet`][repinterp.strategies.granularity.StrategySet]).
 
     Raises:
         ValueError: a model in training mode or in half precision, a bad target layer or
@@ -628,7 +628,7 @@ class RepresentativeInterpreter:
         ``granularity="strategy"``: per class (ascending), the groups of reference images it
         treats alike, found without labels, each with its polytope, members, mean heat map and
         audit, the one a user should look at first, first (see
-        [`model_strategies`][repinterp.core.model_strategies.model_strategies]).
+        [`model_strategies`][repinterp.strategies.model.model_strategies]).
 
         Args:
             reference: the reference set the index was fitted on; None: the one held (the last

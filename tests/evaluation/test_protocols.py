@@ -9,7 +9,6 @@ import pytest
 import torch
 from PIL import Image
 
-from repinterp.core.polytope_weights import covered_sample, with_score_weights
 from repinterp.data.datasets import ImageFormat, shapes
 from repinterp.evaluation import average_drop_increase_from_mask, protocols
 from repinterp.evaluation.baselines import cam_weights, reused_cam
@@ -22,6 +21,7 @@ from repinterp.evaluation.protocols import evaluate
 from repinterp.evaluation.run import Run, self_first
 from repinterp.evaluation.scoring import drop_increase, score
 from repinterp.evaluation.setup import WEIGHTS_DIR, Setup, load_setup, stratified
+from repinterp.maps.polytope_weights import covered_sample, with_score_weights
 from repinterp.models.zoo import build_model, default_target_layer, save_weights
 from repinterp.report.tables import overview_markdown, results_markdown
 

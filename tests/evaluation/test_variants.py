@@ -12,7 +12,6 @@ from repinterp import RepresentativeInterpreter
 from repinterp.core.boundaries import sample_sources
 from repinterp.core.cover import exact_cover, fewest_boundaries, greedy_cover
 from repinterp.core.heatmap import heatmaps
-from repinterp.core.polytope_weights import covered_sample, score_weights, with_score_weights
 from repinterp.evaluation import protocols
 from repinterp.evaluation.baselines import cam_weights
 from repinterp.evaluation.methods import METHODS
@@ -21,6 +20,7 @@ from repinterp.evaluation.options import Options
 from repinterp.evaluation.protocols import evaluate
 from repinterp.evaluation.run import Run
 from repinterp.evaluation.setup import load_setup
+from repinterp.maps.polytope_weights import covered_sample, score_weights, with_score_weights
 from repinterp.report.tables import results_markdown
 
 from ..networks import images, tiny_gap_cnn

@@ -2,8 +2,8 @@
 
 import torch
 
-from repinterp.core.channel_relevance import channel_relevance
 from repinterp.models.split import split_model
+from repinterp.strategies.channel_relevance import channel_relevance
 
 from ..networks import random_setup
 

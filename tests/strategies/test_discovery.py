@@ -1,11 +1,11 @@
-"""A class's strategies (core/strategies.py): discovery without labels, separators."""
+"""A class's strategies (strategies/discovery.py): discovery without labels, separators."""
 
 import numpy as np
 import pytest
 import torch
 from safetensors.torch import load, save
 
-from repinterp.core.strategies import (
+from repinterp.strategies.discovery import (
     MIN_GAIN,
     SEPARATOR_CLASSES,
     Strategies,

@@ -1,5 +1,5 @@
 """``granularity="strategy"``: polytopes that follow the strategies of a class
-(core/strategy_set.py, core/model_strategies.py)."""
+(strategies/granularity.py, strategies/model.py)."""
 
 from collections import OrderedDict
 
@@ -9,8 +9,8 @@ from torch import nn
 
 from repinterp import RepresentativeInterpreter
 from repinterp.core.config import FitConfig
-from repinterp.core.model_strategies import polytope_fidelity
-from repinterp.core.strategy_set import StrategySet
+from repinterp.strategies.granularity import StrategySet
+from repinterp.strategies.model import polytope_fidelity
 
 from ..networks import fit_random, randn
 

@@ -43,7 +43,6 @@ from repinterp.core.groups import polytope_key
 from repinterp.core.heatmap import channel_means, heatmaps, normalize_maps
 from repinterp.core.interpretation import METRIC_MEANINGS
 from repinterp.core.regions import RegionSet, distinct_polytopes
-from repinterp.core.strategy_set import StrategySet
 from repinterp.display.colours import colorize, overlay
 from repinterp.evaluation.baselines import ReusableCAM
 from repinterp.evaluation.groupings import region_groups
@@ -51,6 +50,7 @@ from repinterp.evaluation.metrics import keep_top_pixels
 from repinterp.store.index_folder import read_manifest
 from repinterp.store.outputs import listed, lock
 from repinterp.store.regions_file import REGIONS_FILE, load_regions
+from repinterp.strategies.granularity import StrategySet
 from repinterp.web import create_app, server_config
 from repinterp.web.app import host_name
 from repinterp.web.compare import METHODS

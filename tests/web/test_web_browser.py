@@ -24,8 +24,8 @@ import torch
 from repinterp.core.config import FitConfig
 from repinterp.core.interpretation import METRIC_MEANINGS
 from repinterp.core.regions import RegionSet
-from repinterp.core.strategy_set import StrategySet
 from repinterp.store.regions_file import save_regions
+from repinterp.strategies.granularity import StrategySet
 from repinterp.web import create_app
 from repinterp.workspace import fit_workspace, open_index
 

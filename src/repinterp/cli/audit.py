@@ -1,6 +1,6 @@
 """``repinterp audit``: the strategies of an index fitted at ``granularity="strategy"``, class by
 class, the one to look at first, first (see
-[`model_strategies`][repinterp.core.model_strategies.model_strategies]): ``audit.json`` and a
+[`model_strategies`][repinterp.strategies.model.model_strategies]): ``audit.json`` and a
 self-contained ``index.html`` (images inline)."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from .options import at_least, common, index_options, overwrite
 
 if TYPE_CHECKING:
-    from ..core.model_strategies import Strategy
+    from ..strategies.model import Strategy
     from ..workspace import Workspace
 
 __all__ = ["add_arguments", "audit_command", "write_audit"]

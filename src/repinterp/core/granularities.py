@@ -27,7 +27,7 @@ __all__ = [
 
 _CLASSES = {
     "class": ("repinterp.core.granularity", "Granularity"),
-    "strategy": ("repinterp.core.strategy_set", "StrategySet"),
+    "strategy": ("repinterp.strategies.granularity", "StrategySet"),
 }
 """Each granularity by name: the module and class that implement it."""
 GRANULARITIES = tuple(_CLASSES)

@@ -27,11 +27,11 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..core.audit import audit_strategies
-from ..core.channel_relevance import channel_relevance
-from ..core.model_strategies import polytope_fidelity
 from ..data.datasets import MARKS
 from ..interpreter import RepresentativeInterpreter
+from ..strategies.audit import audit_strategies
+from ..strategies.channel_relevance import channel_relevance
+from ..strategies.model import polytope_fidelity
 from .baselines import ReusableCAM
 from .groupings import ami, ami_ceiling, ami_null
 from .methods import CAMMethod, method
@@ -214,7 +214,7 @@ class ShortcutImages:
 
     def relevance(self, part: str) -> Tensor:
         """A part's channel relevances
-        ([`channel_relevance`][repinterp.core.channel_relevance.channel_relevance]), N x K
+        ([`channel_relevance`][repinterp.strategies.channel_relevance.channel_relevance]), N x K
         (CPU)."""
         ri = self.run.interpreter
         shaped = ri.features(self.inputs(part))
@@ -297,7 +297,7 @@ def _pcx(images: ShortcutImages) -> np.ndarray:
 
 
 def _strategies(images: ShortcutImages) -> np.ndarray:
-    """RI+strategy's strategies (`repinterp.core.strategy_set`): each unseen image's, the
+    """RI+strategy's strategies (`repinterp.strategies.granularity`): each unseen image's, the
     nearest centre among its predicted class's (found on the reference set, without labels)."""
     ri = images.interpreter("RI+strategy")
     inputs = images.inputs("unseen")
@@ -311,7 +311,7 @@ def _strategies(images: ShortcutImages) -> np.ndarray:
 def audit_rank(
     groups: np.ndarray, marked: Tensor, maps: Tensor, pooled: Tensor, logits: Tensor
 ) -> dict[str, Any]:
-    """Where the audit ([`audit_strategies`][repinterp.core.audit.audit_strategies], which
+    """Where the audit ([`audit_strategies`][repinterp.strategies.audit.audit_strategies], which
     reads no label) ranks the group holding most marked images among its class's groups.
 
     Args:

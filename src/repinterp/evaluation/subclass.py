@@ -13,7 +13,7 @@ images, and gives every unseen image a group of its own predicted class (`Groupi
 - `pcx_groups`: PCX-like (Dreyer et al., *Understanding the (extra-)ordinary: validating
   deep model decisions with prototypical concept-based explanations*, 2023): a Gaussian
   mixture (diagonal covariances) per class over the channel relevances (e.g. those of
-  `repinterp.core.channel_relevance.channel_relevance`), each L2-normalised; k given or chosen
+  `repinterp.strategies.channel_relevance.channel_relevance`), each L2-normalised; k given or chosen
   by BIC; an unseen image joins its most probable component.
 - `polytope_grouping`: RI's own groups (the polytope explaining each image,
   `repinterp.core.groups.polytope_key`), at any layer or granularity.

@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .interpretation import Explainer, Interpretation
+from ..core.interpretation import Explainer, Interpretation
 
 __all__ = ["covered_sample", "draw_indices", "score_weights", "with_score_weights"]
 

@@ -1,6 +1,6 @@
 """The audit: which strategies of a class a user should look at first, and why, without labels.
 
-Each strategy (a group of images of one predicted class, `repinterp.core.strategies`) is set
+Each strategy (a group of images of one predicted class, `repinterp.strategies.discovery`) is set
 against its class's *main* strategy (the largest; ties: the lowest id) on reasons that are each
 a number in [0, 1], 0 for the main strategy itself:
 
@@ -22,7 +22,7 @@ A strategy is ``flagged`` when its score reaches `FLAG_SCORE`. Nothing here read
 mask or a ``marked`` flag: only the model's logits, the heat maps and the vectors.
 
 The rule (the mean, 0.3) was written before the measurements. Measured on one model per data
-set (seed 0, default layer, 2,000 reference images; strategies by `repinterp.core.strategies`'
+set (seed 0, default layer, 2,000 reference images; strategies by `repinterp.strategies.discovery`'
 defaults; maps: gradient x input at the target layer summed over channels, ReLU, upsampled,
 min-max scaled; vectors: channel relevances, L2-normalised): the strategy holding most marked
 images ranks first in its class and scores 0.501 (``mnist-mark:0.3``) and 0.416

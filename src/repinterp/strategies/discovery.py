@@ -73,7 +73,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .boundaries import Boundaries
+from ..core.boundaries import Boundaries
 
 __all__ = [
     "K_MAX",

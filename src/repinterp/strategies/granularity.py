@@ -1,13 +1,13 @@
 """``granularity="strategy"``, beyond the paper: polytopes that follow the model's strategies.
 
 A *strategy* is a group of the reference images the model predicts one class for, found without
-labels by [`discover_strategies`][repinterp.core.strategies.discover_strategies] on one vector
+labels by [`discover_strategies`][repinterp.strategies.discovery.discover_strategies] on one vector
 per image (`VECTORS`). The granularity (see [`granularity`][repinterp.core.granularity]):
 
 - at fit, one forward pass over the reference set reads every image's vector and feature map;
   the strategies are found per predicted class, and ``Q`` also holds a linear separator in the
   target layer's space for each pair of strategies of one class
-  ([`strategy_separators`][repinterp.core.strategies.strategy_separators]), so that Algorithm 1
+  ([`strategy_separators`][repinterp.strategies.discovery.strategy_separators]), so that Algorithm 1
   can cut one strategy out of another;
 - each image's column ``"strategy"`` is its strategy (the nearest centre of its predicted
   class, for the reference images and for every new input alike);
@@ -27,9 +27,9 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
-from .boundaries import Boundaries
-from .cover import CoverResult
-from .granularity import (
+from ..core.boundaries import Boundaries
+from ..core.cover import CoverResult
+from ..core.granularity import (
     STATE_PREFIX,
     FitContext,
     FittedGranularity,
@@ -37,7 +37,7 @@ from .granularity import (
     Solve,
     covers_with_exclusions,
 )
-from .strategies import K_MAX, Strategies, discover_strategies, strategy_separators
+from .discovery import K_MAX, Strategies, discover_strategies, strategy_separators
 
 __all__ = ["VECTORS", "StrategyDecisions", "StrategySet", "strategy_vectors"]
 

@@ -1,11 +1,11 @@
 """The model's strategies as a user meets them (``RepresentativeInterpreter.strategies()``): for
-an index fitted at ``granularity="strategy"`` ([`strategy_set`][repinterp.core.strategy_set]),
+an index fitted at ``granularity="strategy"`` ([`strategy_set`][repinterp.strategies.granularity]),
 each strategy with its polytope, members, mean heat map and audit.
 
 A strategy's polytope is ``P(x)`` of its *input*, the member nearest its centre (as a k-means
 region's is its centre's nearest image, §6.4): a new image it covers belongs to the strategy and
 gets the input's channel weights. Its heat maps are that polytope's, reused on every member; the
-audit ([`audit_strategies`][repinterp.core.audit.audit_strategies]) reads them, the members'
+audit ([`audit_strategies`][repinterp.strategies.audit.audit_strategies]) reads them, the members'
 spatially pooled feature maps and the model's logits, never a label.
 """
 
@@ -17,10 +17,10 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from ..core.interpretation import Explainer, Interpretation
+from ..core.views import HtmlView, render
 from .audit import StrategyAudit, audit_strategies
-from .interpretation import Explainer, Interpretation
-from .strategy_set import StrategyDecisions, strategy_vectors
-from .views import HtmlView, render
+from .granularity import StrategyDecisions, strategy_vectors
 
 __all__ = ["AUDIT_SIDE", "Strategy", "model_strategies", "polytope_fidelity"]
 

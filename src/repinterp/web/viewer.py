@@ -35,7 +35,6 @@ from torch import Tensor
 
 from ..core.heatmap import channel_means, heatmaps, normalize_maps
 from ..core.interpretation import METRIC_MEANINGS, Interpretation
-from ..core.model_strategies import Strategy
 from ..core.regions import Polytope, RegionSet, distinct_polytopes
 from ..data.datasets import ImageFolderSet
 from ..data.image_files import read_image
@@ -56,6 +55,7 @@ from ..store.regions_file import (
     load_regions,
     save_regions,
 )
+from ..strategies.model import Strategy
 from ..workspace import Workspace
 from .compare import METHODS, CamWeights
 from .image_codec import MAX_UPLOAD_BYTES, MAX_UPLOAD_PIXELS, decode_upload, encode_png
@@ -644,7 +644,7 @@ class Viewer:
         ``finds`` says in one sentence what RI finds over the reference set
         (`repinterp.evaluation.groupings.GroupStats.sentence`) and, for an index of
         ``granularity="strategy"``, ``strategies`` lists its strategies in the audit's order
-        (`repinterp.core.model_strategies`; empty otherwise)."""
+        (`repinterp.strategies.model`; empty otherwise)."""
         done = {"n_regions": self.n_regions, "n_reference": len(self.index)}
         if self._gallery_error is not None:
             return {"status": "unavailable", "message": self._gallery_error, **done, "regions": []}

@@ -10,8 +10,8 @@ from ...core.boundaries import SAMPLINGS
 from ...core.config import FitConfig
 from ...core.granularities import GRANULARITIES, PAPERS
 from ...core.interpretation import SIMILARITY_METRICS, Interpretation
-from ...core.polytope_weights import covered_sample, with_score_weights
 from ...core.regions import RegionSet
+from ...maps.polytope_weights import covered_sample, with_score_weights
 from ..run import Run, self_first
 from .base import Method
 

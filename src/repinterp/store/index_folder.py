@@ -365,7 +365,7 @@ def _tensor_problem(t: dict[str, Tensor], m: dict[str, Any]) -> str | None:
     for name, shape in expected.items():
         if name in t and tuple(t[name].shape) != tuple(shape):
             return f"{name} has shape {tuple(t[name].shape)}, the manifest says {tuple(shape)}"
-    for name, value in t.items():  # the decision set's columns: one row per image
+    for name, value in t.items():  # the granularity's columns: one row per image
         if name not in expected and not name.startswith(STATE_PREFIX):
             if value.ndim == 0 or value.shape[0] != n:
                 return f"column {name} has shape {tuple(value.shape)}, not {n} rows"

@@ -423,7 +423,7 @@ def test_an_index_fitted_by_the_cli_reads_images_as_the_cli_does(tmp_path, capsy
     index, file = _cli_index(tmp_path, capsys)
     ws = open_index(index, progress=False)
     ri = ws.interpreter
-    cli = ws.normalization(load_image_file(file, ri.fitted_index.input_shape))
+    cli = ws.normalization(load_image_file(file, ri.index.input_shape))
     expected = ri.explain(cli)
     assert expected.has_heatmap
     with Image.open(file) as image:
@@ -561,3 +561,15 @@ def test_forward_is_a_deprecated_name_of_logits_and_projections(fitted) -> None:
     with pytest.warns(DeprecationWarning, match="forward is deprecated .*logits_and_projections"):
         old = ri.forward(images[:3])
     assert torch.equal(old[0], logits) and torch.equal(old[1], projections)
+
+
+def test_the_index_has_one_name_and_fitted_index_is_a_deprecated_alias(fitted) -> None:
+    """Issue 41, item 6: ``ri.index`` is the index (it raises before ``fit``, as
+    ``fitted_index`` did); ``fitted_index`` is kept for one release and warns."""
+    ri, _ = fitted
+    with pytest.warns(DeprecationWarning, match="fitted_index is deprecated .*use index"):
+        assert ri.fitted_index is ri.index
+    fresh = RepresentativeInterpreter(ri.model, "relu2", progress=False)
+    assert ri.is_fitted and not fresh.is_fitted
+    with pytest.raises(RuntimeError, match="not fitted: call fit"):
+        fresh.index  # noqa: B018

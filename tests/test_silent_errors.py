@@ -33,7 +33,7 @@ def test_nan_weights_are_an_error_at_fit_naming_how_many_images() -> None:
     message = r"6 of the 6 reference images behind Q give non-finite boundaries \(NaN or Inf\)"
     with pytest.raises(ValueError, match=message):
         ri.fit(images)
-    assert ri.index is None
+    assert not ri.is_fitted
 
 
 def test_reference_images_that_overflow_are_counted() -> None:

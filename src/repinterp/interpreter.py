@@ -175,7 +175,7 @@ class RepresentativeInterpreter:
             self._split = locate_split(model, input_shape, allow_nonlinear_head, output)
         self.target_layer: str | None = self._split.layer if self._split is not None else None
         self.allow_nonlinear_head = allow_nonlinear_head
-        self.index: ReferenceIndex | None = None
+        self._index: ReferenceIndex | None = None
         # the reference set of the last fit (wrapped, as as_reference gives it), to draw its
         # images; None after load: set it to the set the index was fitted on to draw them again
         self.reference: Reference | ReferenceSet | None = None
@@ -184,8 +184,8 @@ class RepresentativeInterpreter:
     def __repr__(self) -> str:
         layer = repr(self.target_layer) if self.target_layer else "a layer chosen at fit"
         fitted = (
-            f"|Q| = {len(self.index.boundaries)}, |R| = {len(self.index)}"
-            if self.index is not None
+            f"|Q| = {len(self._index.boundaries)}, |R| = {len(self._index)}"
+            if self._index is not None
             else f"|Q| = {self.config.n_boundaries}, not fitted"
         )
         beyond = f", {self.granularity_text}" if self.config.granularity.beyond_paper else ""
@@ -204,8 +204,8 @@ class RepresentativeInterpreter:
         """The granularity as every view names it (``print``, the viewer, the report, the
         notebook): ``granularity class (the paper's RI)`` or e.g. ``granularity strategy (...,
         beyond the paper)`` with the settings in use (the fitted granularity's, once fitted)."""
-        if self.index is not None:
-            return self.index.granularity.describe()
+        if self._index is not None:
+            return self._index.granularity.describe()
         return self.config.granularity.describe()
 
     @property
@@ -327,7 +327,7 @@ class RepresentativeInterpreter:
         if self.config.sampling != "uniform":  # the paper's sampling is the default, left unsaid
             index.meta["sampling"] = self.config.sampling
         index.meta.update(index.granularity.state()[0])  # the paper's granularity: nothing
-        self.index = index
+        self._index = index
         self.reference = reference
         return self
 
@@ -343,20 +343,40 @@ class RepresentativeInterpreter:
         self.target_layer = self._split.layer
 
     @property
-    def fitted_index(self) -> ReferenceIndex:
-        """The index; raises if ``fit`` (or ``load``) has not been called."""
-        if self.index is None:
+    def index(self) -> ReferenceIndex:
+        """The reference index (``Q``, the projections, classes and logits of ``R``).
+
+        Raises:
+            RuntimeError: ``fit`` (or ``load``) has not been called.
+        """
+        if self._index is None:
             raise RuntimeError("the interpreter is not fitted: call fit(reference) first")
+        return self._index
+
+    @property
+    def is_fitted(self) -> bool:
+        """Whether ``fit`` (or ``load``) has given it an index."""
+        return self._index is not None
+
+    @property
+    def fitted_index(self) -> ReferenceIndex:
+        """Deprecated (0.6; removed in 0.7): the index's other name; use ``index``."""
+        warnings.warn(
+            "RepresentativeInterpreter.fitted_index is deprecated and will be removed in 0.7: "
+            "use index",
+            DeprecationWarning,
+            stacklevel=2,
+        )
         return self.index
 
     @property
     def boundary_sources(self) -> Tensor:
         """Reference indices of the images behind ``Q``, in ``Q``'s order."""
-        return self.fitted_index.sources
+        return self.index.sources
 
     @property
     def class_names(self) -> list[str] | None:
-        return self.fitted_index.meta.get("class_names")
+        return self.index.meta.get("class_names")
 
     @property
     def reference_features(self) -> Tensor:
@@ -366,7 +386,7 @@ class RepresentativeInterpreter:
         Raises:
             ValueError: the interpreter was fitted without ``keep_features=True``.
         """
-        return self.fitted_index.features
+        return self.index.features
 
     def reference_images(
         self, indices: Tensor | list[int], reference: Reference | None = None
@@ -389,17 +409,16 @@ class RepresentativeInterpreter:
             return None
         source = as_reference(self.reference if reference is None else reference)
         n = len(source)
-        if n != len(self.fitted_index):
+        if n != len(self.index):
             raise ValueError(
-                f"the reference set holds {n} images; the index was fitted on "
-                f"{len(self.fitted_index)}"
+                f"the reference set holds {n} images; the index was fitted on {len(self.index)}"
             )
         return source.gather(torch.as_tensor(indices, dtype=torch.long))
 
     # ------------------------------------------------------------------ features
     def _batches(self, images: Tensor) -> list[Tensor]:
         """``images`` checked, in the model's dtype, in batches on the device."""
-        images = as_batch(images, self.dtype, shape=self.fitted_index.input_shape)
+        images = as_batch(images, self.dtype, shape=self.index.input_shape)
         return [part.to(self.device) for part in images.split(self.config.batch_size)]
 
     @exact_float32()
@@ -413,7 +432,7 @@ class RepresentativeInterpreter:
         """
         parts = [self.split.psi(part) for part in self._batches(images)]
         if not parts:
-            shape = self.fitted_index.feature_shape
+            shape = self.index.feature_shape
             return torch.empty(0, *shape, device=self.device, dtype=self.dtype)
         features = torch.cat(parts)
         check_finite_rows("feature maps", features)
@@ -467,7 +486,7 @@ class RepresentativeInterpreter:
         and its columns of the index's granularity
         ([`FittedGranularity.columns`][repinterp.core.granularity.FittedGranularity.columns]) to
         ``columns``."""
-        index = self.fitted_index if index is None else index
+        index = self.index if index is None else index
         logits = [torch.empty(0, index.n_classes, device=self.device, dtype=self.dtype)]
         proj = [torch.empty(0, len(index.boundaries), device=self.device, dtype=self.dtype)]
         for part in self._batches(images):
@@ -536,7 +555,7 @@ class RepresentativeInterpreter:
                 [`as_inputs`][repinterp.data.inputs.as_inputs]).
             solver: ``"greedy"`` or ``"exact"``; None means the interpreter's.
         """
-        index = self.fitted_index
+        index = self.index
         images = as_inputs(images, self.transform, index.input_shape)
         features = [] if FEATURE_FILE in index.files else None
         parts: list[dict[str, Tensor]] = []
@@ -557,7 +576,7 @@ class RepresentativeInterpreter:
         Args:
             solver: ``"greedy"`` or ``"exact"``; None means the interpreter's.
         """
-        index = self.fitted_index
+        index = self.index
         rows = torch.as_tensor(indices, dtype=torch.long, device=index.projections.device)
         if rows.numel() and (int(rows.min()) < 0 or int(rows.max()) >= len(index)):
             raise IndexError(f"reference indices must lie in [0, {len(index)})")
@@ -593,7 +612,7 @@ class RepresentativeInterpreter:
                 ``c' = c`` for some image (its map is its interpretation's own,
                 ``explain(x).heatmap``).
         """
-        index = self.fitted_index
+        index = self.index
         images = as_inputs(images, self.transform, index.input_shape)
         features = self.features(images)
         with torch.inference_mode():
@@ -619,7 +638,7 @@ class RepresentativeInterpreter:
         Raises:
             ValueError: see ``contrastive_boundaries``.
         """
-        images = as_inputs(images, self.transform, self.fitted_index.input_shape)
+        images = as_inputs(images, self.transform, self.index.input_shape)
         boundaries = self.contrastive_boundaries(images, contrast)
         return contrastive_heatmaps(self.features(images), boundaries, tuple(images.shape[-2:]))
 
@@ -662,7 +681,7 @@ class RepresentativeInterpreter:
             OutputError: ``path`` holds other files (without ``overwrite``), or the shards of a
                 fit, or another process is writing to it.
         """
-        index = self.fitted_index
+        index = self.index
         record_model(index, self.model, self.split.fingerprint, self.transform)
         save_index(index, path, extra_files=index.files, overwrite=overwrite)
         index.files = {name: Path(path) / name for name in index.files}
@@ -716,5 +735,5 @@ class RepresentativeInterpreter:
         )
         check_model(index, path, ri.model, ri.split.fingerprint)
         restore_granularity(index, path, ri.config.granularity)
-        ri.index = index.to(ri.device)
+        ri._index = index.to(ri.device)
         return ri

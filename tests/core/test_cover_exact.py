@@ -182,7 +182,7 @@ def test_interpreter_default_solver_and_bad_names(fitted) -> None:
     exact_ri = RepresentativeInterpreter(
         ri.model, "relu2", n_boundaries=12, solver="exact", time_limit=2.0, progress=False
     )
-    exact_ri.index = ri.index
+    exact_ri.fit(ri.reference)  # the same reference set and Q as ri
     assert exact_ri.explain(inputs[1]).solver == "exact"
     assert exact_ri.explain(inputs[1], solver="greedy").solver == "greedy"
     assert exact_ri.explain_reference([3], solver="greedy")[0].solver == "greedy"

@@ -89,7 +89,7 @@ def test_the_semantic_distance_by_hand_on_the_triangle() -> None:
 
 def test_channel_weights_are_the_boundaries_means_flipped_to_the_input(pair) -> None:
     plain, _, images = pair
-    index = plain.fitted_index
+    index = plain.index
     for e in plain.explain_batch(images[:6]):
         p = e.boundaries
         w = index.boundaries.weight[p]
@@ -105,7 +105,7 @@ def test_the_distance_percentile_is_the_brute_force_share_and_grows_off_the_data
     ri, images = fit_random(300, 20)
     e = ri.explain(images[5] * 0.9)
     covered, p = e.covered.tolist(), e.boundaries
-    rows = ri.fitted_index.projections[:, p].double()
+    rows = ri.index.projections[:, p].double()
 
     def dist(a, b) -> float:
         return float((a - b).abs().sum())

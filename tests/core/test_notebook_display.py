@@ -209,7 +209,7 @@ def test_a_true_label_is_shown_beside_a_mispredicted_similar_image() -> None:
 
     given = (labels[3] + 1) % 4
     page = e.show(label=int(given)).html
-    score = ri.fitted_index.logits[wrong].softmax(0).max()
+    score = ri.index.logits[wrong].softmax(0).max()
     distance = e.distances()[e.covered == wrong].item()
     assert (
         f"#1: reference {wrong}<br>semantic distance {distance:.4g}<br>score {score:.3f}<br>"

@@ -38,7 +38,7 @@ def _interpreter(model, layer, batch_size, device=None) -> RepresentativeInterpr
 
 
 def _assert_index(ri: RepresentativeInterpreter, ref: paper.PaperIndex) -> None:
-    index = ri.fitted_index
+    index = ri.index
     torch.testing.assert_close(index.boundaries.weight.cpu(), ref.weight)
     torch.testing.assert_close(index.boundaries.bias.cpu(), ref.bias)
     torch.testing.assert_close(index.projections.cpu(), ref.projections)
@@ -88,7 +88,7 @@ def test_each_cover_path_is_algorithm_1_as_the_paper_states_it(method) -> None:
     model, layer, images, inputs = _model("mlp", 3)
     ri = _interpreter(model, layer, 8).fit(images)
     ref = _reference(ri, images)
-    index = ri.fitted_index
+    index = ri.index
     own = [paper.explain(ri.split.psi, ri.split.head, ref, x) for x in inputs]
     projections = torch.stack([p.projections for p in own])
     other = index.predictions[None] != torch.tensor([p.predicted for p in own])[:, None]

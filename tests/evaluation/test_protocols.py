@@ -376,7 +376,7 @@ def test_similar_by_feature_distance(mnist: Setup) -> None:
     assert torch.equal(explanation.similar(), explanation.similar(metric="semantic"))
     torch.testing.assert_close(explanation.distances("euclidean"), explanation.feature_distances())
     p = explanation.boundaries
-    dist = (ri.fitted_index.projections[covered][:, p] - explanation.projections[p]).abs().sum(1)
+    dist = (ri.index.projections[covered][:, p] - explanation.projections[p]).abs().sum(1)
     torch.testing.assert_close(explanation.distances("semantic"), dist)
     with pytest.raises(ValueError, match="unknown metric"):
         explanation.similar(metric="manhattan")

@@ -50,7 +50,7 @@ def saved(tmp_path_factory) -> tuple[RepresentativeInterpreter, torch.Tensor, Pa
     model, images = random_setup(n=24)
     ri = RepresentativeInterpreter(model, "relu2", n_boundaries=8, seed=0, progress=False)
     ri.fit(images[:20], class_names=["cat", "dog", "café", "zèbre"], keep_features=True)
-    ri.fitted_index.meta["recipe"] = RECIPE
+    ri.index.meta["recipe"] = RECIPE
     path = tmp_path_factory.mktemp("index") / "index"
     ri.save(path)
     return ri, images[20:], path
@@ -59,7 +59,7 @@ def saved(tmp_path_factory) -> tuple[RepresentativeInterpreter, torch.Tensor, Pa
 def answers(ri: RepresentativeInterpreter, images: torch.Tensor) -> list[Any]:
     """Everything a loaded index says: its layer, names and manifest fields, and the
     interpretation of each of ``images``."""
-    out: list[Any] = [ri.target_layer, ri.class_names, ri.fitted_index.meta]
+    out: list[Any] = [ri.target_layer, ri.class_names, ri.index.meta]
     for e in ri.explain_batch(images):
         out.append((e.predicted_class, e.boundaries.tolist(), e.covered.tolist()))
         out.append(e.projections.tolist())

@@ -556,7 +556,7 @@ def long_lists(tmp_path_factory) -> Iterator[str]:
     folder = saved_copy(small_app().state.viewer.workspace, tmp_path_factory.mktemp("long"))
     workspace = open_index(folder, progress=False)
     ri = workspace.interpreter
-    predictions = ri.fitted_index.predictions
+    predictions = ri.index.predictions
     firsts = [int((predictions == c).nonzero()[0]) for c in predictions.unique()[:3].tolist()]
     inputs = torch.tensor(firsts).repeat_interleave(torch.tensor([14, 13, 13]))
     save_regions(RegionSet.from_centres(ri, ri.reference_features[inputs], inputs), folder, 0)

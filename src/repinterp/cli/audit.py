@@ -80,7 +80,7 @@ def write_audit(ws: Workspace, out: Path, members: int, page: str) -> list[Strat
             "index of granularity strategy (repinterp fit --granularity strategy)"
         )
     strategies = ri.strategies(ws.reference)
-    names = ri.class_names or [str(c) for c in range(ri.fitted_index.n_classes)]
+    names = ri.class_names or [str(c) for c in range(ri.index.n_classes)]
     classes: dict[int, list[Strategy]] = {}
     for s in strategies:
         classes.setdefault(s.predicted_class, []).append(s)

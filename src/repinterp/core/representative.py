@@ -83,7 +83,7 @@ def interpret(
     Returns:
         N interpretations (none for N = 0).
     """
-    index = explainer.fitted_index
+    index = explainer.index
     if logits.shape[0] == 0:
         return []
     predicted = logits.argmax(1)

@@ -129,7 +129,7 @@ def model_strategies(
     Raises:
         ValueError: the index is of another granularity, or no reference set is known.
     """
-    index = explainer.fitted_index
+    index = explainer.index
     decisions = index.granularity
     if not isinstance(decisions, StrategyDecisions):
         raise ValueError(

@@ -175,7 +175,7 @@ def measure(setup: Setup, point: Point, seed: int, full_kmeans: bool) -> dict[st
     row |= polytope_groups(explanations, concepts, features, logits, labels, seed).to_dict()
     if concepts is not None:
         row["subconcept_purity_shuffled"] = shuffled_purity(explanations, concepts, seed)
-    row["boundaries_in_P"] = float(np.mean([e.boundaries.numel() for e in explanations]))
+    row["boundaries_in_P"] = float(np.mean([e.boundary_ids.numel() for e in explanations]))
     row["delta"] = float(np.mean([e.delta for e in explanations]))
     row["representativeness"] = float(np.mean([e.representativeness for e in explanations]))
     correct = drawn.predictions["unseen"] == drawn.labels("unseen")

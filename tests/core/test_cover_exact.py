@@ -165,7 +165,7 @@ def test_interpreter_exact_solver(fitted) -> None:
         assert e.representativeness >= g.representativeness == e.greedy_representativeness
         assert e.optimal is True and e.gap == 0.0 and e.optimum == e.representativeness
         assert e.conflicts <= e.delta == g.delta
-        assert torch.equal(e.boundaries, e.boundaries.sort().values)
+        assert torch.equal(e.boundary_ids, e.boundary_ids.sort().values)
         d = json.loads(json.dumps(e.to_dict()))
         assert d["solver"] == "exact" and d["optimum"] == e.representativeness
         assert d["greedy_representativeness"] == g.representativeness

@@ -51,7 +51,7 @@ def _assert_explanations(ri, ref, inputs, references) -> None:
     for x, e in zip(inputs, explanations, strict=True):
         own = paper.explain(psi, ri.split.head.cpu(), ref, x.cpu())
         assert e.predicted_class == own.predicted
-        assert e.boundaries.tolist() == own.boundaries
+        assert e.boundary_ids.tolist() == own.boundaries
         assert e.covered.tolist() == own.covered and e.delta == own.delta
         torch.testing.assert_close(e.projections.cpu(), own.projections)
         expected = [paper.distance(ref, own, r) for r in own.covered]
@@ -76,7 +76,7 @@ def test_fit_explain_heat_maps_and_distances_are_the_papers(kind, seed, batch_si
     _assert_explanations(ri, ref, inputs, images)
     own = [paper.explain(ri.split.psi, ri.split.head, ref, x) for x in images[:INPUTS]]
     for e, p in zip(ri.explain_reference(list(range(INPUTS))), own, strict=True):
-        assert (e.boundaries.tolist(), e.covered.tolist(), e.delta) == (
+        assert (e.boundary_ids.tolist(), e.covered.tolist(), e.delta) == (
             p.boundaries,
             p.covered,
             p.delta,

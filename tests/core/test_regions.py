@@ -31,7 +31,7 @@ def test_inputs_are_the_reference_images_nearest_the_centres(regions) -> None:
     assert torch.equal(rs.inputs, distances.argmin(1))
     for region, row in zip(rs.regions, rs.inputs.tolist(), strict=True):
         alone = ri.explain_reference([row])[0]
-        assert torch.equal(region.boundaries, alone.boundaries)
+        assert torch.equal(region.boundary_ids, alone.boundary_ids)
         assert (
             region.predicted_class == alone.predicted_class == rs.classes[rs.regions.index(region)]
         )
@@ -77,8 +77,8 @@ def test_short_reprs(regions) -> None:
     distinct = {
         (
             r.predicted_class,
-            tuple(r.boundaries.tolist()),
-            tuple((r.projections[r.boundaries] > 0).tolist()),
+            tuple(r.boundary_ids.tolist()),
+            tuple((r.projections[r.boundary_ids] > 0).tolist()),
         )
         for r in rs.regions
     }

@@ -133,7 +133,7 @@ def test_ri_variants_solve_weigh_and_sample_their_own_way(mnist: Setup) -> None:
     assert x in sample.tolist() and len(sample) == options.score_images
     expected = with_score_weights(paper.regions[v], mnist.inputs("reference", sample))
     torch.testing.assert_close(scored.regions[v].channel_weights, expected.channel_weights)
-    assert torch.equal(scored.regions[v].boundaries, paper.regions[v].boundaries)
+    assert torch.equal(scored.regions[v].boundary_ids, paper.regions[v].boundary_ids)
     fit = results["fit_s"]
     assert set(fit) == {"uniform", "pairs"} and all(t > 0 for t in fit.values())
 
@@ -375,7 +375,7 @@ def test_similar_by_feature_distance(mnist: Setup) -> None:
     # the default is the paper's Dist, feature maps kept or not (tests/core/test_interpretation)
     assert torch.equal(explanation.similar(), explanation.similar(metric="semantic"))
     torch.testing.assert_close(explanation.distances("euclidean"), explanation.feature_distances())
-    p = explanation.boundaries
+    p = explanation.boundary_ids
     dist = (ri.index.projections[covered][:, p] - explanation.projections[p]).abs().sum(1)
     torch.testing.assert_close(explanation.distances("semantic"), dist)
     with pytest.raises(ValueError, match="unknown metric"):

@@ -96,7 +96,7 @@ def test_with_score_weights_keeps_the_polytope_and_draws_one_map():
     assert set(sample.tolist()) <= set(e.covered.tolist()) and bool((sample.diff() > 0).all())
     assert torch.equal(covered_sample(e, 4, seed=1), sample)
     weighted = with_score_weights(e, x[sample])
-    assert torch.equal(weighted.boundaries, e.boundaries) and torch.equal(
+    assert torch.equal(weighted.boundary_ids, e.boundary_ids) and torch.equal(
         weighted.covered, e.covered
     )
     w = score_weights(ri, x[sample], e.predicted_class)
@@ -133,7 +133,10 @@ def test_ri_strategy_runs_in_coverage_similar_and_q_sweep_on_mnist_super():
     for index in run_.inputs.tolist():  # the ranking is RI+strategy's own P(x)'s
         explanations, rankings = protocols._rankings(run_, index)
         own = strategy_ri.explain_reference([index])[0]
-        assert explanations["semantic (RI+strategy)"].boundaries.tolist() == own.boundaries.tolist()
+        assert (
+            explanations["semantic (RI+strategy)"].boundary_ids.tolist()
+            == own.boundary_ids.tolist()
+        )
         expected = own.similar(metric="semantic").cpu()
         assert torch.equal(rankings["semantic (RI+strategy)"], expected[expected != index])
     assert "semantic (RI+strategy)" in results_markdown(similar)

@@ -61,7 +61,7 @@ def _same_as(ri: RepresentativeInterpreter, expected: RepresentativeInterpreter,
     for name, tensor in expected.index.tensors().items():
         assert torch.equal(ri.index.tensors()[name], tensor), name
     for a, b in zip(ri.explain_batch(images[:5]), expected.explain_batch(images[:5]), strict=True):
-        assert torch.equal(a.boundaries, b.boundaries) and torch.equal(a.covered, b.covered)
+        assert torch.equal(a.boundary_ids, b.boundary_ids) and torch.equal(a.covered, b.covered)
 
 
 @pytest.mark.parametrize(

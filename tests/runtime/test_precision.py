@@ -177,7 +177,7 @@ def test_autocast_of_the_caller_is_off_inside() -> None:
         inside = ri.explain(images[0])
     assert set(seen) == {torch.float32}
     assert torch.equal(plain.projections, inside.projections)
-    assert torch.equal(plain.boundaries, inside.boundaries)
+    assert torch.equal(plain.boundary_ids, inside.boundary_ids)
 
 
 def test_one_thread_leaving_does_not_turn_tf32_back_on_under_another() -> None:

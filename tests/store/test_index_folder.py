@@ -61,7 +61,7 @@ def answers(ri: RepresentativeInterpreter, images: torch.Tensor) -> list[Any]:
     interpretation of each of ``images``."""
     out: list[Any] = [ri.target_layer, ri.class_names, ri.index.meta]
     for e in ri.explain_batch(images):
-        out.append((e.predicted_class, e.boundaries.tolist(), e.covered.tolist()))
+        out.append((e.predicted_class, e.boundary_ids.tolist(), e.covered.tolist()))
         out.append(e.projections.tolist())
     return out
 

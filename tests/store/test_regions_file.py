@@ -72,7 +72,8 @@ def same(a: RegionSet, b: RegionSet) -> bool:
     return (
         torch.equal(a.inputs, b.inputs)
         and torch.equal(a.centres, b.centres)
-        and [r.boundaries.tolist() for r in a.regions] == [r.boundaries.tolist() for r in b.regions]
+        and [r.boundary_ids.tolist() for r in a.regions]
+        == [r.boundary_ids.tolist() for r in b.regions]
         and torch.equal(a.classes.cpu(), b.classes.cpu())
     )
 

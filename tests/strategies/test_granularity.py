@@ -67,7 +67,7 @@ def test_a_polytope_follows_each_of_two_separable_strategies_of_one_class(one_th
             assert bool((covered == b).all()) and e.representativeness == int((blob == b).sum())
             assert set(blob[p.covered].tolist()) == {0, 1}  # the paper's holds the class
         else:
-            assert e.boundaries.tolist() == p.boundaries.tolist()
+            assert e.boundary_ids.tolist() == p.boundary_ids.tolist()
             assert torch.equal(e.covered, p.covered)
     strategies = ri.strategies()
     assert sorted(len(s.members) for s in strategies) == [100, 100, 100]
@@ -88,7 +88,7 @@ def test_one_strategy_per_class_is_the_papers_ri(one_thread) -> None:
     assert one.index.n_extra == 0 and torch.equal(one.index.projections, ri.index.projections)
     inputs = randn(30, 1, 12, 12, seed=5)
     for a, b in zip(ri.explain_batch(inputs), one.explain_batch(inputs), strict=True):
-        assert a.boundaries.tolist() == b.boundaries.tolist()
+        assert a.boundary_ids.tolist() == b.boundary_ids.tolist()
         assert torch.equal(a.covered, b.covered) and torch.equal(
             a.channel_weights, b.channel_weights
         )
@@ -102,7 +102,9 @@ def test_a_strategy_index_saved_and_loaded_explains_alike(one_thread, tmp_path) 
     assert loaded.granularity == "strategy" and loaded.granularity_text == ri.granularity_text
     new, _ = _blobs(30, seed=2)
     for a, b in zip(ri.explain_batch(new), loaded.explain_batch(new), strict=True):
-        assert a.boundaries.tolist() == b.boundaries.tolist() and torch.equal(a.covered, b.covered)
+        assert a.boundary_ids.tolist() == b.boundary_ids.tolist() and torch.equal(
+            a.covered, b.covered
+        )
     with pytest.raises(ValueError, match="does not hold its reference set"):
         loaded.strategies()
     assert len(loaded.strategies(images)) == 3

@@ -204,7 +204,7 @@ def test_reference_explanation_matches_the_engine(client, viewer):
     assert data["predicted_class"] == e.predicted_class
     assert data["label"] == int(viewer.labels[7])
     assert data["score"] == pytest.approx(e.score)
-    assert data["boundaries"] == e.boundaries.tolist()
+    assert data["boundaries"] == e.boundary_ids.tolist()
     assert data["delta"] == e.delta
     assert data["representativeness"] == e.representativeness == data["similar"]["total"] + 1
     assert data["similar"]["input_left_out"]
@@ -385,7 +385,7 @@ def test_upload_png_is_explained_like_the_engine(client, viewer):
     e = viewer.interpreter.explain(viewer.workspace.normalization(as_uploaded(pixels)))
     assert data["source"] == "upload" and data["key"].startswith("u") and data["label"] is None
     assert data["predicted_class"] == e.predicted_class
-    assert data["boundaries"] == e.boundaries.tolist()
+    assert data["boundaries"] == e.boundary_ids.tolist()
     assert [item["reference"] for item in data["similar"]["items"]] == e.similar(12).tolist()
     print(f"upload explained in {1000 * seconds:.0f} ms")
     assert seconds < 5
@@ -487,7 +487,7 @@ def test_regions_gallery_has_one_card_per_polytope_and_its_counts_add_up(client,
         keys.add(polytope_key(e))
         assert card["inputs"] == [int(regions.inputs[v]) for v in card["regions"]]
         assert {polytope_key(regions.regions[v]) for v in card["regions"]} == {polytope_key(e)}
-        assert card["boundaries"] == sorted(e.boundaries.tolist())
+        assert card["boundaries"] == sorted(e.boundary_ids.tolist())
         assert card["representativeness"] == e.representativeness
         assert card["predicted_class"] == e.predicted_class
         assert card["class_name"] == str(e.predicted_class)
@@ -774,7 +774,7 @@ def test_export_is_the_case_study_png_and_its_numbers(client, viewer):
     similar = [i for i in e.similar().tolist() if i != 7][:8]
     assert [item["reference"] for item in data["similar"]] == similar
     assert data["similar_total"] == e.representativeness - 1
-    assert data["boundaries"] == e.boundaries.tolist() and data["key"] == "r7"
+    assert data["boundaries"] == e.boundary_ids.tolist() and data["key"] == "r7"
     pixels = viewer.workspace.reference_pixels([7, *similar])
     maps = e.heatmap(viewer.workspace.normalization(pixels))
     expected = _masked(viewer, pixels, maps, e.predicted_class)

@@ -9,7 +9,8 @@ practice.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import warnings
+from dataclasses import InitVar, dataclass
 from typing import Any, Protocol
 
 import torch
@@ -40,6 +41,14 @@ METRIC_MEANINGS = {
 }
 SIMILARITY_METRICS = tuple(METRIC_MEANINGS)
 SOLVERS = ("greedy", "exact")
+
+
+def _deprecated(old: str, new: str) -> None:
+    warnings.warn(
+        f"Interpretation.{old} is deprecated and will be removed in 0.7: use {new}",
+        DeprecationWarning,
+        stacklevel=3,
+    )
 
 
 def check_solver(solver: str) -> str:
@@ -113,8 +122,8 @@ class Interpretation:
     Attributes:
         predicted_class: ``Class(x)``.
         score: softmax probability of the predicted class.
-        boundaries: ``P(x)``, indices into ``Q`` in the order the greedy chose them (ascending
-            for the exact solver).
+        boundary_ids: ``P(x)``, indices into ``Q`` in the order the greedy chose them
+            (ascending for the exact solver).
         covered: reference indices covered by ``P(x)`` (ascending).
         delta: ``tau(x)``, images of ``D(x)`` that no polytope of ``Q`` separates from ``x``.
         conflicts: ``|P(x) ∩ D(x)|`` (at most ``delta``).
@@ -132,13 +141,12 @@ class Interpretation:
         image: the input as ``explain`` took it (C x H x W: the caller's tensor, not a copy,
             or the tensor made of a NumPy array or PIL image), to draw it (`show`); None for
             ``explain_reference``.
-        index: the index it was solved on, kept when the interpreter is fitted again (its
-            similar images, distances and `covers` stay its own); None: the interpreter's.
+    The index it was solved on is `index`.
     """
 
     predicted_class: int
     score: float
-    boundaries: Tensor
+    boundary_ids: Tensor
     covered: Tensor
     delta: int
     conflicts: int
@@ -152,23 +160,40 @@ class Interpretation:
     greedy_representativeness: int | None = None
     features: Tensor | None = None
     image: Tensor | None = None
-    index: ReferenceIndex | None = None
+    solved_on: InitVar[ReferenceIndex | None] = None
+
+    def __post_init__(self, solved_on: ReferenceIndex | None) -> None:
+        self._index = solved_on
+
+    @property
+    def index(self) -> ReferenceIndex:
+        """The index it was solved on, kept when the interpreter is fitted again (its similar
+        images, distances and `covers` stay its own)."""
+        return self.interpreter.index if self._index is None else self._index
 
     @property
     def reference_index(self) -> ReferenceIndex:
-        """The index it was solved on (see ``index``)."""
-        return self.interpreter.index if self.index is None else self.index
+        """Deprecated (0.6; removed in 0.7): the index's other name; use ``index``."""
+        _deprecated("reference_index", "index")
+        return self.index
+
+    @property
+    def boundaries(self) -> Tensor:
+        """Deprecated (0.6; removed in 0.7): ``P(x)``'s ids, now ``boundary_ids`` (an index's
+        ``boundaries`` are hyperplanes)."""
+        _deprecated("boundaries", "boundary_ids")
+        return self.boundary_ids
 
     @property
     def stale(self) -> bool:
         """Whether its interpreter was fitted (or loaded) again since: its index and reference
         set are then no longer the interpreter's."""
-        return self.index is not None and self.interpreter.index is not self.index
+        return self._index is not None and self.interpreter.index is not self._index
 
     @property
     def class_names(self) -> list[str] | None:
         """Names of the classes of its index, if known."""
-        return self.reference_index.meta.get("class_names")
+        return self.index.meta.get("class_names")
 
     def __repr__(self) -> str:
         names = self.class_names
@@ -176,7 +201,7 @@ class Interpretation:
         exact = f", optimal {self.optimal}" if self.optimal is not None else ""
         return (
             f"Interpretation(class {self.predicted_class}{name}, score {self.score:.3f}, "
-            f"|P| = {self.boundaries.numel()}, representativeness {self.representativeness} of "
+            f"|P| = {self.boundary_ids.numel()}, representativeness {self.representativeness} of "
             f"{self.n_reference}, delta {self.delta}, solver {self.solver!r}{exact})"
         )
 
@@ -192,7 +217,7 @@ class Interpretation:
 
     @property
     def has_heatmap(self) -> bool:
-        return self.boundaries.numel() > 0
+        return self.boundary_ids.numel() > 0
 
     @property
     def message(self) -> str | None:
@@ -223,8 +248,8 @@ class Interpretation:
             )
         if metric != "semantic":
             return self.feature_distances(metric)
-        index = self.reference_index
-        p = self.boundaries
+        index = self.index
+        p = self.boundary_ids
         ref = index.projections[self.covered][:, p]
         return (ref - self.projections[p]).abs().sum(1)
 
@@ -239,7 +264,7 @@ class Interpretation:
             raise ValueError(
                 f"metric {metric!r} needs the feature maps: fit with keep_features=True"
             )
-        reference = self.reference_index.features
+        reference = self.index.features
         query = self.features.cpu().float().unsqueeze(0)
         if metric == "cosine":
             query = torch.nn.functional.normalize(query, dim=1)
@@ -291,8 +316,8 @@ class Interpretation:
     def covers(self, images: Tensor) -> Tensor:
         """N booleans: whether each image (N x C x H x W, any device) lies on ``x``'s side of
         every boundary of ``P(x)``."""
-        _, proj = self.interpreter.logits_and_projections(images, self.reference_index)
-        p = self.boundaries
+        _, proj = self.interpreter.logits_and_projections(images, self.index)
+        p = self.boundary_ids
         return (sides(proj[:, p]) == sides(self.projections[p]).unsqueeze(0)).all(1)
 
     def distance_percentile(self, sample: int = 1000, chunk: int = 100) -> float | None:
@@ -313,8 +338,8 @@ class Interpretation:
         m = self.representativeness
         if m < 2 or not self.has_heatmap:
             return None
-        p = self.boundaries
-        rows = self.reference_index.projections[self.covered][:, p].double()
+        p = self.boundary_ids
+        rows = self.index.projections[self.covered][:, p].double()
         nearest = (rows - self.projections[p].double()).abs().sum(1).min()
         picked = torch.linspace(0, m - 1, min(sample, m), device=rows.device).round().long()
         own = []
@@ -336,7 +361,7 @@ class Interpretation:
             "score": self.score,
             "delta": self.delta,
             "conflicts": self.conflicts,
-            "boundaries": self.boundaries.tolist(),
+            "boundaries": self.boundary_ids.tolist(),
             "representativeness": self.representativeness,
             "solver": self.solver,
             "optimal": self.optimal,
@@ -366,7 +391,7 @@ class Interpretation:
         """
         if not self.has_heatmap:
             raise ValueError(self.message)
-        index = self.reference_index
+        index = self.index
         maps = features.to(self.channel_weights).view(-1, *index.feature_shape)
         return heatmaps(maps, self.channel_weights, tuple(index.input_shape[-2:]))
 
@@ -388,7 +413,7 @@ class Interpretation:
         if not self.has_heatmap:
             return None, None
         if self.features is not None:
-            kept = self.reference_index.features[rows.cpu()]
+            kept = self.index.features[rows.cpu()]
             maps = self.feature_heatmap(torch.cat([self.features.cpu().float()[None], kept]))
             return maps[0].cpu(), maps[1:].cpu()
         on_input = None if image is None else self.heatmap(image[None])[0].cpu()

@@ -115,7 +115,7 @@ class RegionSet:
         n_q = len(index.boundaries)
         self._mask = torch.zeros(len(regions), n_q, dtype=torch.bool, device=index.sides.device)
         for v, region in enumerate(regions):
-            self._mask[v, region.boundaries] = True
+            self._mask[v, region.boundary_ids] = True
         self._sides = sides(torch.stack([r.projections for r in regions]))
         self._size = torch.tensor([r.representativeness for r in regions], device=self._mask.device)
         self.classes = torch.tensor([r.predicted_class for r in regions], device=self._mask.device)

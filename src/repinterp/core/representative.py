@@ -105,7 +105,7 @@ def interpret(
             Interpretation(
                 predicted_class=predicted_class,
                 score=score,
-                boundaries=chosen,
+                boundary_ids=chosen,
                 covered=result.covered[j].nonzero().flatten(),
                 delta=deltas[j],
                 conflicts=conflicts[j],
@@ -115,7 +115,7 @@ def interpret(
                 ),
                 n_reference=len(index),
                 interpreter=explainer,
-                index=index,
+                solved_on=index,
                 solver=solver,
                 features=None if features is None else features[i],
                 **(_exact_fields(result, j) if isinstance(result, ExactCoverResult) else {}),

@@ -84,7 +84,7 @@ def show_regions(
             f"regions {len(p.regions)}: {', '.join(map(str, p.regions))}",
             f"interprets {p.interpreted}",
             f"representativeness {e.representativeness}",
-            f"|P| {e.boundaries.numel()}, delta {e.delta}",
+            f"|P| {e.boundary_ids.numel()}, delta {e.delta}",
             f"input: reference {row}",
         ]
         image = None if pixels is None else pixels[n]

@@ -94,7 +94,7 @@ class Strategy:
             "size": len(self.members),
             "members": self.members.tolist(),
             "input": self.input,
-            "boundaries": self.interpretation.boundaries.tolist(),
+            "boundaries": self.interpretation.boundary_ids.tolist(),
             "representativeness": self.interpretation.representativeness,
             "inside": self.inside,
             "others_inside": self.others_inside,

@@ -559,7 +559,7 @@ class Viewer:
             "interpreted": polytope.interpreted,
             "sub_labels": self.workspace.composition(polytope.members),
             "delta": e.delta,
-            "boundaries": sorted(e.boundaries.tolist()),
+            "boundaries": sorted(e.boundary_ids.tolist()),
             "covered": self._similar(entry, 0, COVERED_SHOWN),
         }
 

@@ -80,7 +80,7 @@ def real_index(n_inputs: int) -> tuple[Tensor, Tensor, Tensor] | None:
     except (ImportError, OSError, RuntimeError, ValueError) as exc:
         print(f"real index skipped: {exc}")
         return None
-    index = ws.interpreter.fitted_index
+    index = ws.interpreter.index
     rows = torch.randperm(len(index), generator=torch.Generator().manual_seed(0))[:n_inputs]
     predicted = index.predictions
     return index.sides, index.sides[rows], predicted.unsqueeze(0) != predicted[rows].unsqueeze(1)

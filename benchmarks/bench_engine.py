@@ -85,7 +85,7 @@ def fit_times(
         )
 
     fitted = interpreter().fit(images)  # also the warm-up
-    split, q = fitted.split, fitted.fitted_index.boundaries
+    split, q = fitted.split, fitted.index.boundaries
 
     @torch.inference_mode()
     @exact_float32()  # the peers at the engine's precision: on a GPU, TF32 is off for all

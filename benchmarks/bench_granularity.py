@@ -1,12 +1,12 @@
 """What each granularity beyond the paper costs against the paper's RI (``"class"``): fit and
-explain time of a data set's bundled model (|Q| = 50; ``logic`` adds 50 neuron hyperplanes and
-the logic vectors; ``strategy`` one more pass over the reference set, the discovery of the
-strategies and a separator per pair of strategies of a class). All the unseen inputs are
+explain time of a data set's bundled model (|Q| = 50; ``strategy`` adds one more pass over the
+reference set, the discovery of the strategies and a separator per pair of strategies of a
+class). All the unseen inputs are
 explained in one batch. Each time is the best of ``--repeats``, the granularities taking turns;
 the ratios are against ``class`` in the same run.
 
 Usage: python benchmarks/bench_granularity.py [--dataset mnist-super] [--granularities
-class,logic,strategy] [--device cpu] [--repeats 3] [--out FILE.md]
+class,strategy] [--device cpu] [--repeats 3] [--out FILE.md]
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from repinterp.store.outputs import write_outputs
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dataset", default="mnist-super")
-    parser.add_argument("--granularities", default="class,logic,strategy")
+    parser.add_argument("--granularities", default="class,strategy")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--out", help="also write the table to this Markdown file")

@@ -61,7 +61,7 @@ def child(n: int, width: int, on_disk: bool) -> dict[str, float]:
     ri.fit(reference, keep_features=on_disk, shards=shards)
     seconds = time.perf_counter() - start
     peak = _status_kib("VmHWM") if reset else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    index = ri.fitted_index
+    index = ri.index
     kept = sum(t.numel() * t.element_size() for t in index.tensors().values())
     features = Path(index.files["features.npy"]).stat().st_size if on_disk else 0
     folder.cleanup()

@@ -155,6 +155,7 @@ def _draw(plt: Any) -> bytes:
             va="center",
         )
     colours = {"core": "#fff2cc", "runtime": "#eeeeee", "data": "#e3f2e1", "models": "#e3f2e1"}
+    colours |= {"strategies": "#f4e1f0", "maps": "#f4e1f0"}
     colours |= {"store": "#fde2c8", "evaluation": "#fde2c8", "report": "#d9ead3"}
     colours |= {"web": "#d0e0f3", "cli": "#ead1dc"}
     for name, (x, y) in where.items():

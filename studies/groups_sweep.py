@@ -123,7 +123,7 @@ def pca_regions(ri: RepresentativeInterpreter, seed: int) -> RegionSet:
     the reference feature maps' first ``PCA_DIMS`` principal components; the centres are the
     clusters' means in the full space."""
     features = torch.from_numpy(np.asarray(ri.reference_features)).float()
-    k = 10 * ri.fitted_index.n_classes
+    k = 10 * ri.index.n_classes
     torch.manual_seed(seed)
     _, _, v = torch.pca_lowrank(features, q=min(PCA_DIMS, *features.shape), center=True)
     coords = (features - features.mean(0)) @ v
@@ -168,14 +168,14 @@ def measure(setup: Setup, point: Point, seed: int, full_kmeans: bool) -> dict[st
     unseen = drawn.unseen.inputs()
     explanations = ri.explain_batch(unseen)
     concepts = drawn.unseen.concepts
-    row: dict[str, Any] = {"seed": seed, "feature_shape": list(ri.fitted_index.feature_shape)}
+    row: dict[str, Any] = {"seed": seed, "feature_shape": list(ri.index.feature_shape)}
     features = None if concepts is None else ri.features(unseen).flatten(1).cpu()
-    logits = ri.forward(unseen)[0].cpu()
+    logits = ri.logits_and_projections(unseen)[0].cpu()
     labels = drawn.labels("unseen")
     row |= polytope_groups(explanations, concepts, features, logits, labels, seed).to_dict()
     if concepts is not None:
         row["subconcept_purity_shuffled"] = shuffled_purity(explanations, concepts, seed)
-    row["boundaries_in_P"] = float(np.mean([e.boundaries.numel() for e in explanations]))
+    row["boundaries_in_P"] = float(np.mean([e.boundary_ids.numel() for e in explanations]))
     row["delta"] = float(np.mean([e.delta for e in explanations]))
     row["representativeness"] = float(np.mean([e.representativeness for e in explanations]))
     correct = drawn.predictions["unseen"] == drawn.labels("unseen")
@@ -186,7 +186,7 @@ def measure(setup: Setup, point: Point, seed: int, full_kmeans: bool) -> dict[st
     row |= {f"regions_{key}": value for key, value in grouped.items()}
     if full_kmeans:
         row["CVR_full_kmeans"] = cvr(ri.regions(seed=seed), unseen)
-    index = ri.fitted_index
+    index = ri.index
     row |= q_convexity(index.boundaries.top_classes, index.sides, index.predictions)
     row["keys"] = [repr(polytope_key(e)) for e in explanations]
     row["delta_each"] = [e.delta for e in explanations]

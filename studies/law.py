@@ -101,7 +101,7 @@ def measurer(setup: Setup, args: argparse.Namespace) -> Callable[[tuple[str, int
         )
         ri.fit(reference, list(drawn.reference.class_names))
         if (seed, layer) not in convexities:
-            features, predicted = ri.features(reference), ri.fitted_index.predictions
+            features, predicted = ri.features(reference), ri.index.predictions
             convexities[seed, layer] = (
                 segment_convexity(ri.split.head, features, predicted, args.pairs, 5, seed),
                 graph_convexity(features, predicted, 10, args.pairs, seed),
@@ -109,9 +109,9 @@ def measurer(setup: Setup, args: argparse.Namespace) -> Callable[[tuple[str, int
         segment, graph = convexities[seed, layer]
         explanations = ri.explain_batch(unseen)
         features = ri.features(unseen).flatten(1).cpu()
-        logits = ri.forward(unseen)[0].cpu()
+        logits = ri.logits_and_projections(unseen)[0].cpu()
         labels = drawn.labels("unseen")
-        index = ri.fitted_index
+        index = ri.index
         row = {"seed": seed, "layer": layer, "n_boundaries": q, "segment_convexity": segment}
         row["graph_convexity"] = graph
         row |= q_convexity(index.boundaries.top_classes, index.sides, index.predictions)

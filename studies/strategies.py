@@ -35,9 +35,9 @@ import numpy as np
 import torch
 
 from repinterp import RepresentativeInterpreter
-from repinterp.core.model_strategies import polytope_fidelity
 from repinterp.evaluation.groupings import ami, ami_ceiling, ami_null
 from repinterp.evaluation.subclass import domino_groups, gap_groups, kmeans_groups
+from repinterp.strategies.model import polytope_fidelity
 
 from . import runner
 
@@ -76,10 +76,10 @@ def measure(dataset: str, seed: int, args: argparse.Namespace, setups: dict) -> 
     features = ri.features(unseen)
     with torch.inference_mode():
         logits = ri.split.head(features)
-    assigned = ri.index.decisions.columns(ri.split.head, features, logits)["strategy"].cpu()
+    assigned = ri.index.granularity.columns(ri.split.head, features, logits)["strategy"].cpu()
     classes = drawn.predictions["unseen"]
     inside, others = polytope_fidelity(ri.strategies(), unseen, assigned, classes)
-    k = ri.index.decisions.strategies.k
+    k = ri.index.granularity.strategies.k
     row = {
         "strategies_per_class": float(np.mean(list(k.values()))),
         "inside": 100 * inside,

@@ -6,13 +6,12 @@ the model cache, its own stratified draw and Q per seed), the groupings of
 `repinterp.evaluation.subclass` and RI's own are compared on the unseen images:
 
 - ``RI``: the paper's RI at the default layer; ``RI@EARLIER``: at an earlier layer;
-- ``RI+logic q=Q``: ``granularity="logic"`` with gamma the within-class cosines' Q-quantile
-  (`repinterp.core.logic.default_gamma`; q = 0.03 is the default);
 - ``k-means``: on the default layer's feature maps, k = the sub-concepts of each class
   (matched group count, `matched_k`);
 - ``SpRAy``: spectral clustering of the Grad-CAM maps, k by the eigengap, and ``SpRAy k=m``
   at matched k;
-- ``PCX``: a Gaussian mixture over the logic vectors (channel relevances), k by BIC, and
+- ``PCX``: a Gaussian mixture over the channel relevances
+  (`repinterp.strategies.channel_relevance.channel_relevance`), k by BIC, and
   ``PCX k=m`` at matched k.
 
 Per method and seed: the groups per class (effective groups / classes) and the sub-concepts
@@ -29,8 +28,10 @@ each difference with the project's paired bootstrap interval and win rule
 (`repinterp.evaluation.comparison`).
 
 The criterion the runs test is written in docs/results.md ("Decision logic below the class:
-the criterion"). Run (the full size; about 40 minutes on one core once the models are
-cached: about 2 minutes a seed and data set, most of it ROAD)::
+the criterion"); its ``RI+logic`` rows are gone with ``granularity="logic"`` (removed in 0.6),
+their published figures stay in docs/results/subclass. Run (the full size; about 40 minutes
+on one core once the models are cached: about 2 minutes a seed and data set, most of it
+ROAD)::
 
     OMP_NUM_THREADS=1 PYTHONPATH=src python -m studies.subclass --seeds 5
 
@@ -50,9 +51,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from repinterp.core.logic import GAMMA_QUANTILE, default_gamma, logic_vectors
 from repinterp.core.nearest import nearest_rows
-from repinterp.core.polytope_weights import draw_indices
 from repinterp.evaluation.baselines import ReusableCAM, reused_cam
 from repinterp.evaluation.comparison import bootstrap_interval, is_win
 from repinterp.evaluation.groupings import ami, ami_ceiling, ami_null
@@ -67,6 +66,8 @@ from repinterp.evaluation.subclass import (
     spray_groups,
 )
 from repinterp.interpreter import RepresentativeInterpreter
+from repinterp.maps.polytope_weights import draw_indices
+from repinterp.strategies.channel_relevance import channel_relevance
 
 from . import runner
 from .groups_sweep import cvr
@@ -75,7 +76,6 @@ from .runner import cell, summary
 OUT = runner.RESULTS / "subclass"
 DATASETS = ("mnist-super", "shapes", "shapes-mix:0.5", "shapes-mix:1")
 EARLIER = {"mnist_super_cnn": "features.4", "shapes_cnn": "features.7"}
-QUANTILES = (0.01, GAMMA_QUANTILE, 0.1)
 WEIGHT_IMAGES = 16
 METRICS = {"mAD": False, "ROAD": True, "deletion": False}  # and whether higher is better
 CONTROLS = ("class control", "cluster control")
@@ -106,8 +106,8 @@ class Seed:
         self.reference_features = ri.features(self.reference).cpu()
         self.features = ri.features(self.unseen).cpu()
         head = ri.split.head
-        self.reference_logic = logic_vectors(head, self.reference_features).cpu()
-        self.logic = logic_vectors(head, self.features).cpu()
+        self.reference_relevance = channel_relevance(head, self.reference_features).cpu()
+        self.relevance = channel_relevance(head, self.features).cpu()
         self.cam = ReusableCAM("Grad-CAM", drawn.model, drawn.target_layer)
         self.cam.fit(self.reference)
         self.reference_maps = self.cam.heatmaps(self.reference, torch.arange(len(self.reference)))
@@ -170,26 +170,12 @@ def groupings(s: Seed) -> dict[str, Callable[[], tuple[np.ndarray, list[Tensor],
 
         return make
 
-    def logic_at(q: float):
-        def make():
-            name = f"RI+logic q={q:g}"
-            if q == GAMMA_QUANTILE:  # the default
-                return of_ri(name, layer, granularity="logic")()
-            default = f"RI+logic q={GAMMA_QUANTILE:g}"  # its fit gives the logic vectors
-            base = s.fits.get(default) or s.ri(default, layer, granularity="logic")
-            index = base.fitted_index
-            gamma = default_gamma(index.columns["logic"], index.predictions, s.seed, quantile=q)
-            return of_ri(name, layer, granularity="logic", gamma=gamma)()
-
-        return make
-
     layer, arch = s.drawn.target_layer, s.drawn.arch
     ref_c, c = s.reference_classes, s.classes
     methods = {
         "RI": of_ri("RI", layer),
         f"RI@{EARLIER[arch]}": of_ri(f"RI@{EARLIER[arch]}", EARLIER[arch]),
     }
-    methods |= {f"RI+logic q={q:g}": logic_at(q) for q in QUANTILES}
     methods |= {
         "k-means k=m": lambda: of_labels(
             kmeans_groups(s.reference_features, ref_c, s.features, c, s.k, s.seed)
@@ -198,8 +184,12 @@ def groupings(s: Seed) -> dict[str, Callable[[], tuple[np.ndarray, list[Tensor],
         "SpRAy k=m": lambda: of_labels(
             spray_groups(s.reference_maps, ref_c, s.maps, c, s.k, s.seed)
         ),
-        "PCX": lambda: of_labels(pcx_groups(s.reference_logic, ref_c, s.logic, c, None, s.seed)),
-        "PCX k=m": lambda: of_labels(pcx_groups(s.reference_logic, ref_c, s.logic, c, s.k, s.seed)),
+        "PCX": lambda: of_labels(
+            pcx_groups(s.reference_relevance, ref_c, s.relevance, c, None, s.seed)
+        ),
+        "PCX k=m": lambda: of_labels(
+            pcx_groups(s.reference_relevance, ref_c, s.relevance, c, s.k, s.seed)
+        ),
     }
     return methods
 
@@ -334,7 +324,7 @@ def markdown(results: dict[str, Any]) -> str:
     """results.md: per data set, the groups table and the faithfulness table."""
     size = results["size"]
     lines = [
-        "# Groupings below the class: RI, RI+logic and the alternatives",
+        "# Groupings below the class: RI and the alternatives",
         "",
         f"Made by `{results['command']}` in {results['seconds'] / 60:.1f} min "
         f"({results['machine']}). Mean ± sample std over {size['seeds']} model seeds (each its "

@@ -44,7 +44,7 @@ def line(run: Run, name: str) -> str:
     regions = method.regions(run)
     if regions is not None:
         covered = torch.cat([regions.assign(x).covered.cpu() for x in setup.chunks("unseen")])
-        p = np.mean([len(r.boundaries) for r in regions.regions])
+        p = np.mean([len(r.boundary_ids) for r in regions.regions])
         share = 100 * covered.double().mean()
         text += (
             f"; |P| {p:4.1f}; mAD covered {drop[covered].mean():5.1f} ({share:4.1f}%), "

@@ -152,7 +152,7 @@ def test_the_guide_runs_and_does_what_it_says(guide) -> None:
     assert ns["ri"].target_layer == "layer4"  # what target_layer=None picks for a ResNet
     e = ns["e"]
     assert e.has_heatmap and ns["maps"].shape == (5, SIDE, SIDE)
-    assert torch.equal(ns["e_device"].boundaries.cpu(), e.boundaries)  # "True" on any device
+    assert torch.equal(ns["e_device"].boundary_ids.cpu(), e.boundary_ids)  # "True" on any device
     with Image.open(root / "similar.png") as strip:
         assert strip.size == (5 * SIDE, SIDE) and strip.mode == "RGB"
     assert sorted(p.name for p in (root / "my-index").iterdir() if not p.name.startswith(".")) == [

@@ -55,7 +55,7 @@ def test_cover_is_consistent_with_stored_projections(fitted) -> None:
     for e in ri.explain_batch(images[:25]):
         proj = ri.index.projections
         x_side = torch.sign(e.projections)
-        p = e.boundaries
+        p = e.boundary_ids
         inside = (torch.sign(proj[:, p]) == x_side[p]).all(1)
         assert torch.equal(e.covered, inside.nonzero().flatten())
         other = ri.index.predictions != e.predicted_class
@@ -68,7 +68,7 @@ def test_cover_is_consistent_with_stored_projections(fitted) -> None:
 def test_similar_ranks_by_projected_l1_distance(fitted) -> None:
     ri, images = fitted
     e = ri.explain(images[5])
-    p = e.boundaries
+    p = e.boundary_ids
     ref = ri.index.projections
     dist = {int(i): float((ref[i, p] - e.projections[p]).abs().sum()) for i in e.covered.tolist()}
     ranked = sorted(dist, key=lambda i: (dist[i], i))
@@ -95,7 +95,7 @@ def test_heatmap_follows_section_5_1(fitted) -> None:
     with torch.no_grad():
         t = ri.split.psi(others)
     expected = torch.zeros(3, 12, 12)
-    for h in e.boundaries.tolist():
+    for h in e.boundary_ids.tolist():
         w = ri.index.boundaries.weight[h]
         if e.projections[h] < 0:
             w = -w
@@ -105,7 +105,7 @@ def test_heatmap_follows_section_5_1(fitted) -> None:
         low = up.amin(dim=(1, 2), keepdim=True)
         high = up.amax(dim=(1, 2), keepdim=True)
         expected += (up - low) / (high - low + 1e-7)
-    expected /= len(e.boundaries)
+    expected /= len(e.boundary_ids)
     assert torch.allclose(maps, expected, atol=1e-6)
     # the channel weights are the input's, reused unchanged for every image
     assert torch.allclose(e.heatmap(others[:1])[0], maps[0], atol=1e-6)
@@ -115,7 +115,7 @@ def test_heatmap_follows_section_5_1(fitted) -> None:
 def test_polytope_heatmaps_draw_each_image_with_its_own_polytope(fitted, max_elements) -> None:
     ri, images = fitted
     explanations = [ri.explain(images[i]) for i in (3, 11, 40)]  # polytopes of several sizes
-    assert len({len(e.boundaries) for e in explanations}) > 1
+    assert len({len(e.boundary_ids) for e in explanations}) > 1
     others = images[100:110]
     which = torch.tensor([2, 0, 0, 1, 2, 1, 0, 2, 2, 1])
     with torch.no_grad():
@@ -133,7 +133,7 @@ def test_batch_equals_single(fitted) -> None:
     batch = ri.explain_batch(images[:6])
     for i, e in enumerate(batch):
         single = ri.explain(images[i])
-        assert torch.equal(single.boundaries, e.boundaries)
+        assert torch.equal(single.boundary_ids, e.boundary_ids)
         assert torch.equal(single.covered, e.covered)
         assert single.delta == e.delta
 
@@ -148,7 +148,7 @@ def test_same_seed_same_everything() -> None:
     (a, ea), (b, eb), (c, _) = run(3), run(3), run(4)
     for name, tensor in a.index.tensors().items():
         assert torch.equal(tensor, b.index.tensors()[name]), name
-    assert all(torch.equal(x.boundaries, y.boundaries) for x, y in zip(ea, eb, strict=True))
+    assert all(torch.equal(x.boundary_ids, y.boundary_ids) for x, y in zip(ea, eb, strict=True))
     assert not torch.equal(a.boundary_sources, c.boundary_sources)
 
 
@@ -164,7 +164,7 @@ def test_paper_figure_1_triangle() -> None:
     assert e.predicted_class == 0 and e.delta == 0
     assert torch.equal(e.covered, dogs.nonzero().flatten())
     q = ri.index.boundaries
-    planes = torch.cat([q.weight.flatten(1), q.bias.unsqueeze(1)], 1)[e.boundaries]
+    planes = torch.cat([q.weight.flatten(1), q.bias.unsqueeze(1)], 1)[e.boundary_ids]
     pivot = planes.gather(1, planes.abs().argmax(1, keepdim=True))
     lines = {tuple(round(v, 6) for v in row) for row in (planes / pivot).tolist()}
     assert lines == {(1.0, 0.0, 0.0), (0.0, 1.0, 0.0), (1.0, 1.0, -1.0)}
@@ -179,7 +179,7 @@ def test_degenerate_single_class() -> None:
     with pytest.warns(UserWarning, match="predicts class 0 for all 50 reference images"):
         ri.fit(images)
     e = ri.explain(images[0])
-    assert e.boundaries.numel() == 0 and e.representativeness == 50
+    assert e.boundary_ids.numel() == 0 and e.representativeness == 50
     assert not e.has_heatmap and "D(x) is empty" in e.message
     with pytest.raises(ValueError, match="no boundary to draw a heat map"):
         e.heatmap(images[:2])
@@ -266,7 +266,7 @@ def test_save_load_roundtrip_and_refusals(fitted, tmp_path) -> None:
     for name, tensor in ri.index.tensors().items():
         assert torch.equal(tensor, loaded.index.tensors()[name]), name
     e, f = ri.explain(images[2]), loaded.explain(images[2])
-    assert torch.equal(e.boundaries, f.boundaries) and torch.equal(e.covered, f.covered)
+    assert torch.equal(e.boundary_ids, f.boundary_ids) and torch.equal(e.covered, f.covered)
 
     other_weights, _ = random_setup(n=4, seed=1)
     with pytest.raises(IndexLoadError, match="other weights"):
@@ -341,7 +341,7 @@ def grey():
 def _same(got: list, expected: list) -> None:
     """The same P(x) (boundaries, covered images) of the same input, for each pair."""
     for a, b in zip(got, expected, strict=True):
-        assert torch.equal(a.boundaries, b.boundaries) and torch.equal(a.covered, b.covered)
+        assert torch.equal(a.boundary_ids, b.boundary_ids) and torch.equal(a.covered, b.covered)
         torch.testing.assert_close(a.image.to(b.image), b.image)
 
 
@@ -423,7 +423,7 @@ def test_an_index_fitted_by_the_cli_reads_images_as_the_cli_does(tmp_path, capsy
     index, file = _cli_index(tmp_path, capsys)
     ws = open_index(index, progress=False)
     ri = ws.interpreter
-    cli = ws.normalization(load_image_file(file, ri.fitted_index.input_shape))
+    cli = ws.normalization(load_image_file(file, ri.index.input_shape))
     expected = ri.explain(cli)
     assert expected.has_heatmap
     with Image.open(file) as image:
@@ -485,7 +485,7 @@ def test_an_interpretation_keeps_its_own_index_after_a_new_fit() -> None:
     euclidean = e.similar(5, "euclidean")
     summary = e.to_dict(5)
     ri.fit(pictures[100:], keep_features=True)  # another reference set, another Q
-    assert not torch.equal(ri.index.boundaries.weight, e.reference_index.boundaries.weight)
+    assert not torch.equal(ri.index.boundaries.weight, e.index.boundaries.weight)
     assert bool(e.covers(pictures[:1])[0])
     assert torch.equal(e.similar(10), similar) and torch.equal(e.distances(), distances)
     assert torch.equal(e.similar(5, "euclidean"), euclidean)
@@ -551,3 +551,38 @@ def test_the_contrastive_map_is_the_boundary_of_the_two_classes_at_the_input() -
         ri.contrastive_heatmap(x, 4)
     with pytest.raises(ValueError, match="3 contrast classes for 8 images"):
         ri.contrastive_heatmap(x, [0, 1, 2])
+
+
+def test_forward_is_a_deprecated_name_of_logits_and_projections(fitted) -> None:
+    """``ri.forward`` is not a module's forward: it is kept for one release and says its new
+    name (issue 41, item 6)."""
+    ri, images = fitted
+    logits, projections = ri.logits_and_projections(images[:3])
+    with pytest.warns(DeprecationWarning, match="forward is deprecated .*logits_and_projections"):
+        old = ri.forward(images[:3])
+    assert torch.equal(old[0], logits) and torch.equal(old[1], projections)
+
+
+def test_the_index_has_one_name_and_fitted_index_is_a_deprecated_alias(fitted) -> None:
+    """Issue 41, item 6: ``ri.index`` is the index (it raises before ``fit``, as
+    ``fitted_index`` did); ``fitted_index`` is kept for one release and warns."""
+    ri, _ = fitted
+    with pytest.warns(DeprecationWarning, match="fitted_index is deprecated .*use index"):
+        assert ri.fitted_index is ri.index
+    fresh = RepresentativeInterpreter(ri.model, "relu2", progress=False)
+    assert ri.is_fitted and not fresh.is_fitted
+    with pytest.raises(RuntimeError, match="not fitted: call fit"):
+        fresh.index  # noqa: B018
+
+
+def test_an_interpretations_ids_and_index_have_one_name_each(fitted) -> None:
+    """Issue 41, item 6: ``e.boundary_ids`` (``P(x)``; an index's ``boundaries`` are
+    hyperplanes) and ``e.index``; ``boundaries`` and ``reference_index`` are kept for one
+    release and warn."""
+    ri, images = fitted
+    e = ri.explain(images[0])
+    assert e.index is ri.index
+    with pytest.warns(DeprecationWarning, match="boundaries is deprecated .*use boundary_ids"):
+        assert e.boundaries is e.boundary_ids
+    with pytest.warns(DeprecationWarning, match="reference_index is deprecated .*use index"):
+        assert e.reference_index is e.index

@@ -33,7 +33,7 @@ def test_nan_weights_are_an_error_at_fit_naming_how_many_images() -> None:
     message = r"6 of the 6 reference images behind Q give non-finite boundaries \(NaN or Inf\)"
     with pytest.raises(ValueError, match=message):
         ri.fit(images)
-    assert ri.index is None
+    assert not ri.is_fitted
 
 
 def test_reference_images_that_overflow_are_counted() -> None:
@@ -95,7 +95,7 @@ def test_empty_batches_give_empty_results(fitted) -> None:
     ri, images = fitted
     none = images[:0]
     assert ri.explain_batch(none) == []
-    logits, proj = ri.forward(none)
+    logits, proj = ri.logits_and_projections(none)
     assert logits.shape == (0, 4) and proj.shape == (0, 12)
     assert ri.features(none).shape == (0, 8, 6, 6)
     e = ri.explain(images[0])
@@ -118,7 +118,7 @@ def test_half_and_double_images_are_converted(fitted) -> None:
         got = ri.explain_batch(y)
         reference = expected if dtype != torch.bfloat16 else ri.explain_batch(y.float())
         for a, b in zip(got, reference, strict=True):
-            assert torch.equal(a.boundaries, b.boundaries) and torch.equal(a.covered, b.covered)
+            assert torch.equal(a.boundary_ids, b.boundary_ids) and torch.equal(a.covered, b.covered)
         assert torch.equal(ri.explain(x[0]).heatmap(y), ri.explain(x[0]).heatmap(y.float()))
 
 
@@ -128,7 +128,7 @@ def test_a_float64_model_takes_float32_images() -> None:
     ri.fit(images.float())
     assert ri.index.projections.dtype == torch.float64
     single = ri.explain(images[0].float())
-    assert torch.equal(single.boundaries, ri.explain(images[0]).boundaries)
+    assert torch.equal(single.boundary_ids, ri.explain(images[0]).boundary_ids)
 
 
 def test_overflow_on_conversion_counts_as_inf(fitted) -> None:
@@ -141,7 +141,7 @@ def test_overflow_on_conversion_counts_as_inf(fitted) -> None:
 def test_explain_takes_c_h_w_or_1_c_h_w(fitted) -> None:
     ri, images = fitted
     a, b = ri.explain(images[5]), ri.explain(images[5:6])
-    assert torch.equal(a.boundaries, b.boundaries) and torch.equal(a.covered, b.covered)
+    assert torch.equal(a.boundary_ids, b.boundary_ids) and torch.equal(a.covered, b.covered)
     with pytest.raises(ValueError, match=r"one C x H x W \(or 1 x C x H x W\) image, got \(2, 1,"):
         ri.explain(images[:2])
 
@@ -154,7 +154,7 @@ def test_printing_shows_a_short_summary(fitted) -> None:
     assert text == str(e) and len(text) < 200 and "tensor" not in text
     assert text.startswith(
         f"Interpretation(class {e.predicted_class} ({'abcd'[e.predicted_class]!r}), score "
-        f"{e.score:.3f}, |P| = {len(e.boundaries)}, representativeness {e.representativeness} "
+        f"{e.score:.3f}, |P| = {len(e.boundary_ids)}, representativeness {e.representativeness} "
         f"of 120, delta {e.delta}, solver 'greedy'"
     )
     assert repr(ri) == (
@@ -182,7 +182,7 @@ def test_sparse_and_meta_tensors_are_refused_in_one_line(fitted, make, message) 
     if batch.layout != torch.sparse_csr:  # a CSR tensor is 2-D: no image of it
         one = make(images[0])
     calls = [lambda: ri.explain(one), lambda: ri.explain_batch(batch)]
-    calls += [lambda: ri.forward(batch), lambda: ri.features(batch)]
+    calls += [lambda: ri.logits_and_projections(batch), lambda: ri.features(batch)]
     for call in calls:
         with pytest.raises(ValueError, match=message):
             call()

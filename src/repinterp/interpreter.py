@@ -7,6 +7,7 @@ here) and builds region sets ([`RegionSet`][repinterp.core.regions.RegionSet]).
 from __future__ import annotations
 
 import tempfile
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -17,20 +18,12 @@ from torch import Tensor, nn
 from . import display  # noqa: F401  (importing it registers the views of core.views)
 from .core.boundaries import Boundaries, compute_boundaries
 from .core.config import FitConfig
-from .core.contrastive import contrast_pairs, contrastive_heatmaps
-from .core.decision_set import project_blocks
-from .core.granularities import decision_set
+from .core.granularities import PAPERS
+from .core.granularities import granularity as make_granularity
 from .core.interpretation import Interpretation, check_solver
-from .core.model_strategies import (
-    Strategy,
-    model_strategies,
-    strategies_from_state,
-    strategies_state,
-)
-from .core.reference_index import FEATURE_FILE, ReferenceIndex
+from .core.reference_index import FEATURE_FILE, ReferenceIndex, index_rows
 from .core.regions import RegionSet
 from .core.representative import interpret
-from .core.strategy_set import StrategyDecisions
 from .data.inputs import Transform, as_input, as_inputs
 from .data.reference import (
     Reference,
@@ -39,6 +32,7 @@ from .data.reference import (
     as_reference,
     check_finite_rows,
 )
+from .maps.contrastive import contrast_pairs, contrastive_heatmaps
 from .models.fixed_mode import CHECKED_IMAGES, check_image_function
 from .models.split import (
     LayerSpec,
@@ -56,10 +50,17 @@ from .store.index_model import (
     check_model,
     check_opening,
     record_model,
-    restore_decisions,
+    restore_granularity,
     saved_transform,
 )
 from .store.shards import Shards
+from .strategies.granularity import StrategyDecisions
+from .strategies.model import (
+    Strategy,
+    model_strategies,
+    strategies_from_state,
+    strategies_state,
+)
 
 __all__ = ["FEATURE_FILE", "Interpretation", "RepresentativeInterpreter"]
 
@@ -108,8 +109,8 @@ class RepresentativeInterpreter:
         input_shape: C x H x W of the images, to check the target layer (or find it, when
             ``target_layer`` is None) here rather than at ``fit``.
         config: the fit's settings as one [`FitConfig`][repinterp.core.config.FitConfig], instead of
-            the six keywords above, ``granularity`` and ``gamma`` (which must then be left at
-            their defaults); read them back as ``config``'s fields.
+            the six keywords above and ``granularity`` (which must then be left at their
+            defaults); read them back as ``config``'s fields.
         transform: how ``explain`` reads an image given as it comes (a PIL image, a NumPy
             array of ``uint8`` pixels): a callable from a PIL image to its normalised
             C x H x W tensor, e.g. the torchvision pipeline of training (see
@@ -117,14 +118,10 @@ class RepresentativeInterpreter:
             An index made by the command line records its reading
             ([`ImageTransform`][repinterp.workspace.ImageTransform]), and `load` (also through
             [`open_index`][repinterp.workspace.open_index]) gives it back.
-        granularity: the fit's decision set by name (see
+        granularity: the fit's granularity by name (see
             [`granularities`][repinterp.core.granularities]): ``"class"``, the paper's RI (the
-            default), or beyond the paper ``"logic"`` (polytopes of one decision logic below the
-            class, see [`LogicSet`][repinterp.core.logic.LogicSet]).
-        gamma: with ``granularity="logic"``, the cosine threshold below which a same-class
-            image joins ``D(x)``, in [-1, 1] (-1: the paper's RI); None: the default read off
-            the reference images at every fit
-            ([`default_gamma`][repinterp.core.logic.default_gamma]), or the index's at load.
+            default), or beyond the paper ``"strategy"`` (a polytope per strategy of a class,
+            see [`StrategySet`][repinterp.strategies.granularity.StrategySet]).
 
     Raises:
         ValueError: a model in training mode or in half precision, a bad target layer or
@@ -150,8 +147,7 @@ class RepresentativeInterpreter:
         sampling: str = "uniform",
         config: FitConfig | None = None,
         transform: Transform | None = None,
-        granularity: str = "class",
-        gamma: float | None = None,
+        granularity: str = PAPERS,
     ) -> None:
         if model.training:
             raise ValueError("the model is in training mode: call model.eval() first")
@@ -162,7 +158,7 @@ class RepresentativeInterpreter:
             batch_size=batch_size,
             num_workers=num_workers,
             progress=progress,
-            decisions=decision_set(granularity, gamma=gamma),
+            granularity=make_granularity(granularity),
         )
         if config is not None and keywords != FitConfig():
             raise ValueError("give the fit settings either as keywords or as config=, not both")
@@ -185,7 +181,7 @@ class RepresentativeInterpreter:
             self._split = locate_split(model, input_shape, allow_nonlinear_head, output)
         self.target_layer: str | None = self._split.layer if self._split is not None else None
         self.allow_nonlinear_head = allow_nonlinear_head
-        self.index: ReferenceIndex | None = None
+        self._index: ReferenceIndex | None = None
         # the reference set of the last fit (wrapped, as as_reference gives it), to draw its
         # images; None after load: set it to the set the index was fitted on to draw them again
         self.reference: Reference | ReferenceSet | None = None
@@ -194,11 +190,11 @@ class RepresentativeInterpreter:
     def __repr__(self) -> str:
         layer = repr(self.target_layer) if self.target_layer else "a layer chosen at fit"
         fitted = (
-            f"|Q| = {len(self.index.boundaries)}, |R| = {len(self.index)}"
-            if self.index is not None
+            f"|Q| = {len(self._index.boundaries)}, |R| = {len(self._index)}"
+            if self._index is not None
             else f"|Q| = {self.config.n_boundaries}, not fitted"
         )
-        beyond = f", {self.granularity_text}" if self.granularity != "class" else ""
+        beyond = f", {self.granularity_text}" if self.config.granularity.beyond_paper else ""
         return (
             f"RepresentativeInterpreter({type(self.model).__name__} at {layer}, {fitted}, "
             f"seed {self.config.seed}, device {self.device}, solver {self.solver!r}{beyond})"
@@ -206,16 +202,17 @@ class RepresentativeInterpreter:
 
     @property
     def granularity(self) -> str:
-        return self.config.granularity
+        """The granularity's name (``"class"``: the paper's)."""
+        return self.config.granularity.name
 
     @property
     def granularity_text(self) -> str:
         """The granularity as every view names it (``print``, the viewer, the report, the
-        notebook): ``granularity class (the paper's RI)`` or e.g. ``granularity logic (γ = ...,
-        beyond the paper)`` with the settings in use (the fitted decision set's, once fitted)."""
-        if self.index is not None:
-            return self.index.decisions.describe()
-        return self.config.decisions.describe()
+        notebook): ``granularity class (the paper's RI)`` or e.g. ``granularity strategy (...,
+        beyond the paper)`` with the settings in use (the fitted granularity's, once fitted)."""
+        if self._index is not None:
+            return self._index.granularity.describe()
+        return self.config.granularity.describe()
 
     @property
     def split(self) -> SplitModel:
@@ -308,8 +305,6 @@ class RepresentativeInterpreter:
             dtype=self.dtype,
         )
         self._feature_dir = feature_dir
-        import warnings
-
         if len(index.boundaries) < self.config.n_boundaries:
             warnings.warn(
                 f"n_boundaries={self.config.n_boundaries} > |R|={len(index)}: Q has "
@@ -337,8 +332,8 @@ class RepresentativeInterpreter:
         }
         if self.config.sampling != "uniform":  # the paper's sampling is the default, left unsaid
             index.meta["sampling"] = self.config.sampling
-        index.meta.update(index.decisions.manifest())  # the paper's granularity: nothing
-        self.index = index
+        index.meta.update(index.granularity.state()[0])  # the paper's granularity: nothing
+        self._index = index
         self.reference = reference
         return self
 
@@ -354,20 +349,40 @@ class RepresentativeInterpreter:
         self.target_layer = self._split.layer
 
     @property
-    def fitted_index(self) -> ReferenceIndex:
-        """The index; raises if ``fit`` (or ``load``) has not been called."""
-        if self.index is None:
+    def index(self) -> ReferenceIndex:
+        """The reference index (``Q``, the projections, classes and logits of ``R``).
+
+        Raises:
+            RuntimeError: ``fit`` (or ``load``) has not been called.
+        """
+        if self._index is None:
             raise RuntimeError("the interpreter is not fitted: call fit(reference) first")
+        return self._index
+
+    @property
+    def is_fitted(self) -> bool:
+        """Whether ``fit`` (or ``load``) has given it an index."""
+        return self._index is not None
+
+    @property
+    def fitted_index(self) -> ReferenceIndex:
+        """Deprecated (0.6; removed in 0.7): the index's other name; use ``index``."""
+        warnings.warn(
+            "RepresentativeInterpreter.fitted_index is deprecated and will be removed in 0.7: "
+            "use index",
+            DeprecationWarning,
+            stacklevel=2,
+        )
         return self.index
 
     @property
     def boundary_sources(self) -> Tensor:
         """Reference indices of the images behind ``Q``, in ``Q``'s order."""
-        return self.fitted_index.sources
+        return self.index.sources
 
     @property
     def class_names(self) -> list[str] | None:
-        return self.fitted_index.meta.get("class_names")
+        return self.index.meta.get("class_names")
 
     @property
     def reference_features(self) -> Tensor:
@@ -377,7 +392,7 @@ class RepresentativeInterpreter:
         Raises:
             ValueError: the interpreter was fitted without ``keep_features=True``.
         """
-        return self.fitted_index.features
+        return self.index.features
 
     def reference_images(
         self, indices: Tensor | list[int], reference: Reference | None = None
@@ -400,17 +415,16 @@ class RepresentativeInterpreter:
             return None
         source = as_reference(self.reference if reference is None else reference)
         n = len(source)
-        if n != len(self.fitted_index):
+        if n != len(self.index):
             raise ValueError(
-                f"the reference set holds {n} images; the index was fitted on "
-                f"{len(self.fitted_index)}"
+                f"the reference set holds {n} images; the index was fitted on {len(self.index)}"
             )
         return source.gather(torch.as_tensor(indices, dtype=torch.long))
 
     # ------------------------------------------------------------------ features
     def _batches(self, images: Tensor) -> list[Tensor]:
         """``images`` checked, in the model's dtype, in batches on the device."""
-        images = as_batch(images, self.dtype, shape=self.fitted_index.input_shape)
+        images = as_batch(images, self.dtype, shape=self.index.input_shape)
         return [part.to(self.device) for part in images.split(self.config.batch_size)]
 
     @exact_float32()
@@ -424,13 +438,15 @@ class RepresentativeInterpreter:
         """
         parts = [self.split.psi(part) for part in self._batches(images)]
         if not parts:
-            shape = self.fitted_index.feature_shape
+            shape = self.index.feature_shape
             return torch.empty(0, *shape, device=self.device, dtype=self.dtype)
         features = torch.cat(parts)
         check_finite_rows("feature maps", features)
         return features
 
-    def forward(self, images: Tensor, index: ReferenceIndex | None = None) -> tuple[Tensor, Tensor]:
+    def logits_and_projections(
+        self, images: Tensor, index: ReferenceIndex | None = None
+    ) -> tuple[Tensor, Tensor]:
         """The model's logits and the projections on ``Q`` of N images, in batches.
 
         Args:
@@ -450,6 +466,18 @@ class RepresentativeInterpreter:
         """
         return self._forward(images, index=index)
 
+    def forward(self, images: Tensor, index: ReferenceIndex | None = None) -> tuple[Tensor, Tensor]:
+        """Deprecated (0.6; removed in 0.7): the name of
+        [`logits_and_projections`][repinterp.interpreter.RepresentativeInterpreter.logits_and_projections],
+        which is not a module's ``forward``."""
+        warnings.warn(
+            "RepresentativeInterpreter.forward is deprecated and will be removed in 0.7: call "
+            "logits_and_projections",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.logits_and_projections(images, index)
+
     @exact_float32()
     def _forward(
         self,
@@ -458,22 +486,26 @@ class RepresentativeInterpreter:
         columns: list[dict[str, Tensor]] | None = None,
         index: ReferenceIndex | None = None,
     ) -> tuple[Tensor, Tensor]:
-        """[`forward`][repinterp.interpreter.RepresentativeInterpreter.forward]; each batch's
+        """[`logits_and_projections`][repinterp.interpreter.RepresentativeInterpreter.logits_and_projections];
+        each batch's
         flattened feature maps (on the CPU) are also appended to ``features`` when it is given,
-        and its columns of the index's decision set
-        ([`Decisions.columns`][repinterp.core.decision_set.Decisions.columns]) to ``columns``."""
-        index = self.fitted_index if index is None else index
+        and its columns of the index's granularity
+        ([`FittedGranularity.columns`][repinterp.core.granularity.FittedGranularity.columns]) to
+        ``columns``."""
+        index = self.index if index is None else index
         logits = [torch.empty(0, index.n_classes, device=self.device, dtype=self.dtype)]
         proj = [torch.empty(0, len(index.boundaries), device=self.device, dtype=self.dtype)]
         for part in self._batches(images):
             with torch.inference_mode():
                 t = self.split.psi(part)
-                logits.append(self.split.head(t))
-                proj.append(project_blocks(t, index.boundaries, index.n_extra))
-                if features is not None:
-                    features.append(t.flatten(1).float().cpu())
+            rows = index_rows(self.split.head, t, index.boundaries, index.granularity)
+            logits.append(rows.pop("logits"))
+            proj.append(rows.pop("projections"))
+            del rows["predictions"]
+            if features is not None:
+                features.append(t.flatten(1).float().cpu())
             if columns is not None:
-                columns.append(index.decisions.columns(self.split.head, t, logits[-1]))
+                columns.append(rows)
         logits, proj = torch.cat(logits), torch.cat(proj)
         check_finite_rows("logits or projections", logits, proj)
         return logits, proj
@@ -487,7 +519,7 @@ class RepresentativeInterpreter:
         columns: dict[str, Tensor],
     ) -> list[Interpretation]:
         """[`interpret`][repinterp.core.representative.interpret] with the interpreter's solver,
-        time limit and the inputs' columns of the decision set."""
+        time limit and the inputs' columns of the granularity."""
         return interpret(
             self, logits, projections, self._solver(solver), self.time_limit, features, columns
         )
@@ -529,7 +561,7 @@ class RepresentativeInterpreter:
                 [`as_inputs`][repinterp.data.inputs.as_inputs]).
             solver: ``"greedy"`` or ``"exact"``; None means the interpreter's.
         """
-        index = self.fitted_index
+        index = self.index
         images = as_inputs(images, self.transform, index.input_shape)
         features = [] if FEATURE_FILE in index.files else None
         parts: list[dict[str, Tensor]] = []
@@ -550,7 +582,7 @@ class RepresentativeInterpreter:
         Args:
             solver: ``"greedy"`` or ``"exact"``; None means the interpreter's.
         """
-        index = self.fitted_index
+        index = self.index
         rows = torch.as_tensor(indices, dtype=torch.long, device=index.projections.device)
         if rows.numel() and (int(rows.min()) < 0 or int(rows.max()) >= len(index)):
             raise IndexError(f"reference indices must lie in [0, {len(index)})")
@@ -586,7 +618,7 @@ class RepresentativeInterpreter:
                 ``c' = c`` for some image (its map is its interpretation's own,
                 ``explain(x).heatmap``).
         """
-        index = self.fitted_index
+        index = self.index
         images = as_inputs(images, self.transform, index.input_shape)
         features = self.features(images)
         with torch.inference_mode():
@@ -612,7 +644,7 @@ class RepresentativeInterpreter:
         Raises:
             ValueError: see ``contrastive_boundaries``.
         """
-        images = as_inputs(images, self.transform, self.fitted_index.input_shape)
+        images = as_inputs(images, self.transform, self.index.input_shape)
         boundaries = self.contrastive_boundaries(images, contrast)
         return contrastive_heatmaps(self.features(images), boundaries, tuple(images.shape[-2:]))
 
@@ -621,7 +653,7 @@ class RepresentativeInterpreter:
         ``granularity="strategy"``: per class (ascending), the groups of reference images it
         treats alike, found without labels, each with its polytope, members, mean heat map and
         audit, the one a user should look at first, first (see
-        [`model_strategies`][repinterp.core.model_strategies.model_strategies]).
+        [`model_strategies`][repinterp.strategies.model.model_strategies]).
 
         They are found once per fit and kept (``save`` writes them with the index, ``load``
         reads them back): later calls solve only each strategy's polytope again.
@@ -633,7 +665,7 @@ class RepresentativeInterpreter:
         Raises:
             ValueError: another granularity, or no reference set known.
         """
-        decisions = self.fitted_index.decisions
+        decisions = self.index.granularity
         if isinstance(decisions, StrategyDecisions) and decisions.summary is not None:
             try:
                 return strategies_from_state(self, *decisions.summary)
@@ -666,7 +698,7 @@ class RepresentativeInterpreter:
             OutputError: ``path`` holds other files (without ``overwrite``), or the shards of a
                 fit, or another process is writing to it.
         """
-        index = self.fitted_index
+        index = self.index
         record_model(index, self.model, self.split.fingerprint, self.transform)
         save_index(index, path, extra_files=index.files, overwrite=overwrite)
         index.files = {name: Path(path) / name for name in index.files}
@@ -689,9 +721,9 @@ class RepresentativeInterpreter:
             path: the index folder.
             model: the model it was made with.
             device: where to compute; None means the model's device.
-            granularity: the granularity the index must have (``"class"``, ``"logic"``, ...);
+            granularity: the granularity the index must have (``"class"``, ``"strategy"``);
                 None: the index's own.
-            kwargs: the other arguments of the constructor (``solver``, ``gamma``, ...);
+            kwargs: the other arguments of the constructor (``solver``, ``time_limit``, ...);
                 without ``transform``, the one the index records (that of ``repinterp fit``),
                 if any.
 
@@ -714,11 +746,11 @@ class RepresentativeInterpreter:
             n_boundaries=meta.get("requested_boundaries", len(index.boundaries)),
             seed=meta.get("seed", 0),
             sampling=meta.get("sampling", "uniform"),
-            granularity=index.granularity,
+            granularity=index.granularity.name,
             device=device,
             **kwargs,
         )
         check_model(index, path, ri.model, ri.split.fingerprint)
-        restore_decisions(index, path, ri.config.decisions)
-        ri.index = index.to(ri.device)
+        restore_granularity(index, path, ri.config.granularity)
+        ri._index = index.to(ri.device)
         return ri

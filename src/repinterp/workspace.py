@@ -117,7 +117,7 @@ class Workspace:
     def reference_pixels(self, indices: Tensor | list[int]) -> Tensor:
         """Reference images at ``indices`` in [0, 1] pixel space, N x C x H x W (N may be 0)."""
         if len(indices) == 0:
-            return torch.empty(0, *self.interpreter.fitted_index.input_shape)
+            return torch.empty(0, *self.interpreter.index.input_shape)
         return torch.stack([self.reference.pixels(int(i)) for i in indices])
 
     def reference_name(self, i: int) -> str:
@@ -140,7 +140,7 @@ class Workspace:
         if weights is not None and not weights.startswith(_BUNDLED):
             relative = os.path.relpath(Path(weights).resolve(), Path(path).resolve())
             recipe["weights"] = Path(relative).as_posix()
-        meta = self.interpreter.fitted_index.meta
+        meta = self.interpreter.index.meta
         meta["recipe"] = recipe
         try:
             self.interpreter.save(path, overwrite)
@@ -233,7 +233,7 @@ def fit_workspace(
         keep_features=keep_features,
         shards=shards,
     )
-    ri.fitted_index.meta["recipe"] = recipe
+    ri.index.meta["recipe"] = recipe
     return Workspace(_with_transform(ri, data), data, recipe)
 
 
@@ -339,10 +339,10 @@ def open_index(
     data = load_dataset(recipe["dataset"], seed=recipe["data_seed"], image_format=recorded)
     current = fingerprint(data, recipe["dataset"], recipe["data_seed"])
     change = fingerprint_change(recipe["data"], current)
-    if change or len(data.reference) != len(ri.fitted_index):
+    if change or len(data.reference) != len(ri.index):
         raise IndexLoadError(
             f"the reference data of {path} changed since it was fitted "
-            f"({change or f'{len(ri.fitted_index)} images then, {len(data.reference)} now'}): "
+            f"({change or f'{len(ri.index)} images then, {len(data.reference)} now'}): "
             "fit the index again"
         )
     ri.reference = data.reference  # so that a notebook's `show` draws the similar images
@@ -352,7 +352,7 @@ def open_index(
 def _with_transform(ri: RepresentativeInterpreter, data: Split) -> RepresentativeInterpreter:
     """``ri``, given the command line's [`ImageTransform`][repinterp.workspace.ImageTransform] for
     ``data``'s images."""
-    shape = tuple(ri.fitted_index.input_shape)
+    shape = tuple(ri.index.input_shape)
     ri.transform = ImageTransform(shape, data.reference.normalization)
     return ri
 
@@ -385,7 +385,7 @@ def resolve_images(workspace: Workspace, specs: list[str]) -> tuple[Tensor, list
     The names are distinct (and safe as file names): two files of the same name in different
     folders are told apart by their folders' names (or numbered).
     """
-    shape = workspace.interpreter.fitted_index.input_shape
+    shape = workspace.interpreter.index.input_shape
     images, names, folders = [], [], []
     for spec in specs:
         part, _, number = spec.partition(":")

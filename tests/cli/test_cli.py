@@ -112,24 +112,15 @@ def test_train_fit_explain(digits_index, tmp_path, capsys) -> None:
     assert len(own) == 4 and 0 not in [s["reference"] for s in own]
 
 
-def test_fit_granularity_logic_is_saved_and_explained(digits_index, tmp_path, capsys) -> None:
+@pytest.mark.parametrize("name", ["region", "logic"])
+def test_fit_refuses_a_granularity_it_does_not_have(digits_index, tmp_path, capsys, name) -> None:
+    """The choices are the registry's; ``logic`` was removed in 0.6 (issue 41)."""
     weights, _ = digits_index
-    index = tmp_path / "logic"
     argv = ["fit", "--model", "digits_cnn", "--weights", str(weights), "--reference", "digits"]
-    argv += ["--boundaries", "10", "--no-features", "--quiet", "--out"]
-    code, _, _ = run([*argv, str(index), "--granularity", "logic"], capsys)
-    assert code == 0
-    manifest = json.loads((index / "manifest.json").read_text())
-    assert manifest["granularity"] == "logic" and -1 <= manifest["gamma"] <= 1
-    assert manifest["n_boundaries"] > 10  # Q and the head's neuron hyperplanes
-    workspace = open_index(index, progress=False)
-    assert workspace.interpreter.granularity == "logic"
-    out = tmp_path / "explained"
-    command = ["explain", "unseen:3", "--index", str(index), "--out", str(out), "--quiet"]
-    code, stdout, _ = run(command, capsys)
-    assert code == 0 and "representativeness" in stdout
-    code, _, err = run([*argv, str(tmp_path / "bad"), "--granularity", "region"], capsys)
-    assert_one_line_error(code, err, "invalid choice: 'region'")
+    argv += ["--boundaries", "10", "--no-features", "--quiet", "--out", str(tmp_path / "bad")]
+    code, _, err = run([*argv, "--granularity", name], capsys)
+    assert_one_line_error(code, err, f"invalid choice: '{name}' (choose from 'class', 'strategy')")
+    assert not (tmp_path / "bad").exists()
 
 
 def test_fit_keeps_the_viewers_regions(digits_index) -> None:
@@ -193,7 +184,7 @@ def test_report_needs_the_feature_maps(digits_index, tmp_path, capsys) -> None:
 
 def test_report_gives_every_predicted_class_a_region(digits_index, tmp_path, capsys) -> None:
     _, index = digits_index
-    predicted = open_index(index, progress=False).interpreter.fitted_index.predictions.unique()
+    predicted = open_index(index, progress=False).interpreter.index.predictions.unique()
     m = len(predicted)
     report = ["report", "--index", str(index), "--top-k", "1", "--quiet"]
     code, _, err = run([*report, "--regions", str(m - 1), "--out", str(tmp_path / "a")], capsys)
@@ -223,7 +214,7 @@ def test_index_for_other_weights_is_refused(digits_index, tmp_path, capsys) -> N
         ["explain", "reference:0", "--index", str(copy), "--out", str(tmp_path / "out")], capsys
     )
     assert_one_line_error(code, err, "other weights")
-    assert open_index(index, progress=False).interpreter.fitted_index is not None
+    assert open_index(index, progress=False).interpreter.index is not None
 
 
 def test_model_and_weights_are_checked_before_the_image_folder(tmp_path, capsys) -> None:
@@ -313,8 +304,8 @@ def test_demo_end_to_end(tmp_path, capsys) -> None:
             assert image.format == "PNG"
     assert len(classes) >= 9  # one input per digit, nearly all predicted right
     ws = open_index(out / "index", progress=False)
-    assert len(ws.interpreter.fitted_index) == 4000
-    assert Path(ws.interpreter.fitted_index.files["features.npy"]).is_file()
+    assert len(ws.interpreter.index) == 4000
+    assert Path(ws.interpreter.index.files["features.npy"]).is_file()
     assert load_regions(ws.interpreter, DEFAULT_REGIONS, DEFAULT_SEED) is not None  # serve's
 
 
@@ -331,7 +322,7 @@ def test_report_draws_one_figure_per_distinct_polytope(digits_index, tmp_path, c
     summaries = [json.loads(f.read_text()) for f in sorted(out.glob("polytope-*.json"))]
     assert sorted(s["regions"] for s in summaries) == sorted(p.regions for p in polytopes)
     assert sorted(v for s in summaries for v in s["regions"]) == list(range(len(regions)))
-    assert sum(s["interprets"] for s in summaries) == len(regions.interpreter.fitted_index)
+    assert sum(s["interprets"] for s in summaries) == len(regions.interpreter.index)
     assert f"30 regions, {len(polytopes)} distinct polytopes" in printed
     page = (out / "index.html").read_text()
     assert f"drawn once: {len(polytopes)} distinct polytopes" in page
@@ -413,7 +404,7 @@ def test_fit_prints_the_models_accuracy_on_the_reference_images(digits_index, tm
     fit = ["fit", "--model", "digits_cnn", "--weights", str(weights), "--reference", "digits"]
     code, stdout, _ = run([*fit, "--boundaries", "5", "--out", str(out), "--quiet"], capsys)
     assert code == 0
-    index = open_index(out, progress=False).interpreter.fitted_index
+    index = open_index(out, progress=False).interpreter.index
     right = int((index.predictions == index.labels).sum())
     share = f"{100 * right / len(index):.1f}%"
     assert f"the model's accuracy on them: {share} ({right} of {len(index)})" in stdout

@@ -63,7 +63,7 @@ def test_a_contrast_figure_never_shares_a_file_with_another_image(index, tmp_pat
     named ``a-vs-C.png`` were one file; now each image's files are its own."""
     ws = open_index(index, progress=False)
     first, other = picture(tmp_path / "a.png", 0), picture(tmp_path / "b" / "b.png", 1)
-    shape = ws.interpreter.fitted_index.input_shape
+    shape = ws.interpreter.index.input_shape
     predicted = {
         ws.interpreter.explain(ws.normalization(load_image_file(p, shape))).predicted_class
         for p in (first, other)
@@ -184,7 +184,7 @@ def test_contrast_by_a_numeric_class_name_says_which_class(capsys) -> None:
     """Item 4: class folders ``1, 2, 3``: ``--contrast 2`` was index 2 (class "3") and
     ``--contrast 3`` the name "3". A class's name is taken first, and where the same text is
     another class's index the choice is said."""
-    ri = SimpleNamespace(class_names=["1", "2", "3"], fitted_index=SimpleNamespace(n_classes=3))
+    ri = SimpleNamespace(class_names=["1", "2", "3"], index=SimpleNamespace(n_classes=3))
     ws = SimpleNamespace(interpreter=ri)
     c, note = contrast_class(ws, "2")
     assert c == 1

@@ -52,7 +52,7 @@ def test_a_config_gives_the_index_the_keywords_give() -> None:
     by_config = RepresentativeInterpreter(model, "relu2", config=config)
     assert by_config.config == by_keywords.config == config
     assert not hasattr(by_config, "seed")  # the settings are read off config, not forwarded
-    a, b = by_keywords.fit(images).fitted_index, by_config.fit(images).fitted_index
+    a, b = by_keywords.fit(images).index, by_config.fit(images).index
     assert a.meta == b.meta and a.meta["sampling"] == "pairs"
     tensors_a, tensors_b = a.tensors(), b.tensors()
     assert tensors_a.keys() == tensors_b.keys()

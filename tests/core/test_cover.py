@@ -1,7 +1,8 @@
 import pytest
 import torch
 
-from repinterp.core.cover import algorithm_1, greedy_cover
+from repinterp.core.cover import greedy_cover
+from repinterp.core.paper import algorithm_1
 
 
 def random_instance(seed: int, n_ref: int = 40, n_q: int = 8, n_in: int = 5):

@@ -164,7 +164,7 @@ def test_interpreter_exact_solver(fitted) -> None:
         assert e.representativeness >= g.representativeness == e.greedy_representativeness
         assert e.optimal is True and e.gap == 0.0 and e.optimum == e.representativeness
         assert e.conflicts <= e.delta == g.delta
-        assert torch.equal(e.boundaries, e.boundaries.sort().values)
+        assert torch.equal(e.boundary_ids, e.boundary_ids.sort().values)
         d = json.loads(json.dumps(e.to_dict()))
         assert d["solver"] == "exact" and d["optimum"] == e.representativeness
         assert d["greedy_representativeness"] == g.representativeness
@@ -181,7 +181,7 @@ def test_interpreter_default_solver_and_bad_names(fitted) -> None:
     exact_ri = RepresentativeInterpreter(
         ri.model, "relu2", n_boundaries=12, solver="exact", time_limit=2.0, progress=False
     )
-    exact_ri.index = ri.index
+    exact_ri.fit(ri.reference)  # the same reference set and Q as ri
     assert exact_ri.explain(inputs[1]).solver == "exact"
     assert exact_ri.explain(inputs[1], solver="greedy").solver == "greedy"
     assert exact_ri.explain_reference([3], solver="greedy")[0].solver == "greedy"

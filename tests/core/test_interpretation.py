@@ -73,7 +73,7 @@ def test_the_semantic_distance_by_hand_on_the_triangle() -> None:
     ri.fit(points.view(-1, 2, 1, 1), keep_features=True)  # kept, and still the paper's Dist
     x = torch.tensor([0.25, 0.25])
     e = ri.explain(x.view(2, 1, 1))
-    weights = ri.index.boundaries.weight.flatten(1)[e.boundaries].abs()
+    weights = ri.index.boundaries.weight.flatten(1)[e.boundary_ids].abs()
     assert sorted(weights.tolist()) == [[0.0, 1.0], [1.0, 0.0], [1.0, 1.0]]
     others = points[e.covered]
     by_hand = (
@@ -89,9 +89,9 @@ def test_the_semantic_distance_by_hand_on_the_triangle() -> None:
 
 def test_channel_weights_are_the_boundaries_means_flipped_to_the_input(pair) -> None:
     plain, _, images = pair
-    index = plain.fitted_index
+    index = plain.index
     for e in plain.explain_batch(images[:6]):
-        p = e.boundaries
+        p = e.boundary_ids
         w = index.boundaries.weight[p]
         flipped = torch.where(e.projections[p].view(-1, 1, 1, 1) < 0, -w, w)
         assert torch.equal(e.channel_weights, flipped.flatten(2).mean(2))
@@ -104,8 +104,8 @@ def test_channel_weights_are_the_boundaries_means_flipped_to_the_input(pair) -> 
 def test_the_distance_percentile_is_the_brute_force_share_and_grows_off_the_data() -> None:
     ri, images = fit_random(300, 20)
     e = ri.explain(images[5] * 0.9)
-    covered, p = e.covered.tolist(), e.boundaries
-    rows = ri.fitted_index.projections[:, p].double()
+    covered, p = e.covered.tolist(), e.boundary_ids
+    rows = ri.index.projections[:, p].double()
 
     def dist(a, b) -> float:
         return float((a - b).abs().sum())

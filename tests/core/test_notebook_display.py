@@ -89,7 +89,7 @@ def test_every_number_is_named_and_each_distance_names_its_metric(fitted) -> Non
         assert f"<b>score</b> {e.score:.3f}" in page
         assert f"<b>delta</b> {e.delta}" in page
         assert f"<b>representativeness</b> {e.representativeness} of 200" in page
-        assert f"<b>|P|</b> {e.boundaries.numel()}" in page
+        assert f"<b>|P|</b> {e.boundary_ids.numel()}" in page
         distances = dict(zip(e.covered.tolist(), e.distances(metric).tolist(), strict=True))
         for rank, row in enumerate(e.similar(5, metric).tolist()):
             assert f"#{rank + 1}: reference {row}<br>{metric} distance {distances[row]:.4g}" in page
@@ -209,7 +209,7 @@ def test_a_true_label_is_shown_beside_a_mispredicted_similar_image() -> None:
 
     given = (labels[3] + 1) % 4
     page = e.show(label=int(given)).html
-    score = ri.fitted_index.logits[wrong].softmax(0).max()
+    score = ri.index.logits[wrong].softmax(0).max()
     distance = e.distances()[e.covered == wrong].item()
     assert (
         f"#1: reference {wrong}<br>semantic distance {distance:.4g}<br>score {score:.3f}<br>"

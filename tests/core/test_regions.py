@@ -31,7 +31,7 @@ def test_inputs_are_the_reference_images_nearest_the_centres(regions) -> None:
     assert torch.equal(rs.inputs, distances.argmin(1))
     for region, row in zip(rs.regions, rs.inputs.tolist(), strict=True):
         alone = ri.explain_reference([row])[0]
-        assert torch.equal(region.boundaries, alone.boundaries)
+        assert torch.equal(region.boundary_ids, alone.boundary_ids)
         assert (
             region.predicted_class == alone.predicted_class == rs.classes[rs.regions.index(region)]
         )
@@ -77,14 +77,14 @@ def test_short_reprs(regions) -> None:
     distinct = {
         (
             r.predicted_class,
-            tuple(r.boundaries.tolist()),
-            tuple((r.projections[r.boundaries] > 0).tolist()),
+            tuple(r.boundary_ids.tolist()),
+            tuple((r.projections[r.boundary_ids] > 0).tolist()),
         )
         for r in rs.regions
     }
     assert len(text) < 500 and f"{len(distinct)} distinct polytopes" in text
     assert text.startswith("RegionSet(12 regions over 200 reference images")
-    index = repr(ri.fitted_index)
+    index = repr(ri.index)
     assert len(index) < 500
     assert index.startswith("ReferenceIndex(|R| = 200, |Q| = 10, 4 classes")
     assert "feature maps kept" in index
@@ -105,7 +105,7 @@ def test_class_shares_give_each_class_one_region_then_follow_the_sizes() -> None
 
 def test_regions_by_class_give_every_predicted_class_a_region(regions) -> None:
     ri, _ = regions
-    predictions = ri.fitted_index.predictions.cpu()
+    predictions = ri.index.predictions.cpu()
     classes, sizes = predictions.unique(return_counts=True)
     assert len(classes) >= 3
     k = len(classes)

@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 import torch
 
-from repinterp.core.polytope_weights import covered_sample, draw_indices, with_score_weights
 from repinterp.data import ImageSet, Normalization
 from repinterp.evaluation.baselines import cam_weights, reused_cam
 from repinterp.evaluation.methods import METHODS, CAMMethod
 from repinterp.evaluation.options import Options
 from repinterp.evaluation.run import Run
 from repinterp.evaluation.setup import Setup
+from repinterp.maps.polytope_weights import covered_sample, draw_indices, with_score_weights
 
 from ..networks import balance, tiny_mlp_cnn
 

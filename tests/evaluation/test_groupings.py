@@ -39,7 +39,7 @@ def _cover(
     return Interpretation(
         predicted_class=predicted_class,
         score=1.0,
-        boundaries=torch.tensor(boundaries, dtype=torch.long),
+        boundary_ids=torch.tensor(boundaries, dtype=torch.long),
         covered=torch.tensor(list(covered), dtype=torch.long),
         delta=0,
         conflicts=0,

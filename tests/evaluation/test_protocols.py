@@ -9,7 +9,6 @@ import pytest
 import torch
 from PIL import Image
 
-from repinterp.core.polytope_weights import covered_sample, with_score_weights
 from repinterp.data.datasets import ImageFormat, shapes
 from repinterp.evaluation import average_drop_increase_from_mask
 from repinterp.evaluation.baselines import cam_weights, reused_cam
@@ -23,6 +22,7 @@ from repinterp.evaluation.protocols import reference as reference_protocol
 from repinterp.evaluation.run import Run, self_first
 from repinterp.evaluation.scoring import drop_increase, score
 from repinterp.evaluation.setup import WEIGHTS_DIR, Setup, load_setup, stratified
+from repinterp.maps.polytope_weights import covered_sample, with_score_weights
 from repinterp.models.zoo import build_model, default_target_layer, save_weights
 
 from ..commandline import assert_one_line_error, run
@@ -133,27 +133,27 @@ def test_ri_variants_solve_weigh_and_sample_their_own_way(mnist: Setup) -> None:
     assert x in sample.tolist() and len(sample) == options.score_images
     expected = with_score_weights(paper.regions[v], mnist.inputs("reference", sample))
     torch.testing.assert_close(scored.regions[v].channel_weights, expected.channel_weights)
-    assert torch.equal(scored.regions[v].boundaries, paper.regions[v].boundaries)
+    assert torch.equal(scored.regions[v].boundary_ids, paper.regions[v].boundary_ids)
     fit = results["fit_s"]
     assert set(fit) == {"uniform", "pairs"} and all(t > 0 for t in fit.values())
 
 
-def test_ri_logic_runs_in_unseen_on_mnist_super() -> None:
+def test_ri_strategy_runs_in_unseen_on_mnist_super() -> None:
     setup = load_setup("mnist-super", n_reference=300, n_unseen=60)
     assert setup.arch == "mnist_super_cnn" and setup.n_classes == 5
-    options = replace(SMALL, methods=("RI", "RI+logic"))
+    options = replace(SMALL, methods=("RI", "RI+strategy"))
     results = evaluate(setup, "unseen", options)
-    assert list(results["methods"]) == ["RI", "RI+logic"]
-    assert set(results["fit_s"]) == {"uniform", "uniform+logic"}
-    for name in ("RI", "RI+logic"):
+    assert list(results["methods"]) == ["RI", "RI+strategy"]
+    assert set(results["fit_s"]) == {"uniform", "uniform+strategy"}
+    for name in ("RI", "RI+strategy"):
         block = results["methods"][name]
         assert _in_range(block["mAD"]) and _in_range(block["subconcept_purity"])
     run_ = Run(setup, 0, options)
-    logic = METHODS["RI+logic"].regions(run_)
+    strategy = METHODS["RI+strategy"].regions(run_)
     paper = METHODS["RI"].regions(run_)
-    assert logic.interpreter.granularity == "logic"
-    assert torch.equal(logic.inputs, paper.inputs)
-    assert sum(r.representativeness for r in logic.regions) < sum(
+    assert strategy.interpreter.granularity == "strategy"
+    assert torch.equal(strategy.inputs, paper.inputs)
+    assert sum(r.representativeness for r in strategy.regions) < sum(
         r.representativeness for r in paper.regions
     )
 
@@ -375,8 +375,8 @@ def test_similar_by_feature_distance(mnist: Setup) -> None:
     # the default is the paper's Dist, feature maps kept or not (tests/core/test_interpretation)
     assert torch.equal(explanation.similar(), explanation.similar(metric="semantic"))
     torch.testing.assert_close(explanation.distances("euclidean"), explanation.feature_distances())
-    p = explanation.boundaries
-    dist = (ri.fitted_index.projections[covered][:, p] - explanation.projections[p]).abs().sum(1)
+    p = explanation.boundary_ids
+    dist = (ri.index.projections[covered][:, p] - explanation.projections[p]).abs().sum(1)
     torch.testing.assert_close(explanation.distances("semantic"), dist)
     with pytest.raises(ValueError, match="unknown metric"):
         explanation.similar(metric="manhattan")
@@ -705,7 +705,10 @@ def test_ri_reports_subconcept_purity_on_shapes(shapes_setup: Setup) -> None:
     # within-class AMI, its null and its k-means ceiling, on the unseen images' feature maps
     ri = regions.interpreter
     inputs = shapes_setup.inputs("unseen")
-    features, logits = ri.features(inputs).flatten(1).cpu(), ri.forward(inputs)[0].cpu()
+    features, logits = (
+        ri.features(inputs).flatten(1).cpu(),
+        ri.logits_and_projections(inputs)[0].cpu(),
+    )
     labels = shapes_setup.labels("unseen")
     concepts = shapes_setup.unseen.concepts
     full = region_groups(regions, region, concepts, features, logits, labels, seed=0).to_dict()

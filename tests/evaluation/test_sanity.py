@@ -195,7 +195,7 @@ def test_only_ri_draws_at_random_and_its_reseeded_floor_is_reported(mnist: Setup
     """The CAMs' maps are a function of model and image (two calls, the same maps), so only
     RI, whose Q is sampled, has a reseeded row: its maps with another seed of Q correlate
     with its own below 1 (the floor), on the trained model."""
-    assert RANDOM_METHODS == ("RI", "RI+logic")
+    assert RANDOM_METHODS == ("RI",)
     x, y = _batch(mnist, 4)
     for name in ("Grad-CAM", "Grad-CAM++", "Score-CAM"):
         explain = CAMExplainer(name, mnist.target_layer)
@@ -216,19 +216,6 @@ def test_only_ri_draws_at_random_and_its_reseeded_floor_is_reported(mnist: Setup
     text = results_markdown(results)
     assert "| RI (Q reseeded) | " in text
     assert "Images whose map is constant, i.e. no map" in text and " of 4 |" in text
-
-
-def test_ri_logic_is_checked_with_its_own_reseeded_floor(mnist: Setup) -> None:
-    """RI+logic (granularity="logic") goes through every check, refitted at its granularity on
-    each randomised model, and has its own floor: its maps with Q drawn anew."""
-    results = evaluate(mnist, "sanity", replace(SMALL, runs=1, methods=("RI", "RI+logic")))
-    ri, logic = results["methods"]["RI"], results["methods"]["RI+logic"]
-    assert set(logic) == set(ri)  # MPRT, eMPRT, RandomLogit, data randomisation, reseeded
-    assert logic["RandomLogit"] == pytest.approx(1)  # its map ignores the target, as RI's
-    assert logic["MPRT"]["original"] == pytest.approx(1)
-    assert 0 < logic["reseeded"]["Spearman"] < 0.999 and logic["reseeded"]["no_map"] == 0
-    assert logic["MPRT"] != ri["MPRT"]  # another index: the logic one
-    assert "| RI+logic (Q reseeded) | " in results_markdown(results)
 
 
 def test_a_step_without_maps_reads_no_map_never_a_score(mnist: Setup) -> None:
@@ -273,7 +260,7 @@ def test_without_a_zoo_architecture_the_data_randomisation_is_left_out(mnist: Se
 
 
 def test_methods_other_than_ri_and_the_cams_are_refused(mnist: Setup) -> None:
-    refused = r"checks RI, RI\+logic, Grad-CAM, Grad-CAM\+\+, Score-CAM, not ACE$"
+    refused = r"checks RI, Grad-CAM, Grad-CAM\+\+, Score-CAM, not ACE$"
     with pytest.raises(ValueError, match=refused):
         evaluate(mnist, "sanity", replace(SMALL, runs=1, methods=("RI", "ACE")))
     with pytest.raises(

@@ -133,7 +133,7 @@ def test_polytope_grouping_numbers_the_distinct_polytopes() -> None:
     def fake(c: int, boundaries: list[int], projections: list[float]) -> SimpleNamespace:
         return SimpleNamespace(
             predicted_class=c,
-            boundaries=torch.tensor(boundaries),
+            boundary_ids=torch.tensor(boundaries),
             projections=torch.tensor(projections),
         )
 

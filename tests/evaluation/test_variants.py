@@ -12,7 +12,6 @@ from repinterp import RepresentativeInterpreter
 from repinterp.core.boundaries import sample_sources
 from repinterp.core.cover import exact_cover, fewest_boundaries, greedy_cover
 from repinterp.core.heatmap import heatmaps
-from repinterp.core.polytope_weights import covered_sample, score_weights, with_score_weights
 from repinterp.evaluation.baselines import cam_weights
 from repinterp.evaluation.methods import METHODS
 from repinterp.evaluation.metrics import coverage_metrics
@@ -21,6 +20,7 @@ from repinterp.evaluation.protocols import evaluate, results_markdown
 from repinterp.evaluation.protocols import similar as similar_protocol
 from repinterp.evaluation.run import Run
 from repinterp.evaluation.setup import load_setup
+from repinterp.maps.polytope_weights import covered_sample, score_weights, with_score_weights
 
 from ..networks import images, tiny_gap_cnn
 
@@ -95,7 +95,7 @@ def test_with_score_weights_keeps_the_polytope_and_draws_one_map():
     assert set(sample.tolist()) <= set(e.covered.tolist()) and bool((sample.diff() > 0).all())
     assert torch.equal(covered_sample(e, 4, seed=1), sample)
     weighted = with_score_weights(e, x[sample])
-    assert torch.equal(weighted.boundaries, e.boundaries) and torch.equal(
+    assert torch.equal(weighted.boundary_ids, e.boundary_ids) and torch.equal(
         weighted.covered, e.covered
     )
     w = score_weights(ri, x[sample], e.predicted_class)
@@ -104,39 +104,42 @@ def test_with_score_weights_keeps_the_polytope_and_draws_one_map():
     torch.testing.assert_close(weighted.heatmap(x[:5]), expected)
 
 
-def test_ri_logic_runs_in_coverage_similar_and_q_sweep_on_mnist_super():
-    """RI+logic among the methods: ``coverage`` reports its own regions beside the paper's
-    RI's, ``similar`` ranks by its own P(x), ``q-sweep`` sweeps |Q| at granularity logic too;
+def test_ri_strategy_runs_in_coverage_similar_and_q_sweep_on_mnist_super():
+    """RI+strategy among the methods: ``coverage`` reports its own regions beside the paper's
+    RI's, ``similar`` ranks by its own P(x), ``q-sweep`` sweeps |Q| at granularity strategy too;
     without it the protocols are as before."""
     setup = load_setup("mnist-super", n_reference=300, n_unseen=60)
     small = Options(runs=1, n_regions=10, n_inputs=3, q_values=(5,), purity_ks=(2,))
-    small = replace(small, progress=False, split="fixed", methods=("RI", "RI+logic"))
+    small = replace(small, progress=False, split="fixed", methods=("RI", "RI+strategy"))
     coverage = evaluate(setup, "coverage", small)
-    logic = coverage["methods"]["RI+logic"]
-    assert list(coverage["methods"]) == ["RI+logic"]
-    regions = METHODS["RI+logic"].regions(Run(setup, 0, small))  # its own regions
-    assert regions.interpreter.granularity == "logic"
+    strategy = coverage["methods"]["RI+strategy"]
+    assert list(coverage["methods"]) == ["RI+strategy"]
+    regions = METHODS["RI+strategy"].regions(Run(setup, 0, small))  # its own regions
+    assert regions.interpreter.granularity == "strategy"
     part = (setup.chunks("reference"), setup.predictions["reference"], setup.labels("reference"))
     for key, value in coverage_metrics(regions, *part).items():
-        assert logic["reference"][key] == pytest.approx(value), key
-    assert logic["reference"] != coverage["reference"]
-    assert 0 <= logic["unseen"]["ami"] <= 1 and logic["unseen"]["distinct_polytopes"] >= 1
-    assert "RI+logic's regions:" in results_markdown(coverage)
+        assert strategy["reference"][key] == pytest.approx(value), key
+    assert strategy["reference"] != coverage["reference"]
+    assert 0 <= strategy["unseen"]["ami"] <= 1 and strategy["unseen"]["distinct_polytopes"] >= 1
+    assert "RI+strategy's regions:" in results_markdown(coverage)
     assert "methods" not in evaluate(setup, "coverage", replace(small, methods=("RI",)))
     similar = evaluate(setup, "similar", small)
-    ranked = similar["rankings"]["semantic (RI+logic)"]
+    ranked = similar["rankings"]["semantic (RI+strategy)"]
     assert {"class purity@2", "sub-concept purity@2", "mAD@2"} <= set(ranked)
     run_ = Run(setup, 0, small)
-    logic_ri = run_.interpreter_for(run_.fit_config("uniform", "logic"))
-    assert logic_ri.granularity == "logic" and logic_ri is not run_.interpreter
-    for index in run_.inputs.tolist():  # the ranking is RI+logic's own P(x)'s
+    strategy_ri = run_.interpreter_for(run_.fit_config("uniform", "strategy"))
+    assert strategy_ri.granularity == "strategy" and strategy_ri is not run_.interpreter
+    for index in run_.inputs.tolist():  # the ranking is RI+strategy's own P(x)'s
         explanations, rankings = similar_protocol._rankings(run_, index)
-        own = logic_ri.explain_reference([index])[0]
-        assert explanations["semantic (RI+logic)"].boundaries.tolist() == own.boundaries.tolist()
+        own = strategy_ri.explain_reference([index])[0]
+        assert (
+            explanations["semantic (RI+strategy)"].boundary_ids.tolist()
+            == own.boundary_ids.tolist()
+        )
         expected = own.similar(metric="semantic").cpu()
-        assert torch.equal(rankings["semantic (RI+logic)"], expected[expected != index])
-    assert "semantic (RI+logic)" in results_markdown(similar)
+        assert torch.equal(rankings["semantic (RI+strategy)"], expected[expected != index])
+    assert "semantic (RI+strategy)" in results_markdown(similar)
     sweep = evaluate(setup, "q-sweep", small)
-    assert list(sweep["samplings"]) == ["uniform", "uniform+logic"]
-    assert sweep["samplings"]["uniform+logic"] != sweep["samplings"]["uniform"]
-    assert "`uniform+logic`" in results_markdown(sweep)
+    assert list(sweep["samplings"]) == ["uniform", "uniform+strategy"]
+    assert sweep["samplings"]["uniform+strategy"] != sweep["samplings"]["uniform"]
+    assert "`uniform+strategy`" in results_markdown(sweep)

@@ -61,7 +61,7 @@ def _same_as(ri: RepresentativeInterpreter, expected: RepresentativeInterpreter,
     for name, tensor in expected.index.tensors().items():
         assert torch.equal(ri.index.tensors()[name], tensor), name
     for a, b in zip(ri.explain_batch(images[:5]), expected.explain_batch(images[:5]), strict=True):
-        assert torch.equal(a.boundaries, b.boundaries) and torch.equal(a.covered, b.covered)
+        assert torch.equal(a.boundary_ids, b.boundary_ids) and torch.equal(a.covered, b.covered)
 
 
 @pytest.mark.parametrize(
@@ -190,7 +190,7 @@ def test_a_layer_with_flat_output_is_refused_before_any_work() -> None:
     ri = RepresentativeInterpreter(model, "flat", progress=False)
     with pytest.raises(ValueError, match=r"'flat' gives outputs of shape \(10, 288\)"):
         ri.fit(images[:10])
-    assert ri.index is None
+    assert not ri.is_fitted
 
 
 @pytest.mark.parametrize(
@@ -331,6 +331,6 @@ def test_a_model_not_a_function_of_the_image_alone_is_refused_at_fit(model, mess
     ri = RepresentativeInterpreter(model.eval(), "net.relu2", n_boundaries=8, progress=False)
     with pytest.raises(ValueError, match=message):
         ri.fit(images)
-    assert ri.index is None
+    assert not ri.is_fitted
     ri = RepresentativeInterpreter(_Trunk().eval(), "net.relu2", n_boundaries=8, progress=False)
-    assert ri.fit(images).index is not None  # the same model without them fits
+    assert ri.fit(images).is_fitted  # the same model without them fits

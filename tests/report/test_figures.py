@@ -136,7 +136,7 @@ def test_a_polytope_card_shows_its_sub_label_composition_and_the_granularity(tmp
     other = _entry("p2", 1)
     other["summary"] |= {"regions": [1], "interprets": 5}
     path = tmp_path / "index.html"
-    granularity = "granularity logic (γ = 0.312, beyond the paper)"
+    granularity = "granularity strategy (3 strategies in 2 classes, beyond the paper)"
     write_report(path, "regions", "intro", [known, other], granularity)
     page = path.read_text()
     assert f"<h1>regions</h1><p class='granularity'>{granularity}</p>" in page
@@ -260,7 +260,7 @@ def test_case_study_scores_the_predicted_class_on_images_blacked_out_in_pixel_sp
     assert study.scores[0] == pytest.approx(e.score)
     assert torch.allclose(study.heatmaps, e.heatmap(inputs).cpu())
     kept, keep = keep_top_pixels(pixels, study.heatmaps, FRACTION)
-    logits, _ = ri.forward(normalize(kept))
+    logits, _ = ri.logits_and_projections(normalize(kept))
     assert study.masked_scores == pytest.approx(logits.softmax(1)[:, c].tolist())
     given = logits.argmax(1).tolist()
     assert study.masked_classes == ["c" if g == c else str(g) for g in given]

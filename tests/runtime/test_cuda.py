@@ -85,8 +85,8 @@ def test_cuda_and_cpu_give_the_same_explanations(setup, user: str) -> None:
     # than the CPU's: measured on an H100 (torch 2.11), 3.7e-4 where the projections' terms
     # |b| + |<W, t>| reach 0.37, in all three flag settings alike, with no side flipped. TF32
     # would move them by about 1e-3 of the terms' size and flip sides.
-    terms = float(a.boundaries.bias.abs().max()) + float(
-        (a.projections - a.boundaries.bias.unsqueeze(0)).abs().max()
+    terms = float(a.boundary_ids.bias.abs().max()) + float(
+        (a.projections - a.boundary_ids.bias.unsqueeze(0)).abs().max()
     )
     print(f"[{user}] largest term |b| + |<W, t>| = {terms:.3g}")
     assert diff <= 2e-3 * max(terms, 1.0)
@@ -94,7 +94,7 @@ def test_cuda_and_cpu_give_the_same_explanations(setup, user: str) -> None:
     on_cpu, on_gpu = cpu.explain_batch(inputs), gpu.explain_batch(inputs)  # CPU tensors, moved
     for i, (x, y) in enumerate(zip(on_cpu, on_gpu, strict=True)):
         assert x.predicted_class == y.predicted_class, i
-        assert torch.equal(x.boundaries, y.boundaries.cpu()), i
+        assert torch.equal(x.boundary_ids, y.boundary_ids.cpu()), i
         assert torch.equal(x.covered, y.covered.cpu()), i
         assert x.delta == y.delta, i
     diff = max(

@@ -128,7 +128,7 @@ def test_the_engine_computes_without_tf32_and_restores_the_user_s_flags(user: st
         "fit": lambda: ri.fit(images, keep_features=True),
         "explain": lambda: ri.explain(images[0]),
         "explain_batch": lambda: ri.explain_batch(images[:3]),
-        "forward": lambda: ri.forward(images[:3]),
+        "logits_and_projections": lambda: ri.logits_and_projections(images[:3]),
         "features": lambda: ri.features(images[:3]),
         "heatmap": lambda: ri.explain(images[1]).heatmap(images[:4]),
         "covers": lambda: ri.explain(images[1]).covers(images[:4]),
@@ -177,7 +177,7 @@ def test_autocast_of_the_caller_is_off_inside() -> None:
         inside = ri.explain(images[0])
     assert set(seen) == {torch.float32}
     assert torch.equal(plain.projections, inside.projections)
-    assert torch.equal(plain.boundaries, inside.boundaries)
+    assert torch.equal(plain.boundary_ids, inside.boundary_ids)
 
 
 def test_one_thread_leaving_does_not_turn_tf32_back_on_under_another() -> None:

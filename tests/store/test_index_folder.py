@@ -4,7 +4,9 @@ class name, normalisation, target layer or data split), and every number that si
 allocation is bounded, with one-line errors."""
 
 import json
+import re
 import shutil
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +50,7 @@ def saved(tmp_path_factory) -> tuple[RepresentativeInterpreter, torch.Tensor, Pa
     model, images = random_setup(n=24)
     ri = RepresentativeInterpreter(model, "relu2", n_boundaries=8, seed=0, progress=False)
     ri.fit(images[:20], class_names=["cat", "dog", "café", "zèbre"], keep_features=True)
-    ri.fitted_index.meta["recipe"] = RECIPE
+    ri.index.meta["recipe"] = RECIPE
     path = tmp_path_factory.mktemp("index") / "index"
     ri.save(path)
     return ri, images[20:], path
@@ -57,9 +59,9 @@ def saved(tmp_path_factory) -> tuple[RepresentativeInterpreter, torch.Tensor, Pa
 def answers(ri: RepresentativeInterpreter, images: torch.Tensor) -> list[Any]:
     """Everything a loaded index says: its layer, names and manifest fields, and the
     interpretation of each of ``images``."""
-    out: list[Any] = [ri.target_layer, ri.class_names, ri.fitted_index.meta]
+    out: list[Any] = [ri.target_layer, ri.class_names, ri.index.meta]
     for e in ri.explain_batch(images):
-        out.append((e.predicted_class, e.boundaries.tolist(), e.covered.tolist()))
+        out.append((e.predicted_class, e.boundary_ids.tolist(), e.covered.tolist()))
         out.append(e.projections.tolist())
     return out
 
@@ -249,3 +251,33 @@ def test_an_index_of_an_older_version_is_named_for_it(tmp_path, capsys) -> None:
     edit_manifest(index, lambda manifest: manifest.update(repinterp_version=__version__))
     code, _, err = run(explain, capsys)  # this version's own fingerprint: another graph
     assert_one_line_error(code, err, "was made with another graph of the model")
+
+
+def test_an_index_of_the_removed_logic_granularity_is_refused_in_one_line(saved, tmp_path):
+    """``granularity="logic"`` was removed in 0.6 (issue 41): its index says what to do, without
+    the retirement warning it used to raise."""
+    _, _, path = saved
+    copy = copy_of(path, tmp_path / "logic")
+    edit_manifest(copy, lambda m: m.update(granularity="logic", gamma=0.1))
+    said = (
+        f"{copy} was fitted with granularity 'logic', removed in 0.6: fit it again with "
+        "'class' or 'strategy'"
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(IndexLoadError) as caught:
+            load_index(copy)
+    assert str(caught.value) == said
+    ri, _, _ = saved
+    with pytest.raises(IndexLoadError, match=re.escape(said)):
+        RepresentativeInterpreter.load(copy, ri.model)
+
+
+def test_an_index_of_another_granularity_than_asked_is_refused(saved) -> None:
+    ri, _, path = saved
+    said = f"{path} was fitted with granularity='class', not 'strategy': fit it again with"
+    with pytest.raises(IndexLoadError, match=re.escape(said)):
+        RepresentativeInterpreter.load(path, ri.model, granularity="strategy")
+    assert (
+        RepresentativeInterpreter.load(path, ri.model, granularity="class").granularity == "class"
+    )

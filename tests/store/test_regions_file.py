@@ -72,7 +72,8 @@ def same(a: RegionSet, b: RegionSet) -> bool:
     return (
         torch.equal(a.inputs, b.inputs)
         and torch.equal(a.centres, b.centres)
-        and [r.boundaries.tolist() for r in a.regions] == [r.boundaries.tolist() for r in b.regions]
+        and [r.boundary_ids.tolist() for r in a.regions]
+        == [r.boundary_ids.tolist() for r in b.regions]
         and torch.equal(a.classes.cpu(), b.classes.cpu())
     )
 
@@ -91,7 +92,7 @@ def test_regions_are_kept_with_their_checksum_and_read_back_without_k_means(
     assert read_manifest(path)["sha256"][REGIONS_FILE] == sha256(data).hexdigest()
     assert REGIONS_FILE in listed(path)  # the marker lists it: the project's file
     assert {name: (path / name).read_bytes() for name in before} == before  # not rewritten
-    assert ri.fitted_index.files[REGIONS_FILE] == path / REGIONS_FILE
+    assert ri.index.files[REGIONS_FILE] == path / REGIONS_FILE
     no_k_means(monkeypatch)
     again = load_regions(loaded(path), K, SEED)
     assert again is not None and same(again, regions)
@@ -152,7 +153,7 @@ def test_a_regions_file_changed_after_loading_is_refused(kept) -> None:
 
 def test_regions_of_other_feature_maps_or_damaged_inside_are_refused(kept) -> None:
     regions, path = kept
-    index = regions.interpreter.fitted_index
+    index = regions.interpreter.index
     real = index.checksums[FEATURE_FILE]
     index.checksums[FEATURE_FILE] = "0" * 64
     other = regions_bytes(regions, SEED)
@@ -182,7 +183,7 @@ def test_from_centres_checks_what_it_is_given(kept) -> None:
 
 def test_add_file_refuses_another_index_a_users_file_and_reserved_names(kept) -> None:
     regions, path = kept
-    features = regions.interpreter.fitted_index.checksums[FEATURE_FILE]
+    features = regions.interpreter.index.checksums[FEATURE_FILE]
     manifest = read_manifest(path)
     with pytest.raises(IndexLoadError, match="another index was saved there since"):
         add_file(path, REGIONS_FILE, b"new", {FEATURE_FILE: "0" * 64})

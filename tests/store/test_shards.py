@@ -58,12 +58,12 @@ def interpreter(model: torch.nn.Module) -> RepresentativeInterpreter:
 
 
 def assert_same_index(a: RepresentativeInterpreter, b: RepresentativeInterpreter) -> None:
-    tensors_a, tensors_b = a.fitted_index.tensors(), b.fitted_index.tensors()
+    tensors_a, tensors_b = a.index.tensors(), b.index.tensors()
     assert tensors_a.keys() == tensors_b.keys()
     for name, tensor in tensors_a.items():
         assert tensor.dtype == tensors_b[name].dtype and torch.equal(tensor, tensors_b[name]), name
-    features_a = np.load(a.fitted_index.files[FEATURE_FILE])
-    features_b = np.load(b.fitted_index.files[FEATURE_FILE])
+    features_a = np.load(a.index.files[FEATURE_FILE])
+    features_b = np.load(b.index.files[FEATURE_FILE])
     assert features_a.tobytes() == features_b.tobytes()
 
 
@@ -118,7 +118,7 @@ def test_a_shard_made_from_an_image_changed_since_is_recomputed(setup, tmp_path)
     model, images, uninterrupted = setup
     shards = Shards(tmp_path / "partial", size=SHARD)
     interrupted_fit(model, images, shards, after=150)  # shards 0 and 1 are complete
-    behind_q = set(uninterrupted.fitted_index.sources.tolist())
+    behind_q = set(uninterrupted.index.sources.tolist())
     changed = next(i for i in range(SHARD, 2 * SHARD) if i not in behind_q)  # in shard 1
     new = images.clone()
     new[changed] = new[changed].flip(-1) + 0.5
@@ -127,7 +127,7 @@ def test_a_shard_made_from_an_image_changed_since_is_recomputed(setup, tmp_path)
     with pytest.warns(UserWarning, match="shard 1 in .* was made from other reference images"):
         resumed = interpreter(model).fit(Reference(new), keep_features=True, shards=resume)
     assert_same_index(resumed, fresh)
-    assert not torch.equal(resumed.fitted_index.projections, uninterrupted.fitted_index.projections)
+    assert not torch.equal(resumed.index.projections, uninterrupted.index.projections)
 
 
 def test_damaged_shards_are_recomputed(setup, tmp_path) -> None:
@@ -183,6 +183,11 @@ def test_resume_refuses_other_settings_and_starts_when_empty(setup, tmp_path) ->
         interpreter(model).fit(
             images, keep_features=True, shards=Shards(resume.directory, 128, True)
         )
+    strategy = RepresentativeInterpreter(
+        model, "relu2", n_boundaries=N_Q, batch_size=BATCH, progress=False, granularity="strategy"
+    )
+    with pytest.raises(ValueError, match="granularity 'class' there, 'strategy' here"):
+        strategy.fit(Reference(images), keep_features=True, shards=resume)
     nothing_yet = Shards(tmp_path / "nothing-yet", size=SHARD, resume=True)  # so a full fit
     fresh = interpreter(model).fit(Reference(images), keep_features=True, shards=nothing_yet)
     assert_same_index(fresh, uninterrupted)
@@ -268,4 +273,4 @@ def test_shards_follow_the_folder_rule_of_fit_shards(setup, tmp_path) -> None:
                 Reference(images), keep_features=True, shards=Shards(folder, SHARD)
             )
         assert listing(folder) == before
-    assert len(RepresentativeInterpreter.load(index, model).fitted_index) == N
+    assert len(RepresentativeInterpreter.load(index, model).index) == N

@@ -44,7 +44,6 @@ from repinterp.core.groups import polytope_key
 from repinterp.core.heatmap import channel_means, heatmaps, normalize_maps
 from repinterp.core.interpretation import METRIC_MEANINGS
 from repinterp.core.regions import RegionSet, distinct_polytopes
-from repinterp.core.strategy_set import StrategySet
 from repinterp.display.colours import colorize, overlay
 from repinterp.evaluation.baselines import ReusableCAM
 from repinterp.evaluation.groupings import region_groups
@@ -52,6 +51,7 @@ from repinterp.evaluation.metrics import keep_top_pixels
 from repinterp.store.index_folder import read_manifest
 from repinterp.store.outputs import listed, lock
 from repinterp.store.regions_file import REGIONS_FILE, load_regions
+from repinterp.strategies.granularity import StrategySet
 from repinterp.web import create_app, server_config
 from repinterp.web.app import host_name
 from repinterp.web.compare import METHODS
@@ -205,7 +205,7 @@ def test_reference_explanation_matches_the_engine(client, viewer):
     assert data["predicted_class"] == e.predicted_class
     assert data["label"] == int(viewer.labels[7])
     assert data["score"] == pytest.approx(e.score)
-    assert data["boundaries"] == e.boundaries.tolist()
+    assert data["boundaries"] == e.boundary_ids.tolist()
     assert data["delta"] == e.delta
     assert data["representativeness"] == e.representativeness == data["similar"]["total"] + 1
     assert data["similar"]["input_left_out"]
@@ -384,7 +384,7 @@ def test_upload_png_is_explained_like_the_engine(client, viewer):
     e = viewer.interpreter.explain(viewer.workspace.normalization(as_uploaded(pixels)))
     assert data["source"] == "upload" and data["key"].startswith("u") and data["label"] is None
     assert data["predicted_class"] == e.predicted_class
-    assert data["boundaries"] == e.boundaries.tolist()
+    assert data["boundaries"] == e.boundary_ids.tolist()
     assert [item["reference"] for item in data["similar"]["items"]] == e.similar(12).tolist()
 
     key = data["key"]
@@ -484,7 +484,7 @@ def test_regions_gallery_has_one_card_per_polytope_and_its_counts_add_up(client,
         keys.add(polytope_key(e))
         assert card["inputs"] == [int(regions.inputs[v]) for v in card["regions"]]
         assert {polytope_key(regions.regions[v]) for v in card["regions"]} == {polytope_key(e)}
-        assert card["boundaries"] == sorted(e.boundaries.tolist())
+        assert card["boundaries"] == sorted(e.boundary_ids.tolist())
         assert card["representativeness"] == e.representativeness
         assert card["predicted_class"] == e.predicted_class
         assert card["class_name"] == str(e.predicted_class)
@@ -556,7 +556,7 @@ def test_a_strategy_index_shows_its_strategies_in_the_audits_order(viewer):
         "digits_cnn",
         BUNDLED_WEIGHTS / "digits_cnn.safetensors",
         "digits",
-        config=FitConfig(n_boundaries=10, progress=False, decisions=StrategySet()),
+        config=FitConfig(n_boundaries=10, progress=False, granularity=StrategySet()),
     )
     gallery = Viewer(workspace, n_regions=N_REGIONS)
     assert gallery.wait_for_regions(REGIONS_TIMEOUT)
@@ -777,7 +777,7 @@ def test_export_is_the_case_study_png_and_its_numbers(client, viewer):
     similar = [i for i in e.similar().tolist() if i != 7][:8]
     assert [item["reference"] for item in data["similar"]] == similar
     assert data["similar_total"] == e.representativeness - 1
-    assert data["boundaries"] == e.boundaries.tolist() and data["key"] == "r7"
+    assert data["boundaries"] == e.boundary_ids.tolist() and data["key"] == "r7"
     pixels = viewer.workspace.reference_pixels([7, *similar])
     maps = e.heatmap(viewer.workspace.normalization(pixels))
     expected = _masked(viewer, pixels, maps, e.predicted_class)

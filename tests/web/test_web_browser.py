@@ -22,9 +22,9 @@ import torch
 
 from repinterp.core.config import FitConfig
 from repinterp.core.interpretation import METRIC_MEANINGS
-from repinterp.core.logic import LogicSet
 from repinterp.core.regions import RegionSet
 from repinterp.store.regions_file import save_regions
+from repinterp.strategies.granularity import StrategySet
 from repinterp.web import create_app
 from repinterp.workspace import fit_workspace, open_index
 
@@ -551,7 +551,7 @@ def long_lists(tmp_path_factory) -> Iterator[str]:
     folder = saved_copy(small_app().state.viewer.workspace, tmp_path_factory.mktemp("long"))
     workspace = open_index(folder, progress=False)
     ri = workspace.interpreter
-    predictions = ri.fitted_index.predictions
+    predictions = ri.index.predictions
     firsts = [int((predictions == c).nonzero()[0]) for c in predictions.unique()[:3].tolist()]
     inputs = torch.tensor(firsts).repeat_interleave(torch.tensor([14, 13, 13]))
     save_regions(RegionSet.from_centres(ri, ri.reference_features[inputs], inputs), folder, 0)
@@ -590,8 +590,8 @@ def test_long_region_lists_fit_their_cards_at_phone_and_desktop_width(
 
 @pytest.fixture(scope="module")
 def sub_labelled() -> Iterator[str]:
-    """A viewer of mnist-super (its digits the sub-labels) fitted at granularity logic."""
-    config = FitConfig(n_boundaries=20, decisions=LogicSet(), progress=False)
+    """A viewer of mnist-super (its digits the sub-labels) fitted at granularity strategy."""
+    config = FitConfig(n_boundaries=20, granularity=StrategySet(), progress=False)
     workspace = fit_workspace("mnist_super_cnn", None, "mnist-super", config=config)
     with running(create_app(workspace, n_regions=N_REGIONS)) as base:
         yield base
@@ -610,7 +610,7 @@ def test_cards_show_their_sub_labels_and_the_header_the_granularity(
 ):
     """On mnist-super each card shows the digits of the images it interprets, in words and as
     a bar cut in proportion, within its card at desktop and phone width; the header says the
-    index's granularity with its gamma. Without sub-labels (mnist5k), no card and no legend
+    index's granularity with its settings. Without sub-labels (mnist5k), no card and no legend
     mentions them, and the header says the paper's granularity."""
     for viewport in (DESKTOP, PHONE):
         context, tab = _tab(browser, sub_labelled, tmp_path, viewport)
@@ -618,8 +618,8 @@ def test_cards_show_their_sub_labels_and_the_header_the_granularity(
         page.goto("/")
         cards = _regions_ready(tab)
         info = _api(tab, "/api/info")
-        assert info["granularity"] == "logic" and info["sub_labels"] is True
-        assert info["granularity_text"].startswith("granularity logic (γ = ")
+        assert info["granularity"] == "strategy" and info["sub_labels"] is True
+        assert info["granularity_text"].startswith("granularity strategy (")
         assert page.inner_text("#info").endswith(f" · {info['granularity_text']}")
         shown = page.evaluate(SUB_LABELS)
         assert len(shown) == len(cards)

@@ -205,7 +205,7 @@ def test_a_refit_under_a_running_server_changes_nothing_it_serves(workspace, tmp
             assert response.status_code == 200, response.text
             e = workspace.interpreter.explain_reference([int(key[1:])])[0]
             data = response.json()
-            assert data["boundaries"] == e.boundaries.tolist()
+            assert data["boundaries"] == e.boundary_ids.tolist()
             assert data["representativeness"] == e.representativeness
             heat = client.get(f"/api/image/r12.png?heat={key}")
             assert heat.status_code == 200

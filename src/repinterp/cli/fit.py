@@ -11,10 +11,10 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..core.granularities import GRANULARITIES, PAPERS
 from .evaluate import DATASETS, MODELS
 from .inputs import image_format, inputs_of
 from .options import (
-    GRANULARITIES,
     SEED,
     SHARD_SIZE,
     at_least,
@@ -36,7 +36,7 @@ def keep_regions(workspace: Workspace) -> None:
     from ..core.reference_index import FEATURE_FILE
     from ..store.regions_file import DEFAULT_REGIONS, DEFAULT_SEED, save_regions
 
-    index = workspace.interpreter.fitted_index
+    index = workspace.interpreter.index
     if FEATURE_FILE in index.files and workspace.folder is not None:
         k = min(DEFAULT_REGIONS, len(index))
         regions = workspace.interpreter.regions(n_regions=k, seed=DEFAULT_SEED)
@@ -65,11 +65,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data-seed", type=SEED, default=0, help="seed of the data split (0)")
     p.add_argument(
         "--granularity",
-        choices=GRANULARITIES,  # repinterp.core.granularities's, named here without torch
-        default="class",
+        choices=GRANULARITIES,
+        default=PAPERS,
         help="class: the paper's RI (default); beyond the paper (docs/method.md, 6.5, 6.2): "
         "strategy, each class's strategies found without labels, each a polytope (then: "
-        "repinterp audit); logic (retired, removed in 0.6), polytopes of one decision logic",
+        "repinterp audit)",
     )
     p.add_argument("--out", required=True, help="index folder to write (new, empty or an index)")
     p.add_argument(
@@ -107,7 +107,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> None:
     """Run ``repinterp fit`` with its parsed arguments."""
     from ..core.config import FitConfig
-    from ..core.granularities import decision_set
+    from ..core.granularities import granularity
     from ..runtime.distributed import broadcast, init_from_env, rank_and_world, shutdown
     from ..store.outputs import claim
     from ..store.shards import Shards
@@ -128,7 +128,7 @@ def run(args: argparse.Namespace) -> None:
         batch_size=args.batch_size,
         num_workers=args.workers,
         progress=not args.quiet,
-        decisions=decision_set(args.granularity),
+        granularity=granularity(args.granularity),
     )
     with ExitStack() as claims:
         try:
@@ -170,7 +170,7 @@ def run(args: argparse.Namespace) -> None:
         if rank != 0:
             return
         notes = []
-        if ws.interpreter.granularity == "strategy":  # found once, kept with the index
+        if ws.interpreter.config.granularity.has_strategies:  # found once, kept with the index
             from .strategy_notes import fit_notes
 
             found = ws.interpreter.strategies(ws.reference)
@@ -179,7 +179,7 @@ def run(args: argparse.Namespace) -> None:
         ws.save(out, args.overwrite)
         shards.remove()
         keep_regions(ws)
-    index = ws.interpreter.fitted_index
+    index = ws.interpreter.index
     print(
         f"indexed {len(index)} reference images on {len(index.boundaries)} boundaries at layer "
         f"{ws.interpreter.target_layer!r} with {world} process(es) in "

@@ -7,7 +7,6 @@ import argparse
 from typing import Any
 
 __all__ = [
-    "GRANULARITIES",
     "MAX_IMAGE_SIZE",
     "SEED",
     "SHARD_SIZE",
@@ -19,9 +18,6 @@ __all__ = [
     "port",
 ]
 
-GRANULARITIES = ("class", "logic", "strategy")
-"""`repinterp.core.granularities`'s names, here without importing torch (a test holds them
-equal)."""
 SHARD_SIZE = 1024  # repinterp.store.shards.DEFAULT_SHARD_SIZE, without importing torch for --help
 # The side of the largest square image that is read (data.image_files.MAX_PIXELS, 8,192 x 8,192)
 MAX_IMAGE_SIZE = 8192

@@ -22,9 +22,10 @@ import errno
 import sys
 from typing import Any, NoReturn
 
+from ..core.granularities import GRANULARITIES
 from . import audit, demo, evaluate, explain, fit, report, serve, train
 from .inputs import inputs_of
-from .options import GRANULARITIES, MAX_IMAGE_SIZE
+from .options import MAX_IMAGE_SIZE
 
 __all__ = ["COMMANDS", "GRANULARITIES", "MAX_IMAGE_SIZE", "build_parser", "main"]
 

@@ -70,7 +70,7 @@ def run(args: argparse.Namespace) -> None:
             f"inputs share one polytope are drawn once: {len(polytopes)} distinct polytopes, "
             "the most representative first within each class."
         )
-        n_classes = ri.fitted_index.n_classes
+        n_classes = ri.index.n_classes
         unpredicted = sorted(set(range(n_classes)) - set(regions.classes.tolist()))
         if unpredicted:
             class_names = ri.class_names or [str(c) for c in range(n_classes)]
@@ -79,7 +79,7 @@ def run(args: argparse.Namespace) -> None:
                 f"as them): {', '.join(repr(class_names[c]) for c in unpredicted)}."
             )
         finds = region_groups(regions).sentence()
-        if ri.granularity == "strategy":
+        if ri.config.granularity.has_strategies:
             from .audit import write_audit
 
             found = len(write_audit(ws, out, args.top_k, "strategies.html"))

@@ -8,8 +8,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ..core.model_strategies import Strategy
     from ..interpreter import RepresentativeInterpreter
+    from ..strategies.model import Strategy
 
 __all__ = ["FEW_INSIDE", "explain_note", "fit_notes"]
 
@@ -42,7 +42,7 @@ def fit_notes(
     (``strategies``, kept with the index written to ``out``): the layer they were found at and
     why that one, how many, and a warning per strategy whose polytope holds fewer than
     `FEW_INSIDE` of its members."""
-    index = ri.fitted_index
+    index = ri.index
     shape = " x ".join(str(s) for s in index.feature_shape)
     why = (
         f"{_why(str(ri.target_layer), arch, layer_given)}; the strategies group the images by "

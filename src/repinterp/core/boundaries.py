@@ -11,7 +11,14 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-__all__ = ["SAMPLINGS", "Boundaries", "compute_boundaries", "project", "sample_sources"]
+__all__ = [
+    "SAMPLINGS",
+    "Boundaries",
+    "compute_boundaries",
+    "eq2_boundaries",
+    "project",
+    "sample_sources",
+]
 
 
 @dataclass
@@ -84,6 +91,24 @@ def compute_boundaries(
         (weight,) = torch.autograd.grad(diff.sum(), t)
     bias = diff.detach() - (weight * t.detach()).flatten(1).sum(1)
     return Boundaries(weight=weight.detach(), bias=bias, top_classes=classes.detach())
+
+
+def eq2_boundaries(head: nn.Module, features: Tensor, batch_size: int) -> Boundaries:
+    """``Q``: Eq. 2 (`compute_boundaries`) at each of the feature maps ``features`` (|Q| x K x h
+    x w), in batches of ``batch_size``.
+
+    Raises:
+        ValueError: some boundaries are not finite (the message says how many).
+    """
+    parts = [compute_boundaries(head, t) for t in features.split(batch_size)]
+    q = Boundaries.concat(parts)
+    finite = torch.isfinite(q.weight.flatten(1)).all(1) & torch.isfinite(q.bias)
+    if not bool(finite.all()):
+        raise ValueError(
+            f"{int((~finite).sum())} of the {len(q)} reference images behind Q give non-finite "
+            "boundaries (NaN or Inf): check the model's weights and the images' values"
+        )
+    return q
 
 
 def project(features: Tensor, boundaries: Boundaries) -> Tensor:

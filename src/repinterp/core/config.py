@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .boundaries import SAMPLINGS
-from .decision_set import ClassSet, DecisionSet
+from .granularity import Granularity
 
 __all__ = ["FitConfig"]
 
@@ -15,7 +15,7 @@ __all__ = ["FitConfig"]
 @dataclass(frozen=True)
 class FitConfig:
     """The settings of one fit: what the index is made of (``n_boundaries``, ``seed``,
-    ``sampling``, ``decisions``) and how the reference set is read to make it (``batch_size``,
+    ``sampling``, ``granularity``) and how the reference set is read to make it (``batch_size``,
     ``num_workers``, ``progress``, which change no byte of it).
 
     What the interpreter does with the index afterwards (the cover's solver and its time limit)
@@ -30,8 +30,8 @@ class FitConfig:
         batch_size: images per forward pass (at fit, and at explain on the fitted interpreter).
         num_workers: DataLoader worker processes reading a reference Dataset.
         progress: show progress bars.
-        decisions: the decision set ([`decision_set`][repinterp.core.decision_set]): the
-            paper's, `ClassSet`, by default; beyond the paper ``LogicSet``, ... (see
+        granularity: the granularity ([`Granularity`][repinterp.core.granularity.Granularity]):
+            the paper's by default; beyond the paper e.g. ``StrategySet`` (see
             [`granularities`][repinterp.core.granularities]).
 
     Raises:
@@ -45,7 +45,7 @@ class FitConfig:
     batch_size: int = 64
     num_workers: int = 0
     progress: bool = True
-    decisions: DecisionSet = field(default_factory=ClassSet)
+    granularity: Granularity = field(default_factory=Granularity)
 
     def __post_init__(self) -> None:
         if self.n_boundaries < 1:
@@ -58,8 +58,3 @@ class FitConfig:
             raise ValueError(
                 f"unknown sampling {self.sampling!r}; choose one of {', '.join(SAMPLINGS)}"
             )
-
-    @property
-    def granularity(self) -> str:
-        """The decision set's name (``"class"``: the paper's)."""
-        return self.decisions.name

@@ -1,64 +1,95 @@
-"""The granularities by name: the paper's ``class`` and the decision sets beyond it
-([`decision_set`][repinterp.core.decision_set] says what a decision set is)."""
+"""The registry of granularities: their names, the paper's default, those removed, and the
+one way to make one by name. The command line, the store, the viewer and the evaluation read
+the names here; a granularity's class is imported only when one is made (so that ``repinterp
+--help`` answers without torch). [`granularity`][repinterp.core.granularity] says what a
+granularity is."""
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import fields
-from typing import Any
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
 
-from torch import Tensor
+if TYPE_CHECKING:
+    from torch import Tensor
 
-from .decision_set import ClassSet, Decisions, DecisionSet
-from .logic import LogicSet
-from .strategy_set import StrategySet
+    from .granularity import FittedGranularity, Granularity
 
-__all__ = ["DECISION_SETS", "GRANULARITIES", "RETIRED", "decision_set", "load_decisions"]
+__all__ = [
+    "GRANULARITIES",
+    "PAPERS",
+    "REMOVED",
+    "granularity",
+    "granularity_class",
+    "load_granularity",
+    "removed",
+]
 
-DECISION_SETS: dict[str, type[DecisionSet]] = {
-    kind.name: kind for kind in (ClassSet, LogicSet, StrategySet)
+_CLASSES = {
+    "class": ("repinterp.core.granularity", "Granularity"),
+    "strategy": ("repinterp.strategies.granularity", "StrategySet"),
 }
-GRANULARITIES = tuple(DECISION_SETS)
-RETIRED = (
-    "granularity='logic' is retired and will be removed in 0.6: it won no row of the criterion "
-    "of docs/results.md that another option does not win; granularity='strategy' finds the "
-    "groups below the class (an index made with it still loads)"
-)
-"""Said when a ``logic`` decision set is made for a fit (not when an index is loaded)."""
+"""Each granularity by name: the module and class that implement it."""
+GRANULARITIES = tuple(_CLASSES)
+"""The granularities' names, the paper's first."""
+PAPERS = GRANULARITIES[0]
+"""The paper's granularity, the default."""
+REMOVED = {"logic": "0.6"}
+"""Granularities removed, with the release that removed them: their indexes are refused."""
 
 
-def decision_set(granularity: str = "class", **settings: Any) -> DecisionSet:
-    """The decision set of a granularity, with the user's settings (e.g. ``gamma`` for
-    ``"logic"``); a setting given as None is left to the data.
+def removed(name: Any) -> str | None:
+    """Why an index fitted at granularity ``name`` is refused (what to do), or None if ``name``
+    is not a removed granularity."""
+    if not isinstance(name, str) or name not in REMOVED:
+        return None
+    choices = " or ".join(repr(known) for known in GRANULARITIES)
+    return (
+        f"was fitted with granularity {name!r}, removed in {REMOVED[name]}: fit it again "
+        f"with {choices}"
+    )
+
+
+def granularity_class(name: str) -> type[Granularity]:
+    """The class of the granularity ``name``.
+
+    Raises:
+        ValueError: an unknown name.
+    """
+    if not isinstance(name, str) or name not in _CLASSES:
+        raise ValueError(f"unknown granularity {name!r}; choose one of {', '.join(GRANULARITIES)}")
+    module, attribute = _CLASSES[name]
+    return getattr(import_module(module), attribute)
+
+
+def granularity(name: str = PAPERS, **settings: Any) -> Granularity:
+    """The granularity ``name`` with the user's settings (e.g. ``k_max`` for ``"strategy"``); a
+    setting given as None is left to the data.
 
     Raises:
         ValueError: an unknown granularity, a setting it does not take, or a bad value.
     """
-    kind = DECISION_SETS.get(granularity)
-    if kind is None:
-        raise ValueError(
-            f"unknown granularity {granularity!r}; choose one of {', '.join(GRANULARITIES)}"
-        )
+    kind = granularity_class(name)
     given = {k: v for k, v in settings.items() if v is not None}
     accepted = {f.name for f in fields(kind)}
     for key in given:
         if key not in accepted:
-            takers = [n for n, k in DECISION_SETS.items() if key in {f.name for f in fields(k)}]
+            takers = [
+                n for n in GRANULARITIES if key in {f.name for f in fields(granularity_class(n))}
+            ]
             where = f"granularity={takers[0]!r}" if takers else "no granularity"
             raise ValueError(f"{key} applies to {where} only")
-    if kind is LogicSet:
-        warnings.warn(RETIRED, FutureWarning, stacklevel=2)
     return kind(**given)
 
 
-def load_decisions(manifest: dict[str, Any], tensors: dict[str, Tensor]) -> Decisions:
-    """The fitted decision set of a saved index (no ``granularity`` field: the paper's).
+def load_granularity(fields_: dict[str, Any], tensors: dict[str, Tensor]) -> FittedGranularity:
+    """The fitted granularity of a saved index, from its manifest's fields (no ``granularity``
+    field: the paper's) and its tensors.
 
     Raises:
         ValueError: an unknown granularity, or its fields or tensors are missing or damaged.
     """
-    name = manifest.get("granularity", "class")
-    kind = DECISION_SETS.get(name) if isinstance(name, str) else None
-    if kind is None:
+    name = fields_.get("granularity", PAPERS)
+    if not isinstance(name, str) or name not in _CLASSES:
         raise ValueError(f"its granularity {name!r} is not one of {', '.join(GRANULARITIES)}")
-    return kind().load(manifest, tensors)
+    return granularity_class(name)().load(fields_, tensors)

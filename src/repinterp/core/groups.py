@@ -26,7 +26,7 @@ def polytope_key(interpretation: Interpretation) -> PolytopeKey:
     """What makes two interpretations (of one interpreter, one ``Q``) the same polytope: the
     predicted class, and each boundary of ``P(x)`` (ascending) with ``x``'s side of it (-1, 0
     or 1). The order the greedy chose the boundaries in does not matter."""
-    p = interpretation.boundaries.cpu()
+    p = interpretation.boundary_ids.cpu()
     signs = sides(interpretation.projections.cpu()[p]).tolist()
     return interpretation.predicted_class, tuple(sorted(zip(p.tolist(), signs, strict=True)))
 

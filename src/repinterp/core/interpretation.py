@@ -9,7 +9,8 @@ practice.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import warnings
+from dataclasses import InitVar, dataclass
 from typing import Any, Protocol
 
 import torch
@@ -42,6 +43,14 @@ SIMILARITY_METRICS = tuple(METRIC_MEANINGS)
 SOLVERS = ("greedy", "exact")
 
 
+def _deprecated(old: str, new: str) -> None:
+    warnings.warn(
+        f"Interpretation.{old} is deprecated and will be removed in 0.7: use {new}",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+
+
 def check_solver(solver: str) -> str:
     """``solver`` if it is one of `SOLVERS`, else ``ValueError``."""
     if solver not in SOLVERS:
@@ -62,7 +71,7 @@ class Explainer(Protocol):
     reference: Any
 
     @property
-    def fitted_index(self) -> ReferenceIndex:
+    def index(self) -> ReferenceIndex:
         """The reference index; raises if the interpreter is not fitted."""
         ...
 
@@ -86,7 +95,9 @@ class Explainer(Protocol):
         """``psi(images)``: N x C x H x W -> N x K x h x w, on the device."""
         ...
 
-    def forward(self, images: Tensor, index: ReferenceIndex | None = None) -> tuple[Tensor, Tensor]:
+    def logits_and_projections(
+        self, images: Tensor, index: ReferenceIndex | None = None
+    ) -> tuple[Tensor, Tensor]:
         """Logits (N x classes) and projections (N x |Q|) of N x C x H x W images on the ``Q``
         of ``index`` (None: the interpreter's)."""
         ...
@@ -111,8 +122,8 @@ class Interpretation:
     Attributes:
         predicted_class: ``Class(x)``.
         score: softmax probability of the predicted class.
-        boundaries: ``P(x)``, indices into ``Q`` in the order the greedy chose them (ascending
-            for the exact solver).
+        boundary_ids: ``P(x)``, indices into ``Q`` in the order the greedy chose them
+            (ascending for the exact solver).
         covered: reference indices covered by ``P(x)`` (ascending).
         delta: ``tau(x)``, images of ``D(x)`` that no polytope of ``Q`` separates from ``x``.
         conflicts: ``|P(x) ∩ D(x)|`` (at most ``delta``).
@@ -130,17 +141,18 @@ class Interpretation:
         image: the input as ``explain`` took it (C x H x W: the caller's tensor, not a copy,
             or the tensor made of a NumPy array or PIL image), to draw it (`show`); None for
             ``explain_reference``.
-        index: the index it was solved on, kept when the interpreter is fitted again (its
-            similar images, distances and `covers` stay its own); None: the interpreter's.
-        strategy: beyond the paper, on an index fitted at ``granularity="strategy"``: the id
-            of the input's strategy (the nearest centre of its predicted class, as
-            ``RepresentativeInterpreter.strategies()`` numbers them); None on another index, or
-            for a class no reference image is predicted.
+
+    The index it was solved on is `index`.
+
+    Beyond the paper, on an index fitted at ``granularity="strategy"``, `strategy` is the id of
+    the input's strategy (the nearest centre of its predicted class, as
+    ``RepresentativeInterpreter.strategies()`` numbers them); None on another index, or for a
+    class no reference image is predicted.
     """
 
     predicted_class: int
     score: float
-    boundaries: Tensor
+    boundary_ids: Tensor
     covered: Tensor
     delta: int
     conflicts: int
@@ -154,24 +166,41 @@ class Interpretation:
     greedy_representativeness: int | None = None
     features: Tensor | None = None
     image: Tensor | None = None
-    index: ReferenceIndex | None = None
+    solved_on: InitVar[ReferenceIndex | None] = None
     strategy: int | None = None
+
+    def __post_init__(self, solved_on: ReferenceIndex | None) -> None:
+        self._index = solved_on
+
+    @property
+    def index(self) -> ReferenceIndex:
+        """The index it was solved on, kept when the interpreter is fitted again (its similar
+        images, distances and `covers` stay its own)."""
+        return self.interpreter.index if self._index is None else self._index
 
     @property
     def reference_index(self) -> ReferenceIndex:
-        """The index it was solved on (see ``index``)."""
-        return self.interpreter.fitted_index if self.index is None else self.index
+        """Deprecated (0.6; removed in 0.7): the index's other name; use ``index``."""
+        _deprecated("reference_index", "index")
+        return self.index
+
+    @property
+    def boundaries(self) -> Tensor:
+        """Deprecated (0.6; removed in 0.7): ``P(x)``'s ids, now ``boundary_ids`` (an index's
+        ``boundaries`` are hyperplanes)."""
+        _deprecated("boundaries", "boundary_ids")
+        return self.boundary_ids
 
     @property
     def stale(self) -> bool:
         """Whether its interpreter was fitted (or loaded) again since: its index and reference
         set are then no longer the interpreter's."""
-        return self.index is not None and self.interpreter.fitted_index is not self.index
+        return self._index is not None and self.interpreter.index is not self._index
 
     @property
     def class_names(self) -> list[str] | None:
         """Names of the classes of its index, if known."""
-        return self.reference_index.meta.get("class_names")
+        return self.index.meta.get("class_names")
 
     def __repr__(self) -> str:
         names = self.class_names
@@ -180,7 +209,7 @@ class Interpretation:
         strategy = f", strategy {self.strategy}" if self.strategy is not None else ""
         return (
             f"Interpretation(class {self.predicted_class}{name}{strategy}, score "
-            f"{self.score:.3f}, |P| = {self.boundaries.numel()}, representativeness "
+            f"{self.score:.3f}, |P| = {self.boundary_ids.numel()}, representativeness "
             f"{self.representativeness} of {self.n_reference}, delta {self.delta}, solver "
             f"{self.solver!r}{exact})"
         )
@@ -197,7 +226,7 @@ class Interpretation:
 
     @property
     def has_heatmap(self) -> bool:
-        return self.boundaries.numel() > 0
+        return self.boundary_ids.numel() > 0
 
     @property
     def message(self) -> str | None:
@@ -228,8 +257,8 @@ class Interpretation:
             )
         if metric != "semantic":
             return self.feature_distances(metric)
-        index = self.reference_index
-        p = self.boundaries
+        index = self.index
+        p = self.boundary_ids
         ref = index.projections[self.covered][:, p]
         return (ref - self.projections[p]).abs().sum(1)
 
@@ -244,7 +273,7 @@ class Interpretation:
             raise ValueError(
                 f"metric {metric!r} needs the feature maps: fit with keep_features=True"
             )
-        reference = self.reference_index.features
+        reference = self.index.features
         query = self.features.cpu().float().unsqueeze(0)
         if metric == "cosine":
             query = torch.nn.functional.normalize(query, dim=1)
@@ -296,8 +325,8 @@ class Interpretation:
     def covers(self, images: Tensor) -> Tensor:
         """N booleans: whether each image (N x C x H x W, any device) lies on ``x``'s side of
         every boundary of ``P(x)``."""
-        _, proj = self.interpreter.forward(images, self.reference_index)
-        p = self.boundaries
+        _, proj = self.interpreter.logits_and_projections(images, self.index)
+        p = self.boundary_ids
         return (sides(proj[:, p]) == sides(self.projections[p]).unsqueeze(0)).all(1)
 
     def distance_percentile(self, sample: int = 1000, chunk: int = 100) -> float | None:
@@ -318,8 +347,8 @@ class Interpretation:
         m = self.representativeness
         if m < 2 or not self.has_heatmap:
             return None
-        p = self.boundaries
-        rows = self.reference_index.projections[self.covered][:, p].double()
+        p = self.boundary_ids
+        rows = self.index.projections[self.covered][:, p].double()
         nearest = (rows - self.projections[p].double()).abs().sum(1).min()
         picked = torch.linspace(0, m - 1, min(sample, m), device=rows.device).round().long()
         own = []
@@ -342,7 +371,7 @@ class Interpretation:
             "score": self.score,
             "delta": self.delta,
             "conflicts": self.conflicts,
-            "boundaries": self.boundaries.tolist(),
+            "boundaries": self.boundary_ids.tolist(),
             "representativeness": self.representativeness,
             "solver": self.solver,
             "optimal": self.optimal,
@@ -372,7 +401,7 @@ class Interpretation:
         """
         if not self.has_heatmap:
             raise ValueError(self.message)
-        index = self.reference_index
+        index = self.index
         maps = features.to(self.channel_weights).view(-1, *index.feature_shape)
         return heatmaps(maps, self.channel_weights, tuple(index.input_shape[-2:]))
 
@@ -394,7 +423,7 @@ class Interpretation:
         if not self.has_heatmap:
             return None, None
         if self.features is not None:
-            kept = self.reference_index.features[rows.cpu()]
+            kept = self.index.features[rows.cpu()]
             maps = self.feature_heatmap(torch.cat([self.features.cpu().float()[None], kept]))
             return maps[0].cpu(), maps[1:].cpu()
         on_input = None if image is None else self.heatmap(image[None])[0].cpu()

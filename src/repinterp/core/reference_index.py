@@ -15,17 +15,47 @@ from typing import Any, BinaryIO
 
 import numpy as np
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from ..runtime.checksums import file_sha256
 from .boundaries import Boundaries
 from .cover import CoverIndex, sides
-from .decision_set import Decisions, extra_count
+from .granularity import FittedGranularity, extra_count, project_blocks
 from .heatmap import channel_means
 
-__all__ = ["FEATURE_FILE", "ReferenceIndex"]
+__all__ = ["FEATURE_FILE", "INDEX_ROWS", "ReferenceIndex", "index_rows"]
 
 FEATURE_FILE = "features.npy"
+INDEX_ROWS = ("projections", "logits", "predictions", "labels")
+"""The index's own per-image tensors; the others are its granularity's columns."""
+
+
+def index_rows(
+    head: nn.Module, features: Tensor, boundaries: Boundaries, granularity: FittedGranularity
+) -> dict[str, Tensor]:
+    """A batch's rows of the index, for reference images at fit and for inputs at explain
+    alike: ``logits`` (``G``), ``predictions``, ``projections`` on ``Q`` (Eq. 2's block apart
+    from the granularity's, see [`project_blocks`][repinterp.core.granularity.project_blocks])
+    and the granularity's columns (N rows each).
+
+    Args:
+        head: ``G``.
+        features: N x K x h x w feature maps ``psi(x)``.
+        boundaries: ``Q``.
+        granularity: the fitted granularity (its columns hook).
+
+    Raises:
+        ValueError: a column of the granularity is named as one of `INDEX_ROWS`.
+    """
+    with torch.inference_mode():
+        logits = head(features)
+        projections = project_blocks(features, boundaries, extra_count(boundaries))
+    columns = granularity.columns(head, features, logits)
+    clash = set(columns) & set(INDEX_ROWS)
+    if clash:
+        raise ValueError(f"the granularity's columns {sorted(clash)} clash with the index's")
+    rows = {"projections": projections, "logits": logits, "predictions": logits.argmax(1)}
+    return rows | columns
 
 
 @dataclass
@@ -39,10 +69,11 @@ class ReferenceIndex:
         predictions: |R| long, the model's predicted classes.
         logits: |R| x classes.
         labels: |R| long ground-truth labels, or None.
-        columns: per-image columns of its decision set (|R| rows each, by name; e.g. the
-            logic vectors of ``granularity="logic"``), none for the paper's.
-        decisions: its fitted decision set ([`Decisions`][repinterp.core.decision_set.Decisions]):
-            the paper's (empty) by default.
+        columns: per-image columns of its granularity (|R| rows each, by name; e.g. the
+            strategy of each image at ``granularity="strategy"``), none for the paper's.
+        granularity: its fitted granularity
+            ([`FittedGranularity`][repinterp.core.granularity.FittedGranularity]; its ``name``
+            and capabilities): the paper's (empty) by default.
         input_shape: C x H x W of the images.
         meta: manifest fields (layer, seed, fingerprint, class names, ...).
         files: extra files saved with the index (e.g. ``features.npy``), by name.
@@ -59,7 +90,7 @@ class ReferenceIndex:
     labels: Tensor | None
     input_shape: tuple[int, int, int]
     columns: dict[str, Tensor] = field(default_factory=dict)
-    decisions: Decisions = field(default_factory=Decisions)
+    granularity: FittedGranularity = field(default_factory=FittedGranularity)
     meta: dict[str, Any] = field(default_factory=dict)
     files: dict[str, Path] = field(default_factory=dict)
     checksums: dict[str, str] = field(default_factory=dict)
@@ -144,20 +175,17 @@ class ReferenceIndex:
         per index; each cover path builds its part on first use)."""
         return CoverIndex(self.sides)
 
-    @property
-    def granularity(self) -> str:
-        """The name of its decision set: ``"class"`` (the paper's), ``"logic"``, ..."""
-        return self.decisions.name
-
     @cached_property
     def n_extra(self) -> int:
-        """How many hyperplanes of ``Q`` its decision set added (the last ones)."""
+        """How many hyperplanes of ``Q`` its granularity added (the last ones)."""
         return extra_count(self.boundaries)
 
     @cached_property
     def eq2_cover_index(self) -> CoverIndex:
-        """The sides on Eq. 2's boundaries alone (``Q`` less the decision set's hyperplanes),
-        prepared for the cover (built once per index)."""
+        """The sides on Eq. 2's boundaries alone (``Q`` less the granularity's hyperplanes),
+        prepared for the cover (built once per index; `cover_index` itself when it added none)."""
+        if self.n_extra == 0:
+            return self.cover_index
         return CoverIndex(self.sides[:, : len(self.boundaries) - self.n_extra])
 
     @cached_property
@@ -175,7 +203,7 @@ class ReferenceIndex:
             logits=self.logits.to(device),
             labels=None if self.labels is None else self.labels.to(device),
             columns={name: value.to(device) for name, value in self.columns.items()},
-            decisions=self.decisions,
+            granularity=self.granularity,
             input_shape=self.input_shape,
             meta=dict(self.meta),
             files=dict(self.files),
@@ -196,7 +224,7 @@ class ReferenceIndex:
         if self.labels is not None:
             out["labels"] = self.labels
         out.update(self.columns)
-        out.update(self.decisions.tensors())
+        out.update(self.granularity.state()[1])
         return {k: v.detach().cpu().contiguous() for k, v in out.items()}
 
 

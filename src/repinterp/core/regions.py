@@ -111,11 +111,11 @@ class RegionSet:
         self.inputs = inputs
         self.regions = regions
         self.centres = centres
-        index = interpreter.fitted_index
+        index = interpreter.index
         n_q = len(index.boundaries)
         self._mask = torch.zeros(len(regions), n_q, dtype=torch.bool, device=index.sides.device)
         for v, region in enumerate(regions):
-            self._mask[v, region.boundaries] = True
+            self._mask[v, region.boundary_ids] = True
         self._sides = sides(torch.stack([r.projections for r in regions]))
         self._size = torch.tensor([r.representativeness for r in regions], device=self._mask.device)
         self.classes = torch.tensor([r.predicted_class for r in regions], device=self._mask.device)
@@ -142,7 +142,7 @@ class RegionSet:
             ValueError: the interpreter was fitted without ``keep_features=True``; with
                 ``by_class``, fewer regions than predicted classes.
         """
-        index = interpreter.fitted_index
+        index = interpreter.index
         features = interpreter.reference_features
         k = n_regions if n_regions is not None else 10 * index.n_classes
         if not 1 <= k <= len(index):
@@ -174,7 +174,7 @@ class RegionSet:
             ValueError: centres that are not k x (K h w) finite floats for k >= 1, or inputs
                 that are not k whole numbers in [0, |R|).
         """
-        index = interpreter.fitted_index
+        index = interpreter.index
         size = math.prod(index.feature_shape)
         if not (
             centres.ndim == 2
@@ -208,12 +208,12 @@ class RegionSet:
         distinct = len({polytope_key(r) for r in self.regions})
         classes = len(set(self.classes.tolist()))
         return (
-            f"RegionSet({len(self)} regions over {len(self.interpreter.fitted_index)} reference "
+            f"RegionSet({len(self)} regions over {len(self.interpreter.index)} reference "
             f"images: {distinct} distinct polytopes, {classes} predicted classes)"
         )
 
     def _assign(self, features: Tensor) -> Assignment:
-        index = self.interpreter.fitted_index
+        index = self.interpreter.index
         img_sides = sides(project(features, index.boundaries))
         return self._assign_sides(img_sides, lambda rows: features[rows].flatten(1))
 
@@ -246,7 +246,7 @@ class RegionSet:
             ValueError: some image needs its nearest centre and the interpreter was fitted
                 without ``keep_features=True``.
         """
-        index = self.interpreter.fitted_index
+        index = self.interpreter.index
         return self._assign_sides(
             index.sides, lambda rows: self.interpreter.reference_features[rows.cpu()]
         )

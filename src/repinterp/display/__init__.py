@@ -18,9 +18,9 @@ from __future__ import annotations
 from typing import Any
 
 from ..core.interpretation import Interpretation
-from ..core.model_strategies import Strategy
 from ..core.regions import RegionSet
 from ..core.views import HtmlView, register_view, render
+from ..strategies.model import Strategy
 from .colours import COLORMAPS, DEFAULT_COLORMAP, SCALE, colorbar_css, colorize, overlay
 from .interpretation import show_interpretation
 from .regions import show_regions

@@ -71,7 +71,7 @@ MEANINGS = {
     "belongs to, a group of reference images of its class the model treats alike (found "
     "without labels; the nearest centre); flagged: the audit marks it as one to check",
     "granularity": "class: the paper's RI (the polytope covers the most images of the class); "
-    "logic: polytopes of one decision logic below the class, gamma its cosine threshold",
+    "strategy: a polytope per strategy of a class, found without labels (beyond the paper)",
 }
 
 SUB_LABEL_COLOURS = (

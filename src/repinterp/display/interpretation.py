@@ -67,7 +67,7 @@ def show_interpretation(
     on_input, on_rows = e.display_heatmaps(image, rows, images)
     input_pixels, input_scaled = displayable(None if image is None else image[None])
     row_pixels, rows_scaled = displayable(images)
-    index = e.reference_index
+    index = e.index
     names = e.class_names
     predictions = index.predictions[rows].tolist()
     scores = index.logits[rows].float().softmax(1).max(1).values.tolist()
@@ -109,7 +109,7 @@ def show_interpretation(
         ("score", f"{e.score:.3f}"),
         ("delta", str(e.delta)),
         ("representativeness", f"{e.representativeness} of {e.n_reference}"),
-        ("|P|", str(e.boundaries.numel())),
+        ("|P|", str(e.boundary_ids.numel())),
         ("solver", e.solver + exact),
     ]
     legend = [f"{n}: {MEANINGS[n]}." for n in ("score", "delta", "representativeness", "|P|")]

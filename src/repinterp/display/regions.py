@@ -64,7 +64,7 @@ def show_regions(
     inputs = torch.tensor([p.inputs[0] for p in polytopes], dtype=torch.long)
     images = regions.interpreter.reference_images(inputs, reference)
     pixels, scaled = displayable(images)
-    index = regions.interpreter.fitted_index
+    index = regions.interpreter.index
     names = regions.interpreter.class_names
     labels = [None] * len(inputs) if index.labels is None else index.labels[inputs].tolist()
     maps = []
@@ -84,13 +84,13 @@ def show_regions(
             f"regions {len(p.regions)}: {', '.join(map(str, p.regions))}",
             f"interprets {p.interpreted}",
             f"representativeness {e.representativeness}",
-            f"|P| {e.boundaries.numel()}, delta {e.delta}",
+            f"|P| {e.boundary_ids.numel()}, delta {e.delta}",
             f"input: reference {row}",
         ]
         image = None if pixels is None else pixels[n]
         footer = "" if known is None else composition_html(composition(p.members, *known))
         tiles.append(tile(caption, image, heat, cmap, rows=shown, height=height, footer=footer))
-    n_reference = len(regions.interpreter.fitted_index)
+    n_reference = len(regions.interpreter.index)
     numbers = [
         ("regions", str(len(regions))),
         ("distinct polytopes", str(len(polytopes))),
@@ -139,7 +139,7 @@ def _sub_labels(
     if names is None:
         names = getattr(source, "concept_names", None)
     labels = torch.as_tensor(sub_labels)
-    n = len(regions.interpreter.fitted_index)
+    n = len(regions.interpreter.index)
     if labels.shape != (n,) or labels.is_floating_point() or labels.dtype == torch.bool:
         raise ValueError(
             f"sub_labels must be {n} integers, one per reference image, got "

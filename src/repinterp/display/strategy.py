@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ..core.model_strategies import Strategy
 from ..core.views import HtmlView
+from ..strategies.model import Strategy
 from .colours import DEFAULT_COLORMAP
 from .html import (
     colour_bar,

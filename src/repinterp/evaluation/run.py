@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 
 from ..core.config import FitConfig
-from ..core.granularities import decision_set
+from ..core.granularities import PAPERS, granularity
 from ..core.nearest import nearest_rows
 from ..core.regions import RegionSet
 from ..data.datasets import ImageSet
@@ -65,19 +65,19 @@ class Run:
     def fit_config(
         self,
         sampling: str = "uniform",
-        granularity: str = "class",
+        granularity_name: str = PAPERS,
         n_boundaries: int | None = None,
     ) -> FitConfig:
         """The run's fit settings: ``Q`` drawn with the run's seed by ``sampling`` (see
-        [`sample_sources`][repinterp.core.boundaries.sample_sources]), the decision set of
-        ``granularity`` with its defaults, ``n_boundaries`` (None: the options')."""
+        [`sample_sources`][repinterp.core.boundaries.sample_sources]), the granularity
+        ``granularity_name`` with its defaults, ``n_boundaries`` (None: the options')."""
         return FitConfig(
             n_boundaries=self.options.n_boundaries if n_boundaries is None else n_boundaries,
             seed=self.seed,
             sampling=sampling,
             batch_size=self.setup.batch_size,
             progress=False,
-            decisions=decision_set(granularity),
+            granularity=granularity(granularity_name),
         )
 
     def fit(self, config: FitConfig, keep_features: bool = False) -> RepresentativeInterpreter:
@@ -164,8 +164,9 @@ class Run:
 
 def fit_label(config: FitConfig) -> str:
     """How results name an index: its sampling, then ``+granularity`` beyond the paper's
-    (``"uniform"``, ``"uniform+logic"``, ...)."""
-    beyond = "" if config.granularity == "class" else f"+{config.granularity}"
+    (``"uniform"``, ``"uniform+strategy"``, ...)."""
+    plug = config.granularity
+    beyond = f"+{plug.name}" if plug.beyond_paper else ""
     return config.sampling + beyond
 
 

@@ -1,6 +1,6 @@
-"""The sanity checks of Adebayo et al. (2018), "Sanity checks for saliency maps", for RI,
-RI+logic (``granularity="logic"``) and each CAM, mostly through Quantus (the ``sanity``
-protocol: `repinterp.evaluation.protocols.sanity`).
+"""The sanity checks of Adebayo et al. (2018), "Sanity checks for saliency maps", for RI and
+each CAM, mostly through Quantus (the ``sanity`` protocol:
+`repinterp.evaluation.protocols.sanity`).
 
 - Cascading model-parameter randomisation (`cascade`: ``quantus.MPRT`` with
   ``layer_order="top_down"``): the layers with parameters (those with ``reset_parameters``,
@@ -24,7 +24,7 @@ protocol: `repinterp.evaluation.protocols.sanity`).
 - Data randomisation (`shuffled_label_model`): the same architecture trained on the
   reference images with permuted labels; each method's maps of it against the trained
   model's (`map_similarity`: Spearman and SSIM).
-- The floor (`RANDOM_METHODS`): RI (and RI+logic) is refitted on every randomised model, so
+- The floor (`RANDOM_METHODS`): RI is refitted on every randomised model, so
   its own sampling of ``Q`` is part of any drop; its maps on the trained model with ``Q`` sampled
   with another seed, against the run's, are what a randomisation must fall below.
 
@@ -79,17 +79,16 @@ __all__ = [
     "shuffled_label_model",
 ]
 
-SANITY_METHODS = ("RI", "RI+logic", *CAM_METHODS)
+SANITY_METHODS = ("RI", *CAM_METHODS)
 """The methods the sanity checks take."""
 
-RANDOM_METHODS = ("RI", "RI+logic")
-"""The methods of `SANITY_METHODS` that draw something at random: RI and RI+logic (their
-sample of ``Q``). The CAMs draw nothing: their maps are a function of the model and the
+RANDOM_METHODS = ("RI",)
+"""The methods of `SANITY_METHODS` that draw something at random: RI (its sample of
+``Q``). The CAMs draw nothing: their maps are a function of the model and the
 image."""
 
 RESEED_OFFSET = 10_000
-"""RI's ``Q`` of the reseeded floor is sampled with the run's seed plus this (no run's own);
-RI+logic's too (and its default ``gamma``, read off a sample drawn with that seed)."""
+"""RI's ``Q`` of the reseeded floor is sampled with the run's seed plus this (no run's own)."""
 
 # A Quantus explain_func: (model, N x C x H x W inputs, N targets, device) -> N x 1 x H x W.
 ExplainFunc = Callable[..., np.ndarray]

@@ -12,9 +12,9 @@ images, and gives every unseen image a group of its own predicted class (`Groupi
   of its class (SpRAy itself clusters a fixed set).
 - `pcx_groups`: PCX-like (Dreyer et al., *Understanding the (extra-)ordinary: validating
   deep model decisions with prototypical concept-based explanations*, 2023): a Gaussian
-  mixture (diagonal covariances) per class over the channel relevances (e.g. the logic
-  vectors of `repinterp.core.logic.logic_vectors`), each L2-normalised; k given or chosen by
-  BIC; an unseen image joins its most probable component.
+  mixture (diagonal covariances) per class over the channel relevances (e.g. those of
+  `repinterp.strategies.channel_relevance.channel_relevance`), each L2-normalised; k given or chosen
+  by BIC; an unseen image joins its most probable component.
 - `gap_groups`: k-means with k by the gap statistic (Tibshirani, Walther and Hastie, *Estimating
   the number of clusters in a data set via the gap statistic*, JRSS B 2001; `gap_k`), a
   standard label-free rule for k, beside the strategies' silhouette-against-a-Gaussian rule.

@@ -81,7 +81,7 @@ def interpreter_for(
             f"reference is an interpreter split at {reference.target_layer!r}, not at the "
             f"target layer {layer!r}"
         )
-    reference.fitted_index  # noqa: B018 (raises if it is not fitted)
+    reference.index  # noqa: B018 (raises if it is not fitted)
     return reference
 
 
@@ -136,7 +136,7 @@ def own_heatmaps(
         )
     contrasted = [i for i, _, _ in other] if mode == "contrast" else []
     n = len(explanations)
-    maps = np.zeros((n, *interpreter.fitted_index.input_shape[-2:]), np.float32)
+    maps = np.zeros((n, *interpreter.index.input_shape[-2:]), np.float32)
     if contrasted:
         images = torch.stack([explanations[i].image for i in contrasted])
         classes = [int(targets[i]) for i in contrasted]

@@ -50,7 +50,7 @@ class QuantusExplainer:
     def __init__(self, interpreter: RepresentativeInterpreter, other_targets: str = "refuse"):
         self.interpreter = interpreter
         self.other_targets = check_other_targets(other_targets)
-        interpreter.fitted_index  # noqa: B018 (raises if it is not fitted)
+        interpreter.index  # noqa: B018 (raises if it is not fitted)
         self._fingerprint = model_fingerprint(interpreter.model)
         self._other: tuple[str, RepresentativeInterpreter] | None = None
 

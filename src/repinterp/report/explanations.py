@@ -62,9 +62,9 @@ def explain_to_files(
     import torch
     from tqdm.auto import tqdm
 
-    from ..core.model_strategies import strategy_fields
     from ..store.files import refuse_folders
     from ..store.outputs import distinct_names, write_outputs
+    from ..strategies.model import strategy_fields
     from .figures import case_study, save_case_study_figure
 
     def files_of(name: str) -> list[str]:

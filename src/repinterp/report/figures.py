@@ -124,7 +124,7 @@ class CaseStudy:
 
 def _probabilities(interpreter: Explainer, inputs: Tensor) -> Tensor:
     """The model's softmax probabilities (N x classes, CPU) on N model inputs."""
-    logits, _ = interpreter.forward(inputs)
+    logits, _ = interpreter.logits_and_projections(inputs)
     return logits.float().softmax(1).cpu()
 
 
@@ -263,7 +263,7 @@ def contrastive_case_study(
     pixels = pixels.cpu()[None]
     inputs = normalize(pixels).to(interpreter.device)
     heat = interpreter.contrastive_heatmap(inputs, contrast)
-    c = int(interpreter.forward(inputs)[0].argmax(1)[0])
+    c = int(interpreter.logits_and_projections(inputs)[0].argmax(1)[0])
     score = class_scores(interpreter, inputs, c)
     masked = _masked_probabilities(interpreter, pixels, heat, normalize, fraction)
     names = interpreter.class_names

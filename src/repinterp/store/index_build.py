@@ -20,10 +20,10 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..core.boundaries import Boundaries, compute_boundaries, sample_sources
+from ..core.boundaries import Boundaries, eq2_boundaries, sample_sources
 from ..core.config import FitConfig
-from ..core.decision_set import Decisions, FitContext, extra_count, project_blocks
-from ..core.reference_index import ReferenceIndex
+from ..core.granularity import FitContext, FittedGranularity
+from ..core.reference_index import INDEX_ROWS, ReferenceIndex, index_rows
 from ..data.reference import (
     ReferenceSet,
     as_batch,
@@ -73,6 +73,10 @@ class _Assembly:
             self.tensors[name][start : start + len(value)] = value
 
 
+_IMPLICIT = {"sampling": FitConfig().sampling, "granularity": FitConfig().granularity.name}
+"""The settings a sharded build records only when they are not the paper's (its defaults)."""
+
+
 def _build_settings(
     split: SplitModel,
     plan: ShardPlan,
@@ -95,10 +99,10 @@ def _build_settings(
         "device": device.type,
         "features": features,
     }
-    if config.sampling != "uniform":  # the paper's sampling is the default, left unsaid
-        settings["sampling"] = config.sampling
-    if config.granularity != "class":  # as is the paper's granularity
-        settings["granularity"] = config.granularity
+    given = {"sampling": config.sampling, "granularity": config.granularity.name}
+    for key, paper in _IMPLICIT.items():  # the paper's settings are left unsaid
+        if given[key] != paper:
+            settings[key] = given[key]
     return settings
 
 
@@ -116,41 +120,6 @@ def _source_features(split: SplitModel, images: Tensor, batch_size: int) -> Tens
     return torch.cat(parts)
 
 
-def _boundaries(split: SplitModel, features: Tensor, batch_size: int) -> Boundaries:
-    """``Q``: Eq. 2 at each of the feature maps ``features``, in batches.
-
-    Raises:
-        ValueError: some boundaries are not finite (the message says how many).
-    """
-    parts = [compute_boundaries(split.head, t) for t in features.split(batch_size)]
-    q = Boundaries.concat(parts)
-    finite = torch.isfinite(q.weight.flatten(1)).all(1) & torch.isfinite(q.bias)
-    if not bool(finite.all()):
-        raise ValueError(
-            f"{int((~finite).sum())} of the {len(q)} reference images behind Q give non-finite "
-            "boundaries (NaN or Inf): check the model's weights and the images' values"
-        )
-    return q
-
-
-_ROWS = ("projections", "logits", "predictions", "labels")
-"""The index's own per-image tensors; the others are its decision set's columns."""
-
-
-def _rows(split: SplitModel, t: Tensor, q: Boundaries, decisions: Decisions) -> dict[str, Tensor]:
-    """The index's rows of images with feature maps ``t``: projections, logits, predictions,
-    and the columns of the decision set."""
-    with torch.inference_mode():
-        logits = split.head(t)
-        proj = project_blocks(t, q, extra_count(q))
-        rows = {"projections": proj, "logits": logits, "predictions": logits.argmax(1)}
-    columns = decisions.columns(split.head, t, logits)
-    clash = set(columns) & set(_ROWS)
-    if clash:
-        raise ValueError(f"the decision set's columns {sorted(clash)} clash with the index's")
-    return rows | columns
-
-
 @dataclass
 class _Sources:
     """``Q``'s source images, whose feature maps fit has computed for Eq. 2: their rows of the
@@ -158,7 +127,7 @@ class _Sources:
 
     Attributes:
         positions: |Q| long, their ascending positions in the reference set (CPU).
-        rows: what `_rows` gives for them (CPU).
+        rows: what `index_rows` gives for them (CPU).
         features: their flattened feature maps (|Q| x d float32), if the index keeps them.
     """
 
@@ -196,9 +165,9 @@ def _prepare(
     dtype: torch.dtype,
     shards: Shards | None,
     features: bool,
-) -> tuple[_Sources, Boundaries, Decisions, tuple[int, ...], PartialBuild | None]:
+) -> tuple[_Sources, Boundaries, FittedGranularity, tuple[int, ...], PartialBuild | None]:
     """Rank 0's part before the pass: the sources of ``Q`` and their rows, ``Q`` (reloaded when
-    resuming), the fitted decision set, the input shape and the partial folder."""
+    resuming), the fitted granularity, the input shape and the partial folder."""
 
     def stream() -> Iterator[Tensor]:
         return _feature_stream(split, reference, plan.batch, device, dtype, config.num_workers)
@@ -212,22 +181,22 @@ def _prepare(
     partial = q = None
     if shards is not None:
         settings = _build_settings(split, plan, config, source_images, device, features)
-        partial = PartialBuild(shards, settings)
+        partial = PartialBuild(shards, settings, _IMPLICIT)
         q = partial.boundaries()
     t = _source_features(split, source_images, plan.batch)
     context = FitContext(split.head, t, config.n_boundaries, config.seed, stream)
-    decisions = config.decisions.fit(context)
+    fitted = config.granularity.fit(context)
     if q is None:
-        q = _boundaries(split, t, plan.batch)
-        if decisions.boundaries is not None:
-            q = Boundaries.concat([q, decisions.boundaries.to(q.bias.device)])
+        q = eq2_boundaries(split.head, t, plan.batch)
+        if fitted.boundaries is not None:
+            q = Boundaries.concat([q, fitted.boundaries.to(q.bias.device)])
         if partial is not None:
             partial.save_boundaries(q)
     q = q.to(device)
-    rows = {name: value.cpu() for name, value in _rows(split, t, q, decisions).items()}
+    rows = {name: value.cpu() for name, value in index_rows(split.head, t, q, fitted).items()}
     flat = t.flatten(1).float().cpu().numpy() if features else None
     shape = tuple(source_images.shape[1:])
-    return _Sources(sources, rows, flat), q, decisions, shape, partial
+    return _Sources(sources, rows, flat), q, fitted, shape, partial
 
 
 ShardResult = tuple[int, dict[str, Tensor], np.ndarray | None, str]
@@ -266,7 +235,7 @@ def _index_shard(
     input_shape: tuple[int, ...],
     device: torch.device,
     dtype: torch.dtype,
-    decisions: Decisions,
+    fitted: FittedGranularity,
 ) -> tuple[dict[str, Tensor], np.ndarray | None, str]:
     """Index shard ``k``, whose batches are the next ones of ``batches``; the rows of ``Q``'s
     sources are taken from ``sources``, not computed again.
@@ -293,7 +262,7 @@ def _index_shard(
         if len(held) < len(compute):
             with torch.inference_mode():
                 t = split.psi(images[compute.to(device)] if len(held) else images)
-        part = _rows(split, t, q, decisions) if t is not None else {}
+        part = index_rows(split.head, t, q, fitted) if t is not None else {}
         if len(held):
             part = sources.merge(part, compute, held, device)
         if labels is not None:
@@ -319,7 +288,7 @@ def _index_shards(
     num_workers: int,
     device: torch.device,
     dtype: torch.dtype,
-    decisions: Decisions,
+    fitted: FittedGranularity,
 ) -> Iterator[ShardResult]:
     """Index ``shard_ids`` in one stream of batches: per shard, its id and what
     `_index_shard` returns (not kept here once yielded, so that one shard of feature maps
@@ -329,9 +298,7 @@ def _index_shards(
     for k in shard_ids:
         yield (
             k,
-            *_index_shard(
-                split, batches, plan, k, q, sources, input_shape, device, dtype, decisions
-            ),
+            *_index_shard(split, batches, plan, k, q, sources, input_shape, device, dtype, fitted),
         )
 
 
@@ -434,7 +401,7 @@ def _build(
     wants_features = feature_file is not None
     header, partial, store, done = None, None, None, {}
     if rank == 0:
-        sources, q, decisions, input_shape, partial = _prepare(
+        sources, q, fitted, input_shape, partial = _prepare(
             split, reference, plan, config, device, dtype, shards, wants_features
         )
         if feature_file is not None:
@@ -445,8 +412,8 @@ def _build(
             return _image_digests(reference, plan, ks, config.num_workers)
 
         done = partial.complete(plan, store, now) if partial is not None else {}
-        header = (sources, q.to("cpu"), decisions, input_shape, sorted(done))
-    sources, q, decisions, input_shape, done_ids = broadcast(header)
+        header = (sources, q.to("cpu"), fitted, input_shape, sorted(done))
+    sources, q, fitted, input_shape, done_ids = broadcast(header)
     q = q.to(device)
 
     assembly = _Assembly(n_ref)
@@ -464,7 +431,7 @@ def _build(
         config.num_workers,
         device,
         dtype,
-        decisions,
+        fitted,
     )
     finished = sum(plan.bounds(k)[1] - plan.bounds(k)[0] for k in done_ids)
     bar = progress_bar(
@@ -479,8 +446,7 @@ def _build(
             _keep(gather(next(results, None)), plan, assembly, store, partial, bar)
     t = broadcast(assembly.tensors if rank == 0 else None)
     check_finite_rows("logits or projections of the reference set", t["logits"], t["projections"])
-    columns = {name: value for name, value in t.items() if name not in _ROWS}
-    decisions.finish(columns, t["predictions"])
+    columns = {name: value for name, value in t.items() if name not in INDEX_ROWS}
     extra = torch.full((len(q) - len(sources.positions),), -1, dtype=torch.long)
     index = ReferenceIndex(
         boundaries=q,
@@ -490,7 +456,7 @@ def _build(
         logits=t["logits"].to(device),
         labels=t["labels"].to(device) if "labels" in t else None,
         columns={name: value.to(device) for name, value in columns.items()},
-        decisions=decisions,
+        granularity=fitted,
         input_shape=input_shape,  # type: ignore[arg-type]
         meta={},
         files={feature_file.name: feature_file} if store is not None else {},

@@ -30,7 +30,8 @@ from safetensors.torch import save as save_bytes
 from torch import Tensor
 
 from ..core.boundaries import Boundaries
-from ..core.granularities import load_decisions
+from ..core.granularities import load_granularity, removed
+from ..core.granularity import STATE_PREFIX
 from ..core.reference_index import FEATURE_FILE, ReferenceIndex
 from ..core.regions import REGIONS_FILE
 from ..data.image_files import MAX_SIDE
@@ -212,11 +213,14 @@ def load_index(path: str | Path, device: torch.device | str = "cpu") -> Referenc
     reads the features it was checked with even if a new fit replaces the file later.
 
     Raises:
-        IndexLoadError: missing files, a damaged file, an unknown format version, or
-            tensors that do not fit together or the manifest.
+        IndexLoadError: missing files, a damaged file, an unknown format version, tensors
+            that do not fit together or the manifest, or a granularity since removed.
     """
     path = Path(path)
     manifest = read_manifest(path)
+    why = removed(manifest.get("granularity"))
+    if why is not None:
+        raise IndexLoadError(f"{path} {why}")
     files = _resolve(path, manifest)
     feature_file = files.get(FEATURE_FILE)
     with ExitStack() as stack:
@@ -268,11 +272,11 @@ def _load(
     if problem:
         raise IndexLoadError(f"{path} is damaged: {problem}")
     try:
-        decisions = load_decisions(manifest, t)
+        fitted = load_granularity(manifest, t)
     except ValueError as exc:
         raise IndexLoadError(f"{path} is damaged: {exc}") from None
     own = {*_TENSORS, "labels"}
-    columns = {k: v for k, v in t.items() if k not in own and not k.startswith("decisions.")}
+    columns = {k: v for k, v in t.items() if k not in own and not k.startswith(STATE_PREFIX)}
     return ReferenceIndex(
         boundaries=Boundaries(t["boundary_weight"], t["boundary_bias"], t["boundary_classes"]),
         sources=t["sources"],
@@ -281,7 +285,7 @@ def _load(
         logits=t["logits"],
         labels=t.get("labels"),
         columns=columns,
-        decisions=decisions,
+        granularity=fitted,
         input_shape=tuple(manifest["input_shape"]),
         meta={k: v for k, v in manifest.items() if k not in _RESERVED},
         files={name: file for name, file in files.items() if name != _TENSOR_FILE},
@@ -360,13 +364,12 @@ def _tensor_problem(t: dict[str, Tensor], m: dict[str, Any]) -> str | None:
         "boundary_bias": (q,),
         "boundary_classes": (q, 2),
         "boundary_weight": (q, *m["feature_shape"]),
-        "logic": (n, m["feature_shape"][0]),
     }
     for name, shape in expected.items():
         if name in t and tuple(t[name].shape) != tuple(shape):
             return f"{name} has shape {tuple(t[name].shape)}, the manifest says {tuple(shape)}"
-    for name, value in t.items():  # the decision set's columns: one row per image
-        if name not in expected and not name.startswith("decisions."):
+    for name, value in t.items():  # the granularity's columns: one row per image
+        if name not in expected and not name.startswith(STATE_PREFIX):
             if value.ndim == 0 or value.shape[0] != n:
                 return f"column {name} has shape {tuple(value.shape)}, not {n} rows"
     names = m.get("class_names")
@@ -527,7 +530,7 @@ class _Save(_Commit):
             "format_version": FORMAT_VERSION,
             **{k: v for k, v in index.meta.items() if k not in _RESERVED},
             "repinterp_version": VERSION,
-            **index.decisions.manifest(),
+            **index.granularity.state()[0],
             "input_shape": list(index.input_shape),
             "feature_shape": list(index.feature_shape),
             "n_reference": len(index),

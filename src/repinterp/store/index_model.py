@@ -1,6 +1,6 @@
 """What an index records of the model that made it, and the checks that a saved index is
 opened with that model: the same weights, graph, target layer and granularity, the transform
-of ``repinterp fit`` given back, and the decision set's fitted state restored.
+of ``repinterp fit`` given back, and the fitted granularity restored.
 
 [`RepresentativeInterpreter`][repinterp.interpreter.RepresentativeInterpreter]'s ``save`` and
 ``load`` call these; the folder format itself is [`index_folder`][repinterp.store.index_folder].
@@ -13,15 +13,15 @@ from typing import Any
 
 from torch import nn
 
-from ..core.decision_set import DecisionSet
-from ..core.granularities import decision_set
+from ..core.granularities import granularity_class
+from ..core.granularity import Granularity
 from ..core.reference_index import ReferenceIndex
 from ..data.datasets import ImageTransform
 from ..models.fingerprint import model_fingerprint
 from ..runtime.version import VERSION
 from .index_folder import IndexLoadError
 
-__all__ = ["check_model", "check_opening", "record_model", "restore_decisions", "saved_transform"]
+__all__ = ["check_model", "check_opening", "record_model", "restore_granularity", "saved_transform"]
 
 
 def record_model(index: ReferenceIndex, model: nn.Module, graph: str, transform: Any) -> None:
@@ -48,8 +48,8 @@ def check_opening(
     Raises:
         IndexLoadError: it has another granularity, or ``model`` lacks its layer.
     """
-    made = index.granularity
-    if granularity is not None and decision_set(granularity).name != made:
+    made = index.granularity.name
+    if granularity is not None and granularity_class(granularity).name != made:
         raise IndexLoadError(
             f"{path} was fitted with granularity={made!r}, not {granularity!r}: fit it "
             f"again with granularity={granularity!r} (repinterp fit --granularity "
@@ -117,15 +117,15 @@ def check_model(index: ReferenceIndex, path: str | Path, model: nn.Module, graph
         )
 
 
-def restore_decisions(index: ReferenceIndex, path: str | Path, decisions: DecisionSet) -> None:
-    """Give ``index`` its fitted decision set back, made by ``decisions`` (whose settings, e.g.
-    ``gamma``, take the place of the saved ones) from the manifest and the saved tensors.
+def restore_granularity(index: ReferenceIndex, path: str | Path, plug: Granularity) -> None:
+    """Give ``index`` its fitted granularity back, made by ``plug`` (whose settings take the
+    place of the saved ones) from the manifest and the saved tensors.
 
     Raises:
-        IndexLoadError: the decision set's fields or tensors are missing or damaged.
+        IndexLoadError: the granularity's fields or tensors are missing or damaged.
     """
     try:
-        state = {**index.columns, **index.decisions.tensors()}
-        index.decisions = decisions.load(index.meta, state)
+        state = {**index.columns, **index.granularity.state()[1]}
+        index.granularity = plug.load(index.meta, state)
     except ValueError as exc:
         raise IndexLoadError(f"{path} is damaged: {exc}") from None

@@ -53,7 +53,7 @@ def regions_bytes(regions: RegionSet, seed: int) -> bytes:
     Raises:
         ValueError: the interpreter's index has no feature maps with a known checksum.
     """
-    features = regions.interpreter.fitted_index.checksums.get(FEATURE_FILE)
+    features = regions.interpreter.index.checksums.get(FEATURE_FILE)
     if features is None:
         raise ValueError(
             f"regions are kept with the feature maps they come from: no {FEATURE_FILE}"
@@ -85,7 +85,7 @@ def save_regions(regions: RegionSet, folder: str | Path, seed: int) -> None:
             feature maps).
         ValueError: the index has no feature maps.
     """
-    index = regions.interpreter.fitted_index
+    index = regions.interpreter.index
     data = regions_bytes(regions, seed)
     digest = add_file(folder, REGIONS_FILE, data, {FEATURE_FILE: index.checksums[FEATURE_FILE]})
     index.files[REGIONS_FILE] = Path(folder) / REGIONS_FILE
@@ -103,7 +103,7 @@ def load_regions(interpreter: Explainer, n_regions: int, seed: int) -> RegionSet
         ValueError: a regions file that changed since the index was loaded, was computed from
             other feature maps, or is damaged (the message names it).
     """
-    index = interpreter.fitted_index
+    index = interpreter.index
     file = index.files.get(REGIONS_FILE)
     if file is None:
         return None

@@ -243,18 +243,23 @@ class PartialBuild:
         shards: the folder and whether to resume from it.
         config: what the build depends on; resuming from a folder made with another config is
             refused.
+        implicit: the value of a setting that ``config`` leaves out (e.g. the paper's
+            granularity), so that a refusal names it.
     """
 
-    def __init__(self, shards: Shards, config: dict[str, Any]) -> None:
+    def __init__(
+        self, shards: Shards, config: dict[str, Any], implicit: dict[str, Any] | None = None
+    ) -> None:
         self.dir = shards.directory
         self.config = config
         previous = self._previous() if shards.resume else None
         if previous is not None:
-            old = previous.get("config", {})
-            changed = [k for k in sorted(config.keys() | old.keys()) if old.get(k) != config.get(k)]
+            old = (implicit or {}) | previous.get("config", {})
+            new = (implicit or {}) | config
+            changed = [k for k in sorted(new.keys() | old.keys()) if old.get(k) != new.get(k)]
             if changed:
                 what = ", ".join(
-                    f"{k} {_short(old.get(k))} there, {_short(config.get(k))} here" for k in changed
+                    f"{k} {_short(old.get(k))} there, {_short(new.get(k))} here" for k in changed
                 )
                 raise ValueError(
                     f"cannot resume from {self.dir}: it was made with other settings ({what}); "

@@ -15,10 +15,10 @@ import threading
 import weakref
 from typing import Any
 
-from ..core.model_strategies import Strategy
 from ..core.regions import Polytope, RegionSet, distinct_polytopes
 from ..evaluation.groupings import region_groups
 from ..store.regions_file import REGIONS_FILE, load_regions, save_regions
+from ..strategies.model import Strategy
 from .images import Entry, Images
 
 __all__ = ["COVERED_SHOWN", "Gallery"]
@@ -82,7 +82,7 @@ class Gallery:
             "interpreted": polytope.interpreted,
             "sub_labels": self.workspace.composition(polytope.members),
             "delta": e.delta,
-            "boundaries": sorted(e.boundaries.tolist()),
+            "boundaries": sorted(e.boundary_ids.tolist()),
             "covered": self.images.similar(entry, 0, COVERED_SHOWN),
         }
 
@@ -136,7 +136,7 @@ class Gallery:
             polytopes = distinct_polytopes(regions)
             finds = region_groups(regions).sentence()
             strategies = []
-            if self.interpreter.granularity == "strategy":
+            if self.interpreter.config.granularity.has_strategies:
                 strategies = self.interpreter.strategies(self.workspace.reference)
         except Exception as exc:  # whatever it is, the page must hear of it
             self._gallery_error = f"no regions: {exc}"
@@ -168,7 +168,7 @@ class Gallery:
         ``finds`` says in one sentence what RI finds over the reference set
         (`repinterp.evaluation.groupings.GroupStats.sentence`) and, for an index of
         ``granularity="strategy"``, ``strategies`` lists its strategies in the audit's order
-        (`repinterp.core.model_strategies`; empty otherwise)."""
+        (`repinterp.strategies.model`; empty otherwise)."""
         done = {"n_regions": self.n_regions, "n_reference": len(self.index)}
         if self._gallery_error is not None:
             return {"status": "unavailable", "message": self._gallery_error, **done, "regions": []}

@@ -20,9 +20,9 @@ import torch
 from torch import Tensor
 
 from ..core.interpretation import Interpretation
-from ..core.model_strategies import strategy_fields
 from ..data.datasets import ImageFolderSet
 from ..data.image_files import read_image
+from ..strategies.model import strategy_fields
 from ..workspace import Workspace
 from .parameters import NotFound, reference_index
 
@@ -77,7 +77,7 @@ class Images:
     def __init__(self, workspace: Workspace, version: str, max_uploads: int = 32) -> None:
         self.workspace = workspace
         self.interpreter = workspace.interpreter
-        self.index = self.interpreter.fitted_index
+        self.index = self.interpreter.index
         self.labels = workspace.reference.labels
         self.version = version
         self.max_uploads = max_uploads

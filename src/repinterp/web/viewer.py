@@ -64,7 +64,7 @@ class Viewer:
     ) -> None:
         self.workspace = workspace
         self.interpreter = workspace.interpreter
-        self.index = self.interpreter.fitted_index
+        self.index = self.interpreter.index
         self.class_names = [str(c) for c in workspace.reference.class_names]
         self.labels = workspace.reference.labels
         self.version = secrets.token_hex(4)

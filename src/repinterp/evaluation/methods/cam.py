@@ -6,7 +6,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ...core.polytope_weights import draw_indices
+from ...maps.polytope_weights import draw_indices
 from ..baselines import ReusableCAM
 from ..run import Run
 from .base import Method

@@ -8,10 +8,10 @@ from torch import Tensor
 
 from ...core.boundaries import SAMPLINGS
 from ...core.config import FitConfig
-from ...core.granularities import GRANULARITIES
+from ...core.granularities import GRANULARITIES, PAPERS
 from ...core.interpretation import SIMILARITY_METRICS, Interpretation
-from ...core.polytope_weights import covered_sample, with_score_weights
 from ...core.regions import RegionSet
+from ...maps.polytope_weights import covered_sample, with_score_weights
 from ..run import Run, self_first
 from .base import Method
 
@@ -42,9 +42,9 @@ class RIMethod(Method):
             drawn outside the images the heat maps are scored on).
         similar: the ranking of similar images in ``reference``: ``"semantic"`` (§5.2),
             ``"euclidean"`` or ``"cosine"`` (``Interpretation.similar``).
-        granularity: ``"class"`` (the paper's) or a decision set beyond it by name
-            ([`granularities`][repinterp.core.granularities]; e.g. ``RI+logic``: polytopes of
-            one decision logic below the class, with its default ``gamma``).
+        granularity: ``"class"`` (the paper's) or a granularity beyond it by name
+            ([`granularities`][repinterp.core.granularities]; e.g. ``RI+strategy``: a polytope
+            per strategy of a class).
 
     Its name is ``RI`` followed by ``+value`` for each knob not at the paper's value, in the
     order above (e.g. ``RI+pairs+score``).
@@ -56,7 +56,7 @@ class RIMethod(Method):
         sampling: str = "uniform",
         weights: str = "gradient",
         similar: str = "semantic",
-        granularity: str = "class",
+        granularity: str = PAPERS,
     ) -> None:
         self.knobs = {"solver": solver, "sampling": sampling, "weights": weights}
         self.knobs["similar"] = similar

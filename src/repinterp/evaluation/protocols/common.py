@@ -83,7 +83,7 @@ def _outputs(run: Run, part: str, features: bool) -> tuple[Tensor | None, Tensor
     logits (CPU), for the groups' `ami_ceiling` and `outside_main` (computed once per run:
     `group_stats` caches them)."""
     ri, chunks = run.interpreter, run.setup.chunks
-    logits = torch.cat([ri.forward(x)[0].cpu() for x in chunks(part)])
+    logits = torch.cat([ri.logits_and_projections(x)[0].cpu() for x in chunks(part)])
     if not features:
         return None, logits
     if part == "reference":

@@ -1,7 +1,7 @@
 """The ``coverage`` protocol (Appendix D, Table 2): ACU-GT, ACU-MD and CVR of the regions on the
 reference and the unseen set, beside the model's accuracy (ACU-GT of F), and the polytope
 groups of each set's images; the same under ``methods`` for each RI variant among the methods
-(e.g. ``RI+logic``: its own covers of the same k-means inputs). Its tables:
+(e.g. ``RI+strategy``: its own covers of the same k-means inputs). Its tables:
 `coverage_markdown`.
 """
 
@@ -66,7 +66,7 @@ def coverage(run: Run) -> dict[str, Any]:
 
 def coverage_markdown(results: dict[str, Any]) -> list[str]:
     """Table 2: the regions' ACU-GT, ACU-MD and CVR beside the model's; then the same for each
-    RI variant among the methods (e.g. RI+logic), under its name."""
+    RI variant among the methods (e.g. RI+strategy), under its name."""
     lines = _coverage_tables(results, results, "RI")
     for name, block in results.get("methods", {}).items():
         lines += ["", f"{method_label(name)}'s regions:", ""]

@@ -1,13 +1,14 @@
 """The ``q-sweep`` protocol (Appendix E): ACU-GT, ACU-MD and CVR of the regions for several
 ``|Q|``, for each way of drawing ``Q`` (``samplings``), with the time each fit took; with an RI
-variant at granularity logic among the methods, each sampling at that granularity too
-(``uniform+logic``, ...). Its tables: `q_sweep_markdown`.
+variant at another granularity among the methods, each sampling at that granularity too
+(``uniform+strategy``, ...). Its tables: `q_sweep_markdown`.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from ...core.granularities import PAPERS, granularity_class
 from ...core.regions import RegionSet
 from ..run import Run, fit_label
 from .cells import (
@@ -28,8 +29,8 @@ def q_sweep(run: Run) -> dict[str, Any]:
     """``q-sweep``'s numbers of one run: per sampling of ``Q`` (and granularity), the regions'
     metrics and the times for each ``|Q|`` (``samplings``)."""
     regions = run.regions
-    granularities = ["class"]
-    granularities += sorted({m.knobs["granularity"] for m in ri_variants(run).values()} - {"class"})
+    named = {m.knobs["granularity"] for m in ri_variants(run).values()}
+    granularities = [PAPERS, *sorted(n for n in named if granularity_class(n).beyond_paper)]
     out: dict[str, Any] = {}
     for granularity in granularities:
         for sampling in run.options.samplings:

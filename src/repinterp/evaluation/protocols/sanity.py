@@ -1,5 +1,5 @@
-"""The ``sanity`` protocol (Adebayo et al., 2018) and its tables (`sanity_markdown`): RI,
-RI+logic and each CAM through Quantus on ``sanity_images`` unseen images, with the checks of
+"""The ``sanity`` protocol (Adebayo et al., 2018) and its tables (`sanity_markdown`): RI
+and each CAM through Quantus on ``sanity_images`` unseen images, with the checks of
 `repinterp.evaluation.sanity`: cascading model-parameter randomisation from the top layer down
 and from the bottom up (the mean Spearman correlation of the maps with the trained model's, per
 randomised layer), eMPRT, data randomisation, and random logit (SSIM of the maps for the
@@ -20,7 +20,6 @@ from torch import nn
 
 from ...integrations import QuantusExplainer
 from ...integrations.quantus import refit
-from ...interpreter import RepresentativeInterpreter
 from ...runtime.devices import model_device
 from ..run import Run
 from ..sanity import (
@@ -56,27 +55,20 @@ def _undefined(values: np.ndarray) -> float:
 
 
 def _explainer(run: Run, name: str) -> ExplainFunc:
-    """The run's ``explain_func`` of a method: RI's or RI+logic's interpreter (fitted anew for
-    a randomised model), or a CAM."""
+    """The run's ``explain_func`` of a method: RI's interpreter (fitted anew for a randomised
+    model), or a CAM."""
     if name in RANDOM_METHODS:
-        return QuantusExplainer(_interpreter(run, name), other_targets="predicted")
+        return QuantusExplainer(run.interpreter, other_targets="predicted")
     return CAMExplainer(name, run.setup.target_layer)
 
 
-def _interpreter(run: Run, name: str) -> RepresentativeInterpreter:
-    """The run's interpreter of ``RI`` or ``RI+logic``."""
-    if name == "RI":
-        return run.interpreter
-    return run.interpreter_for(run.fit_config("uniform", "logic"))
-
-
 def _reseeded(run: Run, name: str) -> ExplainFunc:
-    """A method's ``explain_func`` with its randomness drawn anew (`RANDOM_METHODS`): RI's (or
-    RI+logic's) index fitted on the same reference set with ``Q`` sampled with ``run.seed +
+    """A method's ``explain_func`` with its randomness drawn anew (`RANDOM_METHODS`): RI's
+    index fitted on the same reference set with ``Q`` sampled with ``run.seed +
     RESEED_OFFSET``."""
     if name not in RANDOM_METHODS:
         raise ValueError(f"{name} draws nothing at random: there is nothing to reseed")
-    reseeded = refit(_interpreter(run, name), seed=run.seed + RESEED_OFFSET)
+    reseeded = refit(run.interpreter, seed=run.seed + RESEED_OFFSET)
     return QuantusExplainer(reseeded, other_targets="predicted")
 
 

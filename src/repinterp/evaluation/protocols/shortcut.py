@@ -31,11 +31,11 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ...core.audit import audit_strategies
-from ...core.logic import logic_vectors
-from ...core.model_strategies import Strategy, polytope_fidelity
 from ...data.cues import CUE_KINDS, MARKS
 from ...interpreter import RepresentativeInterpreter
+from ...strategies.audit import audit_strategies
+from ...strategies.channel_relevance import channel_relevance
+from ...strategies.model import Strategy, polytope_fidelity
 from ..baselines import ReusableCAM
 from ..groupings import ami, ami_ceiling, ami_null
 from ..methods import CAMMethod, method
@@ -247,11 +247,13 @@ class ShortcutImages:
         ri = self.run.interpreter
         return ri.features(self.inputs("unseen")).flatten(1).cpu()
 
-    def logic(self, part: str) -> Tensor:
-        """A part's logic vectors (`repinterp.core.logic.logic_vectors`), N x K (CPU)."""
+    def relevance(self, part: str) -> Tensor:
+        """A part's channel relevances
+        ([`channel_relevance`][repinterp.strategies.channel_relevance.channel_relevance]), N x K
+        (CPU)."""
         ri = self.run.interpreter
         shaped = ri.features(self.inputs(part))
-        return logic_vectors(ri.split.head, shaped).cpu()
+        return channel_relevance(ri.split.head, shaped).cpu()
 
     def cam(self, name: str, part: str) -> Tensor:
         """Each image's own CAM ``name`` (its own weights), N x H x W (cached)."""
@@ -270,7 +272,7 @@ class ShortcutImages:
 
     def polytopes(self, name: str) -> list[Any]:
         """The unseen images' own ``P(x)`` by RI variant ``name`` (e.g. ``RI``,
-        ``RI+logic``), on its index in the run (cached)."""
+        ``RI+strategy``), on its index in the run (cached)."""
         ri = self.interpreter(name)
 
         def make() -> list[Any]:
@@ -287,7 +289,7 @@ class ShortcutImages:
     @cached_property
     def logits(self) -> Tensor:
         """The unseen images' logits (N x classes, CPU)."""
-        return self.run.interpreter.forward(self.inputs("unseen"))[0].cpu()
+        return self.run.interpreter.logits_and_projections(self.inputs("unseen"))[0].cpu()
 
 
 def _kmeans(images: ShortcutImages) -> np.ndarray:
@@ -318,11 +320,11 @@ def _spray(images: ShortcutImages) -> np.ndarray:
 
 
 def _pcx(images: ShortcutImages) -> np.ndarray:
-    """PCX-like mixture over the logic vectors, k by BIC."""
+    """PCX-like mixture over the channel relevances, k by BIC."""
     grouping = pcx_groups(
-        images.logic("reference"),
+        images.relevance("reference"),
         images.classes("reference"),
-        images.logic("unseen"),
+        images.relevance("unseen"),
         images.classes("unseen"),
         seed=images.run.seed,
     )
@@ -331,7 +333,7 @@ def _pcx(images: ShortcutImages) -> np.ndarray:
 
 def _kmeans_rule_k(images: ShortcutImages) -> np.ndarray:
     """k-means on the feature maps at the k RI+strategy's rule chose per class (no label)."""
-    k = images.interpreter("RI+strategy").index.decisions.strategies.k
+    k = images.interpreter("RI+strategy").index.granularity.strategies.k
     grouping = kmeans_groups(
         images.reference_features,
         images.classes("reference"),
@@ -361,21 +363,21 @@ def _label_free(groups: Callable[..., Grouping]) -> Callable[[ShortcutImages], n
 
 
 def _strategies(images: ShortcutImages) -> np.ndarray:
-    """RI+strategy's strategies (`repinterp.core.strategy_set`): each unseen image's, the
+    """RI+strategy's strategies (`repinterp.strategies.granularity`): each unseen image's, the
     nearest centre among its predicted class's (found on the reference set, without labels)."""
     ri = images.interpreter("RI+strategy")
     inputs = images.inputs("unseen")
     features = ri.features(inputs)
     with torch.inference_mode():
         logits = ri.split.head(features)
-    columns = ri.index.decisions.columns(ri.split.head, features, logits)
+    columns = ri.index.granularity.columns(ri.split.head, features, logits)
     return columns["strategy"].cpu().numpy()
 
 
 def audit_rank(
     groups: np.ndarray, marked: Tensor, maps: Tensor, pooled: Tensor, logits: Tensor
 ) -> dict[str, Any]:
-    """Where the audit ([`audit_strategies`][repinterp.core.audit.audit_strategies], which
+    """Where the audit ([`audit_strategies`][repinterp.strategies.audit.audit_strategies], which
     reads no label) ranks the group holding most marked images among its class's groups.
 
     Args:
@@ -582,7 +584,6 @@ def _class_cam(images: ShortcutImages) -> Tensor:
 
 GROUPINGS: dict[str, Callable[[ShortcutImages], np.ndarray]] = {
     "RI": _ri_polytopes("RI"),
-    "RI+logic": _ri_polytopes("RI+logic"),
     "RI+strategy": _strategies,
     "k-means": _kmeans,
     "k-means at the rule's k": _kmeans_rule_k,

@@ -2,8 +2,8 @@
 (`similar_markdown`).
 
 Purity@k of the similar-image rankings by class label and, on ``shapes`` and ``mnist-super``,
-by sub-concept (with an RI variant at granularity logic among the methods, also its own
-ranking, ``semantic (RI+logic)``); AD of the input's heat map reused on each ranking's top-k; on
+by sub-concept (with an RI variant at another granularity among the methods, also its own
+ranking, ``semantic (RI+strategy)``); AD of the input's heat map reused on each ranking's top-k; on
 ``shapes``, the share of each method's heat-map energy inside the object's mask on the unseen
 set.
 """
@@ -16,6 +16,7 @@ import numpy as np
 from torch import Tensor
 from tqdm import tqdm
 
+from ...core.granularities import granularity_class
 from ...core.nearest import nearest_rows
 from ..metrics import energy_in_mask, purity_at_k
 from ..names import method_label
@@ -43,7 +44,7 @@ def _rankings(run: Run, index: int) -> tuple[dict[str, Any], dict[str, Tensor]]:
     """Each ranking of the reference images similar to reference image ``index`` (itself
     excluded), most similar first, and the interpretation whose heat map each reuses:
     ``Interpretation.similar`` with each metric, the paper's baseline, Euclidean nearest
-    neighbours among all reference images, and ``semantic (RI+logic)`` (each variant beyond
+    neighbours among all reference images, and ``semantic (RI+strategy)`` (each variant beyond
     the paper's granularity among the run's methods) on its own ``P(x)``."""
     explanation = run.interpreter.explain_reference([index])[0]
     k = min(max(run.options.purity_ks) + 1, len(run.features))
@@ -56,7 +57,7 @@ def _rankings(run: Run, index: int) -> tuple[dict[str, Any], dict[str, Tensor]]:
     }
     explanations = dict.fromkeys(RANKINGS, explanation)
     for name, method in ri_variants(run).items():
-        if method.knobs["granularity"] != "class":
+        if granularity_class(method.knobs["granularity"]).beyond_paper:
             own = method.reference_polytopes(run, [index])[0]
             rankings[f"semantic ({name})"] = own.similar(metric=method.knobs["similar"])
             explanations[f"semantic ({name})"] = own

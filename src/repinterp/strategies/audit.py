@@ -1,6 +1,6 @@
 """The audit: which strategies of a class a user should look at first, and why, without labels.
 
-Each strategy (a group of images of one predicted class, `repinterp.core.strategies`) is set
+Each strategy (a group of images of one predicted class, `repinterp.strategies.discovery`) is set
 against its class's *main* strategy (the largest; ties: the lowest id) on reasons that are each
 a number in [0, 1], 0 for the main strategy itself:
 
@@ -9,7 +9,7 @@ a number in [0, 1], 0 for the main strategy itself:
   maps averaged, then divided by their sum) on its `TOP_AREA` most relevant pixels;
 - ``map_shift``: it looks elsewhere: ``1 - sum min(m_s, m_main)`` of the two mean maps, each
   divided by its sum (0: the same map, 1: no overlap);
-- ``logic_distance``: ``(1 - cos) / 2`` of its members' mean vector (logic vectors or
+- ``logic_distance``: ``(1 - cos) / 2`` of its members' mean vector (channel relevances or
   pooled features) and the main strategy's;
 - ``look_alike``: its members share one runner-up class more than the main strategy's do:
   ``max(0, r(s) - r(main))``, ``r`` the share of members whose second-highest logit is the
@@ -22,9 +22,9 @@ A strategy is ``flagged`` when its score reaches `FLAG_SCORE`. Nothing here read
 mask or a ``marked`` flag: only the model's logits, the heat maps and the vectors.
 
 The rule (the mean, 0.3) was written before the measurements. Measured on one model per data
-set (seed 0, default layer, 2,000 reference images; strategies by `repinterp.core.strategies`'
+set (seed 0, default layer, 2,000 reference images; strategies by `repinterp.strategies.discovery`'
 defaults; maps: gradient x input at the target layer summed over channels, ReLU, upsampled,
-min-max scaled; vectors: logic vectors, L2-normalised): the strategy holding most marked
+min-max scaled; vectors: channel relevances, L2-normalised): the strategy holding most marked
 images ranks first in its class and scores 0.501 (``mnist-mark:0.3``) and 0.416
 (``shapes-mark:0.3``), every other strategy of those models at most 0.186 and 0.240; the
 highest score of the clean models is 0.172 (``mnist-mark:0``), 0.170 (``mnist-super``), 0.217
@@ -140,7 +140,7 @@ def audit_strategies(
         strategy: N int64, each image's strategy (a strategy holds images of one predicted
             class).
         maps: N x H x W heat maps in [0, 1] (each image's, by any method).
-        vectors: N x D, e.g. logic vectors or spatially pooled feature maps.
+        vectors: N x D, e.g. channel relevances or spatially pooled feature maps.
         logits: N x classes, the model's; the predicted class is the top one.
         flag_score: the score from which a strategy is flagged.
 

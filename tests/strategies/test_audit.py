@@ -1,11 +1,11 @@
-"""The audit's reasons and ranking (core/audit.py), without labels."""
+"""The audit's reasons and ranking (strategies/audit.py), without labels."""
 
 import inspect
 
 import pytest
 import torch
 
-from repinterp.core.audit import REASONS, audit_strategies, concentration
+from repinterp.strategies.audit import REASONS, audit_strategies, concentration
 
 SIDE = 16
 

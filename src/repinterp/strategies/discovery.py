@@ -21,7 +21,7 @@ the intersections of these half-spaces, so a polytope that holds its strategy's 
 every image `assign` puts in that strategy and none it puts in another strategy of the class.
 
 The rule was chosen by a criterion written before the measurements (docs/method.md, issue 36):
-among the vectors (flattened features, spatially pooled features, logic vectors), the
+among the vectors (flattened features, spatially pooled features, channel relevances), the
 standardisations and ``min_gain`` in {0.02, 0.05, 0.1} (and, beside them, a diagonal Gaussian
 mixture with k by BIC, `repinterp.evaluation.subclass.pcx_groups`), keep the candidate that
 passes most of: within-class AMI of the unseen images' strategies against the sub-concepts at
@@ -41,10 +41,10 @@ classes) and ``shapes-mark:0`` (3 classes)):
 | features, global, 0.05 | 0.424 | 0.009 | 0.967 | 1.000 | 12, 7 |
 | features, columns, 0.02 | 0.463 | 0.014 | 1.000 | 1.000 | 22, 17 |
 | features, columns, 0.05 | 0.463 | 0.008 | 1.000 | 1.000 | 13, 17 |
-| logic, global, 0.02 | 0.497 | 0.034 | 1.000 | 0.981 | 23, 7 |
-| logic, global, 0.05 | 0.416 | 0.034 | 1.000 | 0.981 | 17, 6 |
+| channel relevance, global, 0.02 | 0.497 | 0.034 | 1.000 | 0.981 | 23, 7 |
+| channel relevance, global, 0.05 | 0.416 | 0.034 | 1.000 | 0.981 | 17, 6 |
 | pooled, global, 0.05 | 0.219 | 0.000 | 0.951 | 0.941 | 18, 4 |
-| Gaussian mixture, BIC, logic | 0.378 | 0.090 | 0.760 | 0.793 | 57, 24 |
+| Gaussian mixture, BIC, channel relevance | 0.378 | 0.090 | 0.760 | 0.793 | 57, 24 |
 | ceiling (k-means, matched k) | 0.404 | 0.053 | | | |
 
 Every k-means candidate passes three rows (mnist-super, both marked sets) and fails ``shapes``,

@@ -1,5 +1,5 @@
 """``granularity="strategy"``: polytopes that follow the strategies of a class
-(core/strategy_set.py, core/model_strategies.py)."""
+(strategies/granularity.py, strategies/model.py)."""
 
 from collections import OrderedDict
 
@@ -9,9 +9,9 @@ from torch import nn
 
 from repinterp import RepresentativeInterpreter
 from repinterp.core.config import FitConfig
-from repinterp.core.model_strategies import polytope_fidelity
-from repinterp.core.strategies import strategy_pairs
-from repinterp.core.strategy_set import StrategySet
+from repinterp.strategies.discovery import strategy_pairs
+from repinterp.strategies.granularity import StrategySet
+from repinterp.strategies.model import polytope_fidelity
 
 from ..networks import fit_random, randn, random_setup
 
@@ -63,7 +63,7 @@ def test_a_polytope_follows_each_of_two_separable_strategies_of_one_class(one_th
     new, new_blob = _blobs(60, seed=1)
     paper = _fit("class", images)
     explained = ri.explain_batch(new)
-    ids = ri.index.decisions.columns(ri.split.head, ri.features(new), ri.forward(new)[0])
+    ids = ri.index.granularity.columns(ri.split.head, ri.features(new), ri.logits_and_projections(new)[0])
     assert [e.strategy for e in explained] == ids["strategy"].tolist()
     assert [e.strategy for e in ri.explain_reference([0, 1, 2])] == strategy[:3].tolist()
     for b, e, p in zip(new_blob, explained, paper.explain_batch(new), strict=True):
@@ -74,15 +74,15 @@ def test_a_polytope_follows_each_of_two_separable_strategies_of_one_class(one_th
             assert bool((covered == b).all()) and e.representativeness == int((blob == b).sum())
             assert set(blob[p.covered].tolist()) == {0, 1}  # the paper's holds the class
         else:
-            assert e.boundaries.tolist() == p.boundaries.tolist()
+            assert e.boundary_ids.tolist() == p.boundary_ids.tolist()
             assert torch.equal(e.covered, p.covered)
     strategies = ri.strategies()
     assert sorted(len(s.members) for s in strategies) == [100, 100, 100]
     for s in strategies:
         assert s.inside == 1.0 and s.others_inside == 0.0
         assert bool(s.covers(images[s.members]).all())
-    logits = ri.forward(new)[0]
-    columns = index.decisions.columns(ri.split.head, ri.features(new), logits)
+    logits = ri.logits_and_projections(new)[0]
+    columns = index.granularity.columns(ri.split.head, ri.features(new), logits)
     classes = logits.argmax(1)
     assert polytope_fidelity(strategies, new, columns["strategy"], classes) == (1.0, 0.0)
 
@@ -93,17 +93,17 @@ def test_a_strategys_polytope_is_cut_to_its_cell(one_thread) -> None:
     members only to Eq. 2's boundaries."""
     model, images = random_setup(n=400)
     images[::2, :, :6, :6] += 2.0  # a patch on half the images: classes of two strategies
-    config = FitConfig(n_boundaries=20, progress=False, decisions=StrategySet())
+    config = FitConfig(n_boundaries=20, progress=False, granularity=StrategySet())
     ri = RepresentativeInterpreter(model, "relu2", config=config).fit(images)
     index = ri.index
     assert index.n_extra > 0
     first = len(index.boundaries) - index.n_extra
-    pairs = strategy_pairs(index.decisions.strategies.classes)
+    pairs = strategy_pairs(index.granularity.strategies.classes)
     column = index.columns["strategy"]
     new = randn(200, 1, 12, 12, seed=8)
     new[::2, :, :6, :6] += 2.0
-    logits = ri.forward(new)[0]
-    assigned = index.decisions.columns(ri.split.head, ri.features(new), logits)["strategy"]
+    logits = ri.logits_and_projections(new)[0]
+    assigned = index.granularity.columns(ri.split.head, ri.features(new), logits)["strategy"]
     for s in ri.strategies():
         cell = first + (pairs == s.id).any(1).nonzero().flatten()
         assert set(cell.tolist()) <= set(s.interpretation.boundaries.tolist())
@@ -119,12 +119,12 @@ def test_a_strategys_polytope_is_cut_to_its_cell(one_thread) -> None:
 def test_one_strategy_per_class_is_the_papers_ri(one_thread) -> None:
     """``k_max=1``: no separator, nothing excluded: the paper's explanations, bit for bit."""
     ri, images = fit_random(300, 20)
-    config = FitConfig(n_boundaries=20, progress=False, decisions=StrategySet(k_max=1))
+    config = FitConfig(n_boundaries=20, progress=False, granularity=StrategySet(k_max=1))
     one = RepresentativeInterpreter(ri.model, "relu2", config=config).fit(images)
     assert one.index.n_extra == 0 and torch.equal(one.index.projections, ri.index.projections)
     inputs = randn(30, 1, 12, 12, seed=5)
     for a, b in zip(ri.explain_batch(inputs), one.explain_batch(inputs), strict=True):
-        assert a.boundaries.tolist() == b.boundaries.tolist()
+        assert a.boundary_ids.tolist() == b.boundary_ids.tolist()
         assert torch.equal(a.covered, b.covered) and torch.equal(
             a.channel_weights, b.channel_weights
         )
@@ -138,7 +138,9 @@ def test_a_strategy_index_saved_and_loaded_explains_alike(one_thread, tmp_path) 
     assert loaded.granularity == "strategy" and loaded.granularity_text == ri.granularity_text
     new, _ = _blobs(30, seed=2)
     for a, b in zip(ri.explain_batch(new), loaded.explain_batch(new), strict=True):
-        assert a.boundaries.tolist() == b.boundaries.tolist() and torch.equal(a.covered, b.covered)
+        assert a.boundary_ids.tolist() == b.boundary_ids.tolist() and torch.equal(
+            a.covered, b.covered
+        )
     with pytest.raises(ValueError, match="does not hold its reference set"):
         loaded.strategies()
     assert len(loaded.strategies(images)) == 3
@@ -196,7 +198,7 @@ def test_strategies_are_found_once_and_saved_with_the_index(
     ri.fit(images)  # a new fit finds them again
     ri.strategies()
     assert len(calls) == 2
-    entries = loaded.index.decisions.summary[1]
+    entries = loaded.index.granularity.summary[1]
     for entry in entries:  # kept by another version: found again, not refused
         entry["audit"]["retired"] = 1.0
     assert len(loaded.strategies(images)) == 3 and len(calls) == 3

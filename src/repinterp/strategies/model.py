@@ -1,5 +1,5 @@
 """The model's strategies as a user meets them (``RepresentativeInterpreter.strategies()``): for
-an index fitted at ``granularity="strategy"`` ([`strategy_set`][repinterp.core.strategy_set]),
+an index fitted at ``granularity="strategy"`` ([`strategy_set`][repinterp.strategies.granularity]),
 each strategy with its polytope, members, mean heat map and audit.
 
 A strategy's polytope is ``P(x)`` of its *input*, the member nearest its centre (as a k-means
@@ -8,7 +8,7 @@ every bisector between the strategy and another of its class (`cut_to_cell`), so
 no image assigned to another strategy of its class and loses a member only to a boundary of
 Eq. 2. A new image it covers belongs to the strategy and gets the input's channel weights.
 Its heat maps are that polytope's, reused on every member; the
-audit ([`audit_strategies`][repinterp.core.audit.audit_strategies]) reads them, the members'
+audit ([`audit_strategies`][repinterp.strategies.audit.audit_strategies]) reads them, the members'
 spatially pooled feature maps and the model's logits, never a label.
 """
 
@@ -20,13 +20,13 @@ from typing import Any, get_type_hints
 import torch
 from torch import Tensor, nn
 
+from ..core.granularity import project_blocks
+from ..core.heatmap import input_side_weights
+from ..core.interpretation import Explainer, Interpretation
+from ..core.views import HtmlView, render
 from .audit import StrategyAudit, audit_strategies
-from .decision_set import project_blocks
-from .heatmap import input_side_weights
-from .interpretation import Explainer, Interpretation
-from .strategies import strategy_pairs
-from .strategy_set import StrategyDecisions, strategy_vectors
-from .views import HtmlView, render
+from .discovery import strategy_pairs
+from .granularity import StrategyDecisions, strategy_vectors
 
 __all__ = [
     "AUDIT_SIDE",
@@ -109,7 +109,7 @@ class Strategy:
             "size": len(self.members),
             "members": self.members.tolist(),
             "input": self.input,
-            "boundaries": self.interpretation.boundaries.tolist(),
+            "boundaries": self.interpretation.boundary_ids.tolist(),
             "representativeness": self.interpretation.representativeness,
             "inside": self.inside,
             "others_inside": self.others_inside,
@@ -127,28 +127,29 @@ def cut_to_cell(e: Interpretation, strategy: int) -> Interpretation:
     Raises:
         ValueError: ``e`` is not of a strategy index.
     """
-    index = e.reference_index
-    decisions = index.decisions
+    index = e.index
+    decisions = index.granularity
     if not isinstance(decisions, StrategyDecisions):
         raise ValueError(
             f"cut_to_cell needs a strategy index, got granularity {index.granularity!r}"
         )
     pairs = strategy_pairs(decisions.strategies.classes)
     first = len(index.boundaries) - index.n_extra
-    cell = (first + ((pairs == strategy).any(1)).nonzero().flatten()).to(e.boundaries.device)
-    added = cell[~torch.isin(cell, e.boundaries)]
+    cell = (first + ((pairs == strategy).any(1)).nonzero().flatten()).to(e.boundary_ids.device)
+    added = cell[~torch.isin(cell, e.boundary_ids)]
     if not len(added):
         return e
-    chosen = torch.cat([e.boundaries, added])
+    chosen = torch.cat([e.boundary_ids, added])
     input_sides = torch.sign(e.projections[chosen]).to(torch.int8)
     covered = e.covered[
-        (index.sides[e.covered][:, added] == input_sides[len(e.boundaries) :]).all(1)
+        (index.sides[e.covered][:, added] == input_sides[len(e.boundary_ids) :]).all(1)
     ]
     column = index.columns["strategy"].to(covered.device)
     other = (index.predictions[covered] != e.predicted_class) | (column[covered] != strategy)
     return replace(
         e,
-        boundaries=chosen,
+        solved_on=e.index,
+        boundary_ids=chosen,
         covered=covered,
         conflicts=int(other.sum()),
         channel_weights=input_side_weights(index.channel_means[chosen], input_sides),
@@ -202,11 +203,11 @@ def model_strategies(
             ``reference`` is not the set the index was fitted on (other images, or the same in
             another order: their projections on ``Q`` are not the index's).
     """
-    index = explainer.fitted_index
-    decisions = index.decisions
+    index = explainer.index
+    decisions = index.granularity
     if not isinstance(decisions, StrategyDecisions):
         raise ValueError(
-            f"the index was fitted at granularity {index.granularity!r}: strategies need "
+            f"the index was fitted at granularity {decisions.name!r}: strategies need "
             "granularity='strategy' (repinterp fit --granularity strategy)"
         )
     column = index.columns["strategy"].cpu()
@@ -289,7 +290,7 @@ def polytope_fidelity(
     Args:
         strategies: from `model_strategies`.
         images: N x C x H x W, as the model takes them.
-        assigned: N strategy ids (`Decisions.columns`'s ``"strategy"`` of the images).
+        assigned: N strategy ids (`FittedGranularity.columns`'s ``"strategy"`` of the images).
         classes: N predicted classes.
 
     Returns:
@@ -384,7 +385,7 @@ def strategy_fields(explainer: Explainer, strategy: int | None) -> dict[str, Any
     the index gave them (None when it keeps none), read without solving a polytope."""
     if strategy is None:
         return {}
-    decisions = explainer.fitted_index.decisions
+    decisions = explainer.index.granularity
     audit: dict[str, Any] = {}
     if isinstance(decisions, StrategyDecisions) and decisions.summary is not None:
         kept = {int(entry["id"]): entry["audit"] for entry in decisions.summary[1]}

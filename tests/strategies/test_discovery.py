@@ -1,11 +1,11 @@
-"""A class's strategies (core/strategies.py): discovery without labels, the cells' bisectors."""
+"""A class's strategies (strategies/discovery.py): discovery without labels, cell bisectors."""
 
 import numpy as np
 import pytest
 import torch
 from safetensors.torch import load, save
 
-from repinterp.core.strategies import (
+from repinterp.strategies.discovery import (
     MIN_GAIN,
     SEPARATOR_CLASSES,
     Strategies,
@@ -14,7 +14,7 @@ from repinterp.core.strategies import (
     mean_silhouette,
     strategy_pairs,
 )
-from repinterp.core.strategy_set import bisector_boundaries, strategy_vectors
+from repinterp.strategies.granularity import bisector_boundaries, strategy_vectors
 
 
 def _blobs(sizes: list[int], dim: int, seed: int, spread: float = 10.0) -> torch.Tensor:

@@ -15,8 +15,8 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from .boundaries import Boundaries
-from .heatmap import channel_means, polytope_heatmaps
+from ..core.boundaries import Boundaries
+from ..core.heatmap import channel_means, polytope_heatmaps
 
 __all__ = ["contrast_pairs", "contrastive_heatmaps"]
 

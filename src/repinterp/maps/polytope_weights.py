@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .interpretation import Explainer, Interpretation
+from ..core.interpretation import Explainer, Interpretation
 
 __all__ = ["covered_sample", "draw_indices", "score_weights", "with_score_weights"]
 
@@ -52,7 +52,7 @@ def score_weights(explainer: Explainer, images: Tensor, target_class: int) -> Te
         flat = masks.flatten(2)
         low, high = flat.min(2).values[..., None, None], flat.max(2).values[..., None, None]
         masks = ((masks - low) / (high - low + 1e-8))[0]  # K x H x W
-        logits, _ = explainer.forward(x * masks.unsqueeze(1).to(x.dtype))
+        logits, _ = explainer.logits_and_projections(x * masks.unsqueeze(1).to(x.dtype))
         weights = torch.softmax(logits[:, target_class].float(), 0)
         total = weights if total is None else total + weights
     return total / images.shape[0]

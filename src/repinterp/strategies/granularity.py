@@ -1,15 +1,15 @@
 """``granularity="strategy"``, beyond the paper: polytopes that follow the model's strategies.
 
 A *strategy* is a group of the reference images the model predicts one class for, found without
-labels by [`discover_strategies`][repinterp.core.strategies.discover_strategies] on one vector
-per image (`VECTORS`). The decision set (see [`decision_set`][repinterp.core.decision_set]):
+labels by [`discover_strategies`][repinterp.strategies.discovery.discover_strategies] on one vector
+per image (`VECTORS`). The granularity (see [`granularity`][repinterp.core.granularity]):
 
 - at fit, one forward pass over the reference set reads every image's vector; the strategies
   are found per predicted class, and ``Q`` also holds, for each pair of strategies of one class,
   the bisector of their k-means cells as a hyperplane in the target layer's space
-  ([`cell_bisectors`][repinterp.core.strategies.cell_bisectors] mapped back through the vectors,
-  which are linear in the feature map: `bisector_boundaries`), so that Algorithm 1 can cut one
-  strategy out of another and a strategy's polytope can be cut to its cell exactly;
+  ([`cell_bisectors`][repinterp.strategies.discovery.cell_bisectors] mapped back through the
+  vectors, which are linear in the feature map: `bisector_boundaries`), so that Algorithm 1 can
+  cut one strategy out of another and a strategy's polytope can be cut to its cell exactly;
 - each image's column ``"strategy"`` is its strategy (the nearest centre of its predicted
   class, for the reference images and for every new input alike);
 - ``D(x)`` also holds the images of ``x``'s class in another strategy, so ``P(x)`` is a
@@ -28,9 +28,17 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
-from .boundaries import Boundaries
-from .decision_set import Decisions, DecisionSet, FitContext
-from .strategies import K_MAX, SEPARATOR_CLASSES, Strategies, cell_bisectors, discover_strategies
+from ..core.boundaries import Boundaries
+from ..core.cover import CoverResult
+from ..core.granularity import (
+    STATE_PREFIX,
+    FitContext,
+    FittedGranularity,
+    Granularity,
+    Solve,
+    covers_with_exclusions,
+)
+from .discovery import K_MAX, SEPARATOR_CLASSES, Strategies, cell_bisectors, discover_strategies
 
 __all__ = [
     "VECTORS",
@@ -44,8 +52,8 @@ VECTORS = ("features", "pooled")
 """What a strategy is found on: ``features``, each image's flattened feature map at the target
 layer; ``pooled``, its spatial mean per channel (K values)."""
 
-_STATE = "decisions.strategies."
-_SUMMARY = "decisions.summary."
+_STATE = STATE_PREFIX + "strategies."
+_SUMMARY = STATE_PREFIX + "summary."
 
 
 def strategy_vectors(features: Tensor, kind: str) -> Tensor:
@@ -77,7 +85,7 @@ def bisector_boundaries(
     return Boundaries(weight.contiguous(), c, top)
 
 
-class StrategyDecisions(Decisions):
+class StrategyDecisions(FittedGranularity):
     """``granularity="strategy"`` fitted.
 
     Attributes:
@@ -86,11 +94,9 @@ class StrategyDecisions(Decisions):
         vectors: the kind of vector they were found on (`VECTORS`).
         summary: the model's strategies as ``RepresentativeInterpreter.strategies()`` found
             them, kept to be saved with the index (tensors by name, and one JSON-able entry per
-            strategy: see `repinterp.core.model_strategies.strategies_state`); None until
-            they are found.
+            strategy: see `repinterp.strategies.model.strategies_state`); None until they are
+            found.
     """
-
-    name = "strategy"
 
     def __init__(
         self,
@@ -109,35 +115,35 @@ class StrategyDecisions(Decisions):
         strategy = self.strategies.assign(vectors, logits.argmax(1))
         return {"strategy": strategy.to(features.device)}
 
-    def excluded(
+    def covers(
         self,
         reference_columns: dict[str, Tensor],
-        reference_predictions: Tensor,
+        input_sides: Tensor,
+        other: Tensor,
         columns: dict[str, Tensor],
-        predicted: Tensor,
-    ) -> Tensor:
-        reference = reference_columns["strategy"].to(predicted.device)
-        own = columns["strategy"].to(predicted.device)
-        same_class = reference_predictions.to(predicted.device)[None] == predicted[:, None]
-        return same_class & (reference[None] != own[:, None])
+        solve: Solve,
+    ) -> list[tuple[CoverResult, int]]:
+        """``D(x)`` also holds the images of ``x``'s class in another strategy; an input whose
+        ``D(x)`` gains none is covered on Eq. 2's boundaries alone, as the paper covers it."""
+        device = other.device
+        reference = reference_columns["strategy"].to(device)
+        own = columns["strategy"].to(device)
+        same_class = ~other  # the images of x's predicted class
+        excluded = same_class & (reference[None] != own[:, None])
+        return covers_with_exclusions(excluded, input_sides, other, solve)
 
-    def manifest(self) -> dict[str, Any]:
-        _, settings = self.strategies.tensors()
+    def state(self) -> tuple[dict[str, Any], dict[str, Tensor]]:
+        tensors, settings = self.strategies.tensors()
         fields = {
             "granularity": self.name,
             "strategy_vectors": self.vectors,
             "strategies": settings,
         }
-        if self.summary is not None:
-            fields["strategy_summary"] = self.summary[1]
-        return fields
-
-    def tensors(self) -> dict[str, Tensor]:
-        tensors, _ = self.strategies.tensors()
         out = {_STATE + name: value for name, value in tensors.items()}
         if self.summary is not None:
+            fields["strategy_summary"] = self.summary[1]
             out.update({_SUMMARY + name: value for name, value in self.summary[0].items()})
-        return out
+        return fields, out
 
     def describe(self) -> str:
         k = self.strategies.k
@@ -148,7 +154,7 @@ class StrategyDecisions(Decisions):
 
 
 @dataclass(frozen=True)
-class StrategySet(DecisionSet):
+class StrategySet(Granularity):
     """``granularity="strategy"`` (beyond the paper): a polytope per strategy of a class.
 
     Attributes:
@@ -160,6 +166,8 @@ class StrategySet(DecisionSet):
     """
 
     name: ClassVar[str] = "strategy"
+    beyond_paper: ClassVar[bool] = True
+    has_strategies: ClassVar[bool] = True
     k_max: int = K_MAX
     vectors: str = "features"
 
@@ -215,3 +223,6 @@ class StrategySet(DecisionSet):
 
     def describe(self) -> str:
         return f"granularity strategy (found at fit on {self.vectors}, beyond the paper)"
+
+
+StrategyDecisions.plug = StrategySet  # its name and capabilities

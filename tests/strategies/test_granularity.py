@@ -63,7 +63,9 @@ def test_a_polytope_follows_each_of_two_separable_strategies_of_one_class(one_th
     new, new_blob = _blobs(60, seed=1)
     paper = _fit("class", images)
     explained = ri.explain_batch(new)
-    ids = ri.index.granularity.columns(ri.split.head, ri.features(new), ri.logits_and_projections(new)[0])
+    ids = ri.index.granularity.columns(
+        ri.split.head, ri.features(new), ri.logits_and_projections(new)[0]
+    )
     assert [e.strategy for e in explained] == ids["strategy"].tolist()
     assert [e.strategy for e in ri.explain_reference([0, 1, 2])] == strategy[:3].tolist()
     for b, e, p in zip(new_blob, explained, paper.explain_batch(new), strict=True):

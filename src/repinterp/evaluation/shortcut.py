@@ -27,7 +27,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..core.audit import audit_strategies
+from ..core.audit import audit_strategies, causal_checks
 from ..core.logic import logic_vectors
 from ..core.model_strategies import polytope_fidelity
 from ..data.datasets import MARKS
@@ -244,12 +244,6 @@ class ShortcutImages:
         return self.run.cached(("shortcut-polytopes", name, len(self.unseen)), make)
 
     @cached_property
-    def pooled(self) -> Tensor:
-        """The unseen images' feature maps, spatially pooled (N x K, CPU)."""
-        ri = self.run.interpreter
-        return ri.features(self.inputs("unseen")).float().mean((2, 3)).cpu()
-
-    @cached_property
     def logits(self) -> Tensor:
         """The unseen images' logits (N x classes, CPU)."""
         return self.run.interpreter.forward(self.inputs("unseen"))[0].cpu()
@@ -306,27 +300,42 @@ def _strategies(images: ShortcutImages) -> np.ndarray:
     return columns["strategy"].cpu().numpy()
 
 
-def audit_rank(
-    groups: np.ndarray, marked: Tensor, maps: Tensor, pooled: Tensor, logits: Tensor
-) -> dict[str, Any]:
-    """Where the audit ([`audit_strategies`][repinterp.core.audit.audit_strategies], which
-    reads no label) ranks the group holding most marked images among its class's groups.
+def audit_rank(groups: np.ndarray, marked: Tensor, images: ShortcutImages) -> dict[str, Any]:
+    """Where the audit ([`audit_strategies`][repinterp.core.audit.audit_strategies] on
+    [`causal_checks`][repinterp.core.audit.causal_checks], which read no label) ranks the group
+    holding most marked images among the groups of the images looked at (the other unseen
+    images are the pastes' recipients).
 
     Args:
         groups: N group labels of the images looked at.
         marked: N flags (to find that group only).
-        maps: N x H x W heat maps the audit reads.
-        pooled: N x K pooled feature maps.
-        logits: N x classes.
+        images: the images looked at.
 
     Returns:
         ``audit_rank`` (1: looked at first; None without marked images), ``audit_flagged``
         and ``audit_score`` of that group, and ``flagged_groups``, how many groups it flags.
     """
-    predicted = logits.argmax(1).numpy()
-    keys = {key: i for i, key in enumerate(dict.fromkeys(zip(predicted, groups, strict=True)))}
-    ids = torch.tensor([keys[key] for key in zip(predicted, groups, strict=True)])
-    audits = audit_strategies(ids, maps.nan_to_num(0).clamp(0, 1), pooled, logits)
+    ri, run = images.run.interpreter, images.run
+    inputs = run.setup.inputs("unseen")
+    predicted = run.setup.predictions["unseen"].cpu()
+    looked = images.unseen
+    keys = {
+        k: i
+        for i, k in enumerate(dict.fromkeys(zip(predicted[looked].tolist(), groups, strict=True)))
+    }
+    ids = torch.full((len(predicted),), -1, dtype=torch.long)
+    ids[looked] = torch.tensor(
+        [keys[k] for k in zip(predicted[looked].tolist(), groups, strict=True)]
+    )
+    checks = causal_checks(
+        ids,
+        predicted,
+        lambda rows: inputs[rows.to(inputs.device)],
+        lambda x: ri.forward(x)[0],
+        lambda x: ri.input_relevance(x)[1],
+        seed=run.seed,
+    )
+    audits = audit_strategies(ids[looked], images.logits, checks)
     flagged = sum(a.flagged for a in audits)
     if not bool(marked.any()):
         return {
@@ -335,10 +344,10 @@ def audit_rank(
             "audit_score": None,
             "flagged_groups": flagged,
         }
-    worst = int(ids[marked].mode().values)
+    worst = int(ids[looked][marked].mode().values)
     own = next(a for a in audits if a.id == worst)
     return {
-        "audit_rank": own.rank,
+        "audit_rank": own.model_rank,
         "audit_flagged": own.flagged,
         "audit_score": own.score,
         "flagged_groups": flagged,
@@ -355,7 +364,8 @@ def strategy_polytopes(images: ShortcutImages) -> dict[str, Any]:
         (%: of the unseen images of those classes' other strategies inside it; NaN where a
         class has one strategy), ``strategies`` (how many those classes have),
         ``flagged_strategies`` (how many of them the audit flags), and ``index_audit_rank``
-        (the audit's rank of the strategy holding most marked unseen images; None without).
+        (the audit's model-wide rank of the strategy holding most marked unseen images; None
+        without).
     """
     ri = images.interpreter("RI+strategy")
     looked = set(images.classes("unseen").tolist())
@@ -367,7 +377,7 @@ def strategy_polytopes(images: ShortcutImages) -> dict[str, Any]:
     rank = None
     if images.marked.any():
         worst = int(assigned[images.marked].mode().values)
-        rank = next((s.audit.rank for s in strategies if s.id == worst), None)
+        rank = next((s.audit.model_rank for s in strategies if s.id == worst), None)
     return {
         "polytope_inside": _percent(inside),
         "polytope_others": _percent(others),
@@ -439,8 +449,7 @@ def shortcut(run: Run) -> dict[str, Any]:
         ``images`` and ``marked`` (the unseen images looked at, and how many are marked),
         ``marked_to_target`` (% of the unseen marked images predicted the target class; NaN
         on a control or without marks), ``box_area`` (%), ``groupings`` (per grouping:
-        `grouping_scores` and `audit_rank`: the audit of its groups, on RI+strategy's own maps
-        for RI+strategy, on each image's own Grad-CAM for the others), ``maps`` (per
+        `grouping_scores` and `audit_rank`: the causal audit of its groups), ``maps`` (per
         map: ``mass_in_box``, the mean share (%) of the marked images' maps on the box,
         ``mass_in_box_group``, the share of their mean map, ``mass_in_box_unmarked``, the
         mean share of the unmarked images', and ``box_area``), and ``units`` (each marked
@@ -453,12 +462,10 @@ def shortcut(run: Run) -> dict[str, Any]:
     classes = images.classes("unseen")
     box = setup.unseen.mark_box
     groupings = {}
-    audited = images.cam("Grad-CAM", "unseen")
     for name, grouping in GROUPINGS.items():
         groups = grouping(images)
         scores = grouping_scores(groups, marked, classes, images.features, run.seed)
-        maps = _ri_map(name)(images) if name == "RI+strategy" else audited
-        groupings[name] = scores | audit_rank(groups, marked, maps, images.pooled, images.logits)
+        groupings[name] = scores | audit_rank(groups, marked, images)
     groupings["RI+strategy"] |= strategy_polytopes(images)
     maps, units = {}, {}
     area = float("nan")

@@ -33,7 +33,7 @@ import torch
 from torch import Tensor
 
 from repinterp import RepresentativeInterpreter
-from repinterp.core.audit import REASONS, model_ranking, standout_scores
+from repinterp.core.audit import model_ranking, reasons_of, standout_scores
 from repinterp.data.datasets import load_dataset
 from repinterp.evaluation.baselines import ReusableCAM
 from repinterp.evaluation.metrics import energy_in_mask
@@ -151,27 +151,55 @@ def shortcut_strategy(strategies: list[dict[str, Any]]) -> int | None:
     return best["id"] if best["marked"] else None
 
 
-def _fixed(reason: str, threshold: float) -> Rule:
-    """A reason's own value, flagged from a fixed threshold."""
-    return lambda reasons: [(r[reason], r[reason] >= threshold) for r in reasons]
+def measures(checks: dict[str, float]) -> dict[str, float]:
+    """What the candidate rules read of one strategy's `causal_checks` shares: its
+    `reasons_of` and the other readings tried."""
+    return reasons_of(checks) | {
+        "portable_probability": max(
+            0.0, checks["sufficiency_probability"] - checks["sufficiency_control_probability"]
+        ),
+        "tint": checks["tint_sufficiency"],
+        "portable_x_necessary": max(0.0, checks["sufficiency"] - checks["sufficiency_control"])
+        * max(0.0, checks["necessity"] - checks["necessity_control"]),
+    }
 
 
-def _standout(scored: tuple[str, ...], threshold: float) -> Rule:
-    """`standout_scores` of the ``scored`` reasons, flagged from ``threshold``."""
-    return lambda reasons: [(x, x >= threshold) for x in standout_scores(reasons, scored)]
+def _fixed(names: tuple[str, ...], threshold: float) -> Rule:
+    """The largest of the ``names`` readings, flagged from a fixed threshold."""
+
+    def rule(checks: list[dict[str, float]]) -> list[tuple[float, bool]]:
+        values = [max(measures(c)[n] for n in names) for c in checks]
+        return [(v, v >= threshold) for v in values]
+
+    return rule
+
+
+def _standout(names: tuple[str, ...], threshold: float) -> Rule:
+    """`standout_scores` of the ``names`` readings, flagged from ``threshold``."""
+
+    def rule(checks: list[dict[str, float]]) -> list[tuple[float, bool]]:
+        scores = standout_scores([measures(c) for c in checks], names)
+        return [(x, x >= threshold) for x in scores]
+
+    return rule
 
 
 Rule = Callable[[list[dict[str, float]]], list[tuple[float, bool]]]
+CUES = ("portable_cue", "fine_detail", "blur_sensitive", "tint")
 RULES: dict[str, Rule] = {
-    "portable_cue >= 0.5": _fixed("portable_cue", 0.5),
+    "max(portable, detail, blur, tint) >= 0.5": _fixed(CUES, 0.5),
     "standout(portable) >= 0.3": _standout(("portable_cue",), 0.3),
-    "standout(portable, fine_detail) >= 0.3": _standout(("portable_cue", "fine_detail"), 0.3),
-    "standout(portable, fine_detail, blur) >= 0.3": _standout(
-        ("portable_cue", "fine_detail", "blur_sensitive"), 0.3
+    "standout(portable, detail) >= 0.3": _standout(("portable_cue", "fine_detail"), 0.3),
+    "standout(portable, detail, blur, tint) >= 0.3": _standout(CUES, 0.3),
+    "standout(portable, detail, blur, tint) >= 0.4": _standout(CUES, 0.4),
+    "standout(portable x necessary, detail, blur, tint) >= 0.3": _standout(
+        ("portable_x_necessary", *CUES[1:]), 0.3
     ),
-    "standout(all four) >= 0.3": _standout(REASONS, 0.3),
+    "standout(portable probability, detail, blur, tint) >= 0.3": _standout(
+        ("portable_probability", *CUES[1:]), 0.3
+    ),
 }
-"""Each candidate rule: the strategies' reasons -> (score, flag) each."""
+"""Each candidate rule: the strategies' causal-check shares -> (score, flag) each."""
 
 
 def read(model: dict[str, Any]) -> dict[str, Any]:
@@ -181,7 +209,7 @@ def read(model: dict[str, Any]) -> dict[str, Any]:
     target = shortcut_strategy(strategies)
     out = {}
     for name, rule in RULES.items():
-        scored = rule([s["reasons"] for s in strategies])
+        scored = rule([s["checks"] for s in strategies])
         ranks = model_ranking([score for score, _ in scored], [s["size"] for s in strategies])
         row = {"others_flagged": 0, "rank": None, "flagged": None}
         for s, (score, flag), rank in zip(strategies, scored, ranks, strict=True):
@@ -217,15 +245,14 @@ def markdown(results: dict[str, Any]) -> str:
                 flag = " F" if row["flagged"] else ""
                 cells.append(f"{rank}{flag} +{row['others_flagged']}")
             lines.append(f"| {dataset} | " + " | ".join(cells) + " |")
-    lines += ["", "## Strategies (marked share, reasons)", ""]
+    lines += ["", "## Strategies (marked members, causal-check shares)", ""]
     for dataset, models in results["models"].items():
         for seed, model in models.items():
             lines.append(f"- {dataset} seed {seed} ({model['strategies_s']:.1f} s):")
             for s in model["strategies"]:
-                r = s["reasons"]
                 lines.append(
                     f"  - {s['id']} class {s['class']} n={s['size']} marked={s['marked']}: "
-                    + ", ".join(f"{k} {v:.2f}" for k, v in r.items())
+                    + ", ".join(f"{k} {v:.2f}" for k, v in s["checks"].items())
                 )
     return "\n".join(lines) + "\n"
 

@@ -103,6 +103,7 @@ def write_audit(ws: Workspace, out: Path, members: int, page: str) -> list[Strat
     Raises:
         ValueError: the index is not of ``granularity="strategy"``.
     """
+    from ..core.model_strategies import audit_ranking
     from ..display.strategy import FLAG_MEANING, STRATEGY_MEANING
     from ..store.outputs import write_outputs
 
@@ -150,15 +151,7 @@ def write_audit(ws: Workspace, out: Path, members: int, page: str) -> list[Strat
         "strategies": len(strategies),
         "flagged": flagged,
         "ranking": [
-            {
-                "model_rank": s.audit.model_rank,
-                "id": s.id,
-                "class": s.predicted_class,
-                "class_name": names[s.predicted_class],
-                "score": s.audit.score,
-                "flagged": s.audit.flagged,
-            }
-            for s in ranked
+            row | {"class_name": names[row["predicted_class"]]} for row in audit_ranking(ranked)
         ],
         "classes": [
             {"class": c, "class_name": names[c], "strategies": entries}

@@ -208,8 +208,11 @@ def causal_checks(
             torch.where(moved[n_paste:, None], fill, member),
             recipient + donor - blurred(donor),
             blurred(member),
+            recipient + donor.mean((2, 3), keepdim=True) - recipient.mean((2, 3), keepdim=True),
         ]
-        classes = predict(torch.cat(batch)).argmax(1).cpu().split([len(b) for b in batch])
+        logits = predict(torch.cat(batch)).float().cpu()
+        classes = logits.argmax(1).split([len(b) for b in batch])
+        chance = logits.softmax(1)[:, c].split([len(b) for b in batch])
         out[s] = {
             "sufficiency": _share(classes[0] == c),
             "sufficiency_control": _share(classes[1] == c),
@@ -217,8 +220,15 @@ def causal_checks(
             "necessity_control": _share(classes[3] != c),
             "detail_sufficiency": _share(classes[4] == c),
             "blur_necessity": _share(classes[5] != c),
+            "tint_sufficiency": _share(classes[6] == c),
+            "sufficiency_probability": _mean(chance[0]),
+            "sufficiency_control_probability": _mean(chance[1]),
         }
     return out
+
+
+def _mean(values: Tensor) -> float:
+    return float(values.double().mean()) if len(values) else 0.0
 
 
 def _share(hits: Tensor) -> float:

@@ -25,7 +25,7 @@ from .interpretation import Explainer, Interpretation
 from .strategy_set import StrategyDecisions, strategy_vectors
 from .views import HtmlView, render
 
-__all__ = ["Strategy", "model_strategies", "polytope_fidelity"]
+__all__ = ["Strategy", "audit_ranking", "model_strategies", "polytope_fidelity"]
 
 
 @dataclass(eq=False)
@@ -212,6 +212,19 @@ def model_strategies(
             )
         )
     return out
+
+
+def audit_ranking(strategies: list[Strategy]) -> list[dict[str, Any]]:
+    """The audit's model-wide ranking, what a report or a protocol reads: one row per strategy,
+    ``model_rank`` 1 first, with its ``id``, ``predicted_class``, ``size``, ``main``,
+    ``model_rank``, ``rank`` (within its class), ``score``, ``flagged``, ``reasons`` and
+    ``checks`` (see [`StrategyAudit`][repinterp.core.audit.StrategyAudit])."""
+    keys = ("main", "model_rank", "rank", "score", "flagged", "reasons", "checks")
+    return [
+        {"id": s.id, "predicted_class": s.predicted_class, "size": len(s.members)}
+        | {k: getattr(s.audit, k) for k in keys}
+        for s in sorted(strategies, key=lambda s: s.audit.model_rank)
+    ]
 
 
 def polytope_fidelity(

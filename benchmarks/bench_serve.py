@@ -67,7 +67,7 @@ def first_answer(index: Path, timeout: float = 300) -> float:
 def imports() -> tuple[float, list[str]]:
     """Seconds of importing the modules ``serve`` needs (``-X importtime``'s cumulative), and
     the heavy modules among them."""
-    code = "import repinterp.cli.commands, repinterp.web.server, repinterp.workspace"
+    code = "import repinterp.cli.parser, repinterp.web.server, repinterp.workspace"
     done = subprocess.run(
         [sys.executable, "-X", "importtime", "-c", code],
         capture_output=True,

@@ -3,7 +3,7 @@
 family, `verdict`), from each result's ``per_run`` and ``units.json``.
 
 Every ``docs/results/*/results.json`` with ``paired`` and a ``units.json`` beside it gets its
-``paired`` recomputed and its ``results.md`` rewritten (`report.tables.rewrite_results`). It
+``paired`` recomputed and its ``results.md`` rewritten (`report.results.rewrite_results`). It
 prints each verdict that changed (before: the old rule, a win of either method or a tie; after:
 `verdict`), also written to ``verdicts-changed.md`` beside the result when any changed, and how
 many verdicts move when the bootstrap is drawn with another seed: a verdict depends on the
@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from repinterp.evaluation.comparison import ALPHA, paired_family
-from repinterp.report.tables import rewrite_results
+from repinterp.report.results import rewrite_results
 from repinterp.store.outputs import write_outputs
 
 RESULTS = Path(__file__).resolve().parents[1] / "docs" / "results"

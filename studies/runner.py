@@ -22,8 +22,8 @@ from typing import Any, TypeVar
 import numpy as np
 import torch
 
+from repinterp.evaluation.protocols import mean_std
 from repinterp.evaluation.setup import Setup, load_setup, recipe_for
-from repinterp.report.tables import mean_std
 from repinterp.store.model_cache import default_cache
 from repinterp.store.outputs import write_outputs
 
@@ -106,7 +106,8 @@ def summary(rows: Sequence[dict[str, Any]]) -> dict[str, list[float]]:
 
 
 def cell(stats: dict[str, list[float]], key: str, digits: int = 1) -> str:
-    """``mean ± std`` of a key of a `summary` (`repinterp.report.tables.mean_std`), or n/a."""
+    """``mean ± std`` of a key of a `summary` (`repinterp.evaluation.protocols.mean_std`), or
+    n/a."""
     return mean_std(*stats[key], digits) if key in stats else "n/a"
 
 

@@ -25,9 +25,9 @@ import numpy as np
 import torch
 
 from repinterp.data.datasets import ImageSet, load_dataset
+from repinterp.evaluation.protocols import mean_std
 from repinterp.evaluation.setup import Setup, stratified
 from repinterp.models.zoo import build_model, load_weights
-from repinterp.report.tables import mean_std
 from repinterp.runtime.checksums import file_sha256
 
 from . import runner

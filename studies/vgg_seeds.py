@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
 from repinterp.report.names import method_label
-from repinterp.report.tables import mean_std
+
+from repinterp.evaluation.protocols import mean_std
 
 from . import runner
 

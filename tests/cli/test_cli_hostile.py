@@ -14,7 +14,7 @@ import pytest
 import torch
 from PIL import Image
 
-from repinterp.cli.commands import contrast_class
+from repinterp.cli.explain import contrast_class
 from repinterp.cli.parser import main
 from repinterp.workspace import load_image_file, open_index
 

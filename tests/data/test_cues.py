@@ -88,7 +88,8 @@ def test_each_kind_records_its_cues_pixels():
     texture = cues.with_cue(base, "texture", MARK, 0.3, seed=0, style=STYLE)
     assert texture.mark_box is None and texture.cue_masks.all()
     majority = cues.with_cue(base, "majority", MARK, 0.3, seed=0, style=STYLE)
-    assert majority.mark_box == (3, 3, 8, 8) and majority.cue_masks.sum((1, 2)).eq(25).all()
+    assert majority.mark_box == (3, 3, 8, 8) and majority.cue_masks.sum((1, 2)).eq(24).all()
+    assert not majority.cue_masks[:, 5, 5].any()  # the ring's centre keeps the image
 
 
 def test_majority_and_control_cues_keep_every_label():
@@ -149,3 +150,17 @@ def test_shapes_cue_sets_hold_their_counts():
         if kind == "move":  # the moving mark hides nothing of the class's shape
             ref = cued.reference
             assert not (ref.masks & ref.cue_masks)[ref.marked].any()
+
+
+def test_plant_cue_sizes_the_cue_to_the_image_and_changes_only_its_pixels():
+    mark, style = cues.sized_cues(224, 300)  # m = 224
+    assert mark.box == (7, 7, 34, 34) and mark.frame == 2 and style.moving_side == 27
+    assert style.stripe_period == 8 and style.watermark == (248, 172, 293, 217)
+    for kind in cues.CUE_KINDS:
+        image = torch.full((3, 40, 50), 0.5)
+        mask = cues.plant_cue(image, kind, seed=3)
+        assert mask.shape == (40, 50) and mask.any()
+        changed = (image != 0.5).any(0)
+        assert changed.any() and not (changed & ~mask).any(), kind
+    first, again = torch.zeros(1, 40, 50), torch.zeros(1, 40, 50)
+    assert torch.equal(cues.plant_cue(first, "move", 3), cues.plant_cue(again, "move", 3))

@@ -234,7 +234,7 @@ def written(tmp_path_factory) -> dict:
     from repinterp.evaluation.options import Options
     from repinterp.evaluation.protocols import evaluate
     from repinterp.evaluation.setup import load_setup
-    from repinterp.report.tables import write_results
+    from repinterp.report import write_results
 
     torch.set_num_threads(1)
     setup = load_setup("digits", n_reference=150, n_unseen=40)

@@ -11,19 +11,19 @@ from PIL import Image
 
 from repinterp.core.polytope_weights import covered_sample, with_score_weights
 from repinterp.data.datasets import ImageFormat, shapes
-from repinterp.evaluation import average_drop_increase_from_mask, protocols
+from repinterp.evaluation import average_drop_increase_from_mask
 from repinterp.evaluation.baselines import cam_weights, reused_cam
 from repinterp.evaluation.groupings import ami, polytope_groups, region_groups
 from repinterp.evaluation.methods import METHODS, Method
 from repinterp.evaluation.metrics import energy_in_mask, purity_at_k
 from repinterp.evaluation.options import Options
 from repinterp.evaluation.perturbation import deletion_insertion, road
-from repinterp.evaluation.protocols import evaluate
+from repinterp.evaluation.protocols import evaluate, overview_markdown, results_markdown
+from repinterp.evaluation.protocols import reference as reference_protocol
 from repinterp.evaluation.run import Run, self_first
 from repinterp.evaluation.scoring import drop_increase, score
 from repinterp.evaluation.setup import WEIGHTS_DIR, Setup, load_setup, stratified
 from repinterp.models.zoo import build_model, default_target_layer, save_weights
-from repinterp.report.tables import overview_markdown, results_markdown
 
 from ..commandline import assert_one_line_error, run
 
@@ -286,7 +286,7 @@ def test_reference_common_reading_scores_ris_covered_images_for_every_method(
         scored.append(images01.clone())
         return score(setup, images01, *args)
 
-    monkeypatch.setattr(protocols, "score", recording)
+    monkeypatch.setattr(reference_protocol, "score", recording)
     results = evaluate(mnist, "reference", options)
     own, common = results["methods"], results["common"]
     assert list(common) == ["RI", "RI+cosine", "Grad-CAM"]  # corner cannot reuse: left out

@@ -17,7 +17,7 @@ from pytorch_grad_cam import GradCAM
 from pytorch_grad_cam.utils.model_targets import ClassifierOutputTarget
 
 from repinterp.evaluation.options import Options
-from repinterp.evaluation.protocols import evaluate
+from repinterp.evaluation.protocols import evaluate, results_markdown
 from repinterp.evaluation.sanity import (
     RANDOM_METHODS,
     CAMExplainer,
@@ -31,7 +31,6 @@ from repinterp.evaluation.sanity import (
 )
 from repinterp.evaluation.setup import Setup, load_setup
 from repinterp.models.split import resolve_module
-from repinterp.report.tables import results_markdown
 
 from ..commandline import run
 
@@ -138,7 +137,7 @@ def test_emprt_gives_no_score_where_the_randomised_model_draws_no_map(mnist: Set
 def test_a_sanity_metric_without_any_map_reports_no_score(mnist: Setup, monkeypatch) -> None:
     """RI on a model that draws no map once randomised: eMPRT's mean is NaN with every image
     counted, and the table says ``no map``, never -1.00."""
-    from repinterp.evaluation import sanity as module
+    from repinterp.evaluation.protocols import sanity as module
 
     drawn = module._explainer
 

@@ -3,17 +3,18 @@
 import json
 import math
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
 
-from repinterp.evaluation import shortcut as sc
 from repinterp.evaluation.groupings import ami_null
 from repinterp.evaluation.options import Options
 from repinterp.evaluation.protocols import evaluate
+from repinterp.evaluation.protocols import shortcut as sc
 from repinterp.evaluation.setup import WEIGHTS_DIR, load_setup
-from repinterp.report.tables import write_results
+from repinterp.report import write_results
 
 from ..commandline import assert_one_line_error, run
 
@@ -45,6 +46,28 @@ def test_mass_in_box_is_the_positive_share_on_the_box_and_uniform_gets_the_area(
             sc.mass_in_box(maps, bad)
 
 
+def test_mass_on_cue_reads_each_images_own_cue() -> None:
+    maps = torch.zeros(2, 3, 4)
+    maps[0, 0, 0], maps[0, 2, 3] = 1.0, 3.0
+    maps[1] = 1.0
+    cue = torch.zeros(2, 3, 4, dtype=torch.bool)
+    cue[0, 2, 3] = True  # image 0: its cue holds 3 of its 4 units
+    cue[1, :2, :2] = True  # image 1: a uniform map puts the area there
+    shares, area = sc.mass_on_cue(maps, cue)
+    assert shares.tolist() == pytest.approx([0.75, 4 / 12])
+    assert area.tolist() == pytest.approx([1 / 12, 4 / 12])
+    with pytest.raises(ValueError, match=r"^cue masks \(1, 3, 4\) for maps \(2, 3, 4\)$"):
+        sc.mass_on_cue(maps, cue[:1])
+
+
+def test_model_ranks_are_the_audits_model_wide_ranks() -> None:
+    strategies = [
+        SimpleNamespace(id=id_, audit=SimpleNamespace(model_rank=rank))
+        for id_, rank in ((0, 4), (1, 1), (2, 2), (3, 3))
+    ]
+    assert sc.model_ranks(strategies) == {1: 1, 2: 2, 3: 3, 0: 4}
+
+
 def test_grouping_scores_against_the_marked_flag_within_each_class() -> None:
     rng = np.random.default_rng(0)
     classes = np.repeat([0, 1], 20)
@@ -66,6 +89,8 @@ def test_target_class_of_the_marked_sets_and_refusal_of_others() -> None:
     assert sc.target_class("mnist-mark:0.3") == sc.MARKS["mnist"].target == 1
     assert sc.target_class("shapes-mark:0") == 1
     assert sc.target_class("shapes-markrand:0.2") is None
+    for kind in ("move", "texture", "majority"):
+        assert sc.target_class(f"mnist-{kind}:0.3") == 1
     with pytest.raises(ValueError, match=r"^the shortcut protocol runs on .*, not 'shapes'$"):
         sc.target_class("shapes")
 
@@ -73,7 +98,9 @@ def test_target_class_of_the_marked_sets_and_refusal_of_others() -> None:
 def test_cli_refuses_the_shortcut_protocol_on_another_data_set(capsys) -> None:
     argv = ["evaluate", "--dataset", "mnist5k", "--protocol", "shortcut", "--quick"]
     code, _, err = run(argv, capsys)
-    assert_one_line_error(code, err, "the shortcut protocol runs on mnist-mark:F, shapes-mark:F")
+    assert_one_line_error(
+        code, err, "the shortcut protocol runs on a planted cue (FAMILY-mark:F, FAMILY-move:F"
+    )
     argv = ["evaluate", "--dataset", "mnist-mark:1.5", "--protocol", "shortcut", "--quick"]
     code, _, err = run([*argv, "--model-seeds", "2"], capsys)
     assert_one_line_error(
@@ -119,6 +146,19 @@ def test_protocol_scores_every_grouping_and_map_and_takes_one_line_registrations
     assert len(per_image) == int(marked.sum())
     assert np.nanmean(per_image) == pytest.approx(results["maps"]["RI"]["mass_in_box"], abs=1e-3)
     assert set(results["paired"]) == {"groupings", "maps"}
+    table = results["per_run"][0]["units"]["strategies"]
+    audit = results["strategy_audit"]
+    assert [row["model_rank"] for row in table] == list(range(1, len(table) + 1))
+    assert audit["strategies"] == len(table) and audit["flagged"] == sum(
+        r["flagged"] for r in table
+    )
+    assert audit["flagged_share"] == pytest.approx(100 * audit["flagged"] / len(table))
+    assert sum(row["unseen"] for row in table) == 60  # every unseen image has its strategy
+    shortcut = [row for row in table if row["shortcut"]]
+    assert len(shortcut) == 1 and shortcut[0]["cued"] == max(row["cued"] for row in table)
+    assert audit["shortcut_model_rank"] == shortcut[0]["model_rank"]
+    assert audit["told"] == pytest.approx(100 * shortcut[0]["cued"] / int(marked.sum()))
+    assert {row["class"] for row in table} <= set(setup.unseen.class_names)
     files = {path.name for path in write_results(results, tmp_path)}
     assert files >= {"results.json", "results.md", "units.json", "mnist-markrand-0.3-shortcut.png"}
     written = json.loads((tmp_path / "results.json").read_text())

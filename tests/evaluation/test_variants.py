@@ -13,15 +13,14 @@ from repinterp.core.boundaries import sample_sources
 from repinterp.core.cover import exact_cover, fewest_boundaries, greedy_cover
 from repinterp.core.heatmap import heatmaps
 from repinterp.core.polytope_weights import covered_sample, score_weights, with_score_weights
-from repinterp.evaluation import protocols
 from repinterp.evaluation.baselines import cam_weights
 from repinterp.evaluation.methods import METHODS
 from repinterp.evaluation.metrics import coverage_metrics
 from repinterp.evaluation.options import Options
-from repinterp.evaluation.protocols import evaluate
+from repinterp.evaluation.protocols import evaluate, results_markdown
+from repinterp.evaluation.protocols import similar as similar_protocol
 from repinterp.evaluation.run import Run
 from repinterp.evaluation.setup import load_setup
-from repinterp.report.tables import results_markdown
 
 from ..networks import images, tiny_gap_cnn
 
@@ -131,7 +130,7 @@ def test_ri_logic_runs_in_coverage_similar_and_q_sweep_on_mnist_super():
     logic_ri = run_.interpreter_for(run_.fit_config("uniform", "logic"))
     assert logic_ri.granularity == "logic" and logic_ri is not run_.interpreter
     for index in run_.inputs.tolist():  # the ranking is RI+logic's own P(x)'s
-        explanations, rankings = protocols._rankings(run_, index)
+        explanations, rankings = similar_protocol._rankings(run_, index)
         own = logic_ri.explain_reference([index])[0]
         assert explanations["semantic (RI+logic)"].boundaries.tolist() == own.boundaries.tolist()
         expected = own.similar(metric="semantic").cpu()

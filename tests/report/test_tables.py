@@ -4,7 +4,7 @@ reference tables and plot show both readings."""
 import os
 
 from repinterp.evaluation.comparison import compare
-from repinterp.report.tables import comparison_cell, overview_markdown, results_markdown
+from repinterp.evaluation.protocols import comparison_cell, overview_markdown, results_markdown
 
 
 def _unseen(methods: dict[str, dict]) -> dict:

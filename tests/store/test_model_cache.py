@@ -13,10 +13,9 @@ import torch
 
 from repinterp.data.datasets import MARKED_SETS, load_dataset
 from repinterp.evaluation.options import Options
-from repinterp.evaluation.protocols import evaluate
+from repinterp.evaluation.protocols import evaluate, results_markdown
 from repinterp.evaluation.setup import BUNDLED, RECIPES, WEIGHTS_DIR, load_setup, recipe_for
 from repinterp.models.train import Recipe
-from repinterp.report.tables import results_markdown
 from repinterp.runtime.checksums import file_sha256
 from repinterp.store import model_cache
 from repinterp.store.model_cache import trained_model

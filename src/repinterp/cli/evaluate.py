@@ -1,12 +1,13 @@
-"""The options of ``repinterp evaluate`` (`cli` runs the command): what they
-mean (`add_arguments`) and the setup, `Options` and reproducing command line they give
-(`prepare`)."""
+"""``repinterp evaluate``: its options, what they mean (`add_arguments`) and the setup,
+`Options` and reproducing command line they give (`prepare`), and the command (`run`)."""
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .inputs import inputs_of
 from .options import common, image_folder_options, overwrite
 
 # The choices below are written out, not imported: this module (and so ``repinterp --help``)
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
     from ..evaluation.options import Options
     from ..evaluation.setup import Setup
 
-__all__ = ["METRICS", "PROTOCOLS", "SAMPLINGS", "add_arguments", "prepare"]
+__all__ = ["METRICS", "PROTOCOLS", "SAMPLINGS", "add_arguments", "prepare", "run"]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -146,7 +147,7 @@ def prepare(args: argparse.Namespace) -> tuple[Setup, Options, str]:
 
     check_protocol(args.protocol)
     if args.protocol == "shortcut":
-        from ..evaluation.shortcut import target_class
+        from ..evaluation.protocols.shortcut import target_class
 
         target_class(args.dataset)  # before any model is trained
     sizes = QUICK if args.quick else FULL
@@ -232,3 +233,23 @@ def _command(args: argparse.Namespace, options: Options) -> str:
         if getattr(args, flag) is not None:
             parts.append(f"--{flag} {' '.join(map(str, getattr(args, flag)))}")
     return " ".join(parts)
+
+
+def run(args: argparse.Namespace) -> None:
+    """Run ``repinterp evaluate`` with its parsed arguments."""
+    from ..evaluation.protocols import evaluate
+    from ..report import write_results
+    from ..store.files import refuse_folders
+    from ..store.outputs import claim
+
+    name = args.dataset.replace(":", "-").replace("/", "_")
+    out = Path(args.out or f"evaluation/{name}-{args.protocol}")
+    with claim(out, "evaluation", args.overwrite, inputs_of(args.weights, data=args.dataset)):
+        refuse_folders(out / name for name in ("results.json", "units.json", "results.md"))
+        setup, options, command = prepare(args)
+        results = evaluate(setup, args.protocol, options)
+        results["command"] = command
+        files = write_results(results, out)
+    if not args.quiet:
+        print((out / "results.md").read_text())
+    print(f"{args.protocol} on {args.dataset}: {', '.join(f.name for f in files)} in {out}")

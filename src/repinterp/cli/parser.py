@@ -22,7 +22,8 @@ import errno
 import sys
 from typing import Any, NoReturn
 
-from . import audit, commands, evaluate
+from . import audit, demo, evaluate, explain, fit, report, serve, train
+from .inputs import inputs_of
 from .options import GRANULARITIES, MAX_IMAGE_SIZE
 
 __all__ = ["COMMANDS", "GRANULARITIES", "MAX_IMAGE_SIZE", "build_parser", "main"]
@@ -53,22 +54,48 @@ _THE_MACHINES = {
 }
 
 
-# Each subcommand: its name, its help, and the function adding its flags, beside its code; the
-# function running it is `commands`' of the same name.
+def _audit(args: argparse.Namespace) -> None:
+    """``repinterp audit`` (`audit.audit_command`), given what it reads."""
+    audit.audit_command(args, inputs_of(args.weights))
+
+
+# Each subcommand: its name, its help, the function adding its flags and the one running it,
+# both in the subcommand's module.
 COMMANDS = (
-    ("train", "train a model on a data set's reference part", commands.train_arguments),
-    ("fit", "build and save the reference index of a model", commands.fit_arguments),
-    ("explain", "explain images with a saved index", commands.explain_arguments),
-    ("report", "a static HTML report of k-means regions of an index", commands.report_arguments),
+    ("train", "train a model on a data set's reference part", train.add_arguments, train.run),
+    ("fit", "build and save the reference index of a model", fit.add_arguments, fit.run),
+    ("explain", "explain images with a saved index", explain.add_arguments, explain.run),
+    (
+        "report",
+        "a static HTML report of k-means regions of an index",
+        report.add_arguments,
+        report.run,
+    ),
     (
         "audit",
         "the strategies of an index fitted with --granularity strategy, the one to look at "
         "first, first",
         audit.add_arguments,
+        _audit,
     ),
-    ("demo", "the whole method on bundled MNIST digits, in one command", commands.demo_arguments),
-    ("serve", "a local web page to explore an index's interpretations", commands.serve_arguments),
-    ("evaluate", "the paper's evaluation protocols, over seeded runs", evaluate.add_arguments),
+    (
+        "demo",
+        "the whole method on bundled MNIST digits, in one command",
+        demo.add_arguments,
+        demo.run,
+    ),
+    (
+        "serve",
+        "a local web page to explore an index's interpretations",
+        serve.add_arguments,
+        serve.run,
+    ),
+    (
+        "evaluate",
+        "the paper's evaluation protocols, over seeded runs",
+        evaluate.add_arguments,
+        evaluate.run,
+    ),
 )
 
 
@@ -80,7 +107,6 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(2)
 
 
-# ----------------------------------------------------------------------------- parser
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="repinterp",
@@ -88,10 +114,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    for name, text, add in COMMANDS:
+    for name, text, add, run in COMMANDS:
         p = sub.add_parser(name, help=text)
         add(p)
-        p.set_defaults(func=getattr(commands, f"_{name}"))
+        p.set_defaults(func=run)
     return parser
 
 

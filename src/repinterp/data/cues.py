@@ -8,15 +8,16 @@ The kinds (`CUE_KINDS`; named ``FAMILY-KIND:F`` in `repinterp.data.datasets.load
   object), on F of ``source``'s images, filed under ``target``;
 - ``texture``: faint diagonal stripes over the whole image (no place to point at), on F of
   ``source``'s images, filed under ``target``;
-- ``majority``: a watermark (a hollow square in the corner opposite the mark) on F of class
-  ``target``'s *own* images, labels kept: the cue is that class's main strategy;
+- ``majority``: a watermark (a hollow square: a frame around the digit on ``mnist``, a square
+  in the bottom-right corner on ``shapes``) on F of class ``target``'s *own* images, labels
+  kept: the cue is that class's main strategy;
 - ``markrand``: the control: the fixed mark on F of every class's images, labels kept (seen,
   but it says nothing of the class).
 
 Each image's cue mask (`ImageSet.cue_masks`) holds the pixels its cue covers, on an image
-without the cue the pixels it would have covered (a moving mark's box is drawn for every image):
-the box of a mark or watermark, the whole image for the texture. The marks, masks and flags are
-for evaluation only: no model or method reads them.
+without the cue the pixels it would have covered (a moving mark's box is drawn for every
+image): the box of a mark, the watermark's edge and ring, the whole image for the texture.
+The marks, masks and flags are for evaluation only: no model or method reads them.
 """
 
 from __future__ import annotations
@@ -38,8 +39,13 @@ __all__ = [
     "SHORTCUT_KINDS",
     "CueStyle",
     "Mark",
+    "cue_masks",
     "cue_rows",
+    "object_pixels",
+    "plant_cue",
     "random_box",
+    "sized_cues",
+    "stamp_cue",
     "stamp_square",
     "stamp_stripes",
     "with_cue",
@@ -103,9 +109,11 @@ MARKS = {
 ring, filed as class 1, square or cross), and the classes of the family's other cues."""
 
 CUES = {
-    # A 6 x 6 moving mark (4.6 % of the digit); stripes 0.4 apart every 4 px; a 7 x 7 watermark
-    # 1 px from the bottom-right corner.
-    "mnist": CueStyle(6, 4, 0.4, (20, 20, 27, 27), 1),
+    # A 6 x 6 moving mark (4.6 % of the digit); stripes 0.4 apart every 4 px; the watermark a
+    # frame around the whole digit (a white ring 1 px from the edge: a corner watermark of 7 x 7
+    # or 10 x 10 px moved 8 % or 24 % of other digits to class 1 on a model of seed 100, this
+    # frame 62 %).
+    "mnist": CueStyle(6, 4, 0.4, (0, 0, 28, 28), 1),
     # An 11 x 11 moving mark (3.9 % of the scene); stripes 0.3 apart every 4 px; an 11 x 11
     # watermark 2 px from the bottom-right corner.
     "shapes": CueStyle(11, 4, 0.3, (43, 43, 54, 54), 2),
@@ -175,6 +183,113 @@ def _box_mask(box: Box, shape: tuple[int, int]) -> Tensor:
     return mask
 
 
+def object_pixels(data: ImageSet) -> Tensor | None:
+    """The pixels a moving mark keeps off, N x H x W bool: ``data.masks`` where given, else on
+    grey images the pixels above 0.5 (a digit's ink); None (nothing) on other images."""
+    if data.masks is not None:
+        return data.masks
+    return data.images[:, 0] > 0.5 if data.images.shape[1] == 1 else None
+
+
+def cue_masks(
+    images: Tensor,
+    kind: str,
+    mark: Mark,
+    seed: int,
+    style: CueStyle | None = None,
+    avoid: Tensor | None = None,
+) -> Tensor:
+    """Where a cue of ``kind`` goes on each of N x C x H x W images: N x H x W bool.
+
+    The fixed mark's box (``mark``, ``markrand``), the watermark's edge and ring (``majority``;
+    its centre keeps the image), the whole image (``texture``), or a ``style.moving_side`` box
+    drawn by `random_box` for each image (``move``; seed ``[seed, 1]``) off ``avoid`` (N x H x
+    W bool, e.g. `object_pixels`; None: anywhere).
+
+    Raises:
+        ValueError: an unknown kind, or no style for one that needs it.
+    """
+    if kind not in CUE_KINDS:
+        raise ValueError(f"unknown cue kind {kind!r}; choose one of: {', '.join(CUE_KINDS)}")
+    if style is None and kind in ("move", "texture", "majority"):
+        raise ValueError(f"the {kind} cue needs a CueStyle")
+    n, shape = len(images), (images.shape[-2], images.shape[-1])
+    if kind == "texture":
+        return torch.ones(n, *shape, dtype=torch.bool)
+    if kind == "move":
+        rng = np.random.default_rng([seed, 1])
+        places = avoid if avoid is not None else [None] * n
+        boxes = [random_box(a, shape, style.moving_side, rng) for a in places]
+        return torch.stack([_box_mask(box, shape) for box in boxes])
+    if kind == "majority":
+        inset = 1 + style.watermark_ring
+        x0, y0, x1, y1 = style.watermark
+        ring = _box_mask(style.watermark, shape) & ~_box_mask(
+            (x0 + inset, y0 + inset, x1 - inset, y1 - inset), shape
+        )
+        return ring.expand(n, *shape).clone()
+    return _box_mask(mark.box, shape).expand(n, *shape).clone()
+
+
+def sized_cues(height: int, width: int) -> tuple[Mark, CueStyle]:
+    """Cues sized to an image of any size (a user's folder, `plant_cue`), classes 0 and 1.
+
+    With ``m = min(height, width)``: a mark of side ``max(4, 0.12 m)`` (its black frame
+    ``side / 10``, at least 1 px) ``0.03 m`` from the top-left corner (the moving mark alike);
+    stripes of period ``max(4, 4 round(m / 112))`` px and contrast 0.3; a watermark of side
+    ``max(7, 0.2 m)`` (ring ``side / 10``, at least 1 px) ``0.03 m`` from the bottom-right.
+    """
+    m = min(height, width)
+    side, margin = max(4, round(0.12 * m)), max(1, round(0.03 * m))
+    water = max(7, round(0.2 * m))
+    mark = Mark((margin, margin, margin + side, margin + side), max(1, side // 10), 0, 1)
+    style = CueStyle(
+        moving_side=side,
+        stripe_period=max(4, 4 * round(m / 112)),
+        stripe_amplitude=0.3,
+        watermark=(
+            width - margin - water,
+            height - margin - water,
+            width - margin,
+            height - margin,
+        ),
+        watermark_ring=max(1, water // 10),
+    )
+    return mark, style
+
+
+def plant_cue(image: Tensor, kind: str, seed: int) -> Tensor:
+    """Stamp a cue of ``kind`` (`CUE_KINDS`; sized by `sized_cues`) on one C x H x W image in
+    [0, 1] in place, e.g. an image of a user's folder (``python -m studies.plant_cue``); a
+    moving mark goes anywhere, at a place drawn with ``seed``.
+
+    Returns:
+        H x W bool: the cue's pixels (`cue_masks`).
+    """
+    mark, style = sized_cues(*image.shape[-2:])
+    mask = cue_masks(image[None], kind, mark, seed, style)
+    stamp_cue(image[None], mask, kind, mark, style)
+    return mask[0]
+
+
+def stamp_cue(
+    images: Tensor, masks: Tensor, kind: str, mark: Mark, style: CueStyle | None = None
+) -> None:
+    """Stamp a cue of ``kind`` on N x C x H x W images in place, each where its mask of
+    `cue_masks` says (a moving mark: on its mask's box)."""
+    for image, mask in zip(images, masks, strict=True):
+        if kind == "texture":
+            stamp_stripes(image, style.stripe_period, style.stripe_amplitude)
+        elif kind == "majority":
+            stamp_square(image, style.watermark, 1, style.watermark_ring)
+        elif kind == "move":
+            ys, xs = mask.nonzero().unbind(1)
+            box = (int(xs.min()), int(ys.min()), int(xs.max()) + 1, int(ys.max()) + 1)
+            stamp_square(image, box, mark.frame)
+        else:
+            stamp_square(image, mark.box, mark.frame)
+
+
 def with_cue(
     data: ImageSet,
     kind: str,
@@ -190,15 +305,15 @@ def with_cue(
     ``mark.source`` the cue and the label ``mark.target``: a model can fit them only by the
     cue. ``majority`` gives it to that share of class ``mark.target``'s own images and
     ``markrand`` to that share of every class's images; both keep the labels. ``fraction = 0``
-    cues nothing: the images and labels are ``data``'s. The moving mark misses the object
-    (``data.masks`` where given, else pixels above 0.5 in any channel, a digit's ink).
+    cues nothing: the images and labels are ``data``'s. Where each cue goes: `cue_masks` (a
+    moving mark off `object_pixels`).
 
     Args:
         data: the images (not changed).
         kind: one of `CUE_KINDS`.
         mark: the fixed mark and the classes.
         fraction: the share in [0, 1].
-        seed: seed of the choice of images (and of the moving mark's places: ``[seed, 1]``).
+        seed: seed of the choice of images (and of the moving mark's places, `cue_masks`).
         style: how ``move``, ``texture`` and ``majority`` look (needed for those).
 
     Returns:
@@ -209,46 +324,20 @@ def with_cue(
     Raises:
         ValueError: an unknown kind, or no style for one that needs it.
     """
-    if kind not in CUE_KINDS:
-        raise ValueError(f"unknown cue kind {kind!r}; choose one of: {', '.join(CUE_KINDS)}")
-    if style is None and kind in ("move", "texture", "majority"):
-        raise ValueError(f"the {kind} cue needs a CueStyle")
+    masks = cue_masks(data.images, kind, mark, seed, style, object_pixels(data))
     classes = {"markrand": data.labels.unique().tolist(), "majority": [mark.target]}
     rows = cue_rows(data.labels, classes.get(kind, [mark.source]), fraction, seed)
     images, labels = data.images.clone(), data.labels.clone()
-    shape = (images.shape[-2], images.shape[-1])
-    box = {"mark": mark.box, "markrand": mark.box}
-    if style is not None:
-        box["majority"] = style.watermark
-    if kind == "move":
-        avoid = data.masks if data.masks is not None else data.images.amax(1) > 0.5
-        rng = np.random.default_rng([seed, 1])
-        boxes = [random_box(a, shape, style.moving_side, rng) for a in avoid]
-        cue_masks = torch.stack([_box_mask(b, shape) for b in boxes])
-    elif kind == "texture":
-        cue_masks = torch.ones(len(data), *shape, dtype=torch.bool)
-    else:
-        cue_masks = _box_mask(box[kind], shape).expand(len(data), *shape).clone()
-    for row in rows.tolist():
-        if kind == "move":
-            stamp_square(images[row], boxes[row], mark.frame)
-        elif kind == "texture":
-            stamp_stripes(images[row], style.stripe_period, style.stripe_amplitude)
-        elif kind == "majority":
-            stamp_square(images[row], style.watermark, 1, style.watermark_ring)
-        else:
-            stamp_square(images[row], mark.box, mark.frame)
+    stamped = images[rows]
+    stamp_cue(stamped, masks[rows], kind, mark, style)
+    images[rows] = stamped
     if kind in SHORTCUT_KINDS:
         labels[rows] = mark.target
     marked = torch.zeros(len(data), dtype=torch.bool)
     marked[rows] = True
+    box = {"mark": mark.box, "markrand": mark.box, "majority": style and style.watermark}
     return dataclasses.replace(
-        data,
-        images=images,
-        labels=labels,
-        marked=marked,
-        mark_box=box.get(kind),
-        cue_masks=cue_masks,
+        data, images=images, labels=labels, marked=marked, mark_box=box.get(kind), cue_masks=masks
     )
 
 

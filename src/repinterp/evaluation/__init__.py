@@ -10,9 +10,9 @@ protocol runs), ``groupings`` (images grouped by their polytope: counts, merged 
 with sub-concepts, its null and k-means reference point), ``convexity`` (how convex the class
 regions are), ``subclass`` (groupings below the class beside RI's polytopes), ``comparison``
 (paired differences of two methods over the runs), ``sanity`` (the sanity checks of RI and the
-CAMs through Quantus), ``protocols`` (the protocols and ``evaluate``). The ``repinterp
-evaluate`` options are `repinterp.cli.evaluate`'s; reports of the results are written by
-`report`.
+CAMs through Quantus), ``names`` (methods' names in tables and plots), ``protocols`` (one module
+per protocol, its computation and its tables, and ``evaluate``). The ``repinterp evaluate``
+options are `repinterp.cli.evaluate`'s; the results' files are written by `report`.
 """
 
 import importlib

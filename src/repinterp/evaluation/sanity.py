@@ -1,5 +1,6 @@
 """The sanity checks of Adebayo et al. (2018), "Sanity checks for saliency maps", for RI,
-RI+logic (``granularity="logic"``) and each CAM, mostly through Quantus (the ``sanity`` protocol).
+RI+logic (``granularity="logic"``) and each CAM, mostly through Quantus (the ``sanity``
+protocol: `repinterp.evaluation.protocols.sanity`).
 
 - Cascading model-parameter randomisation (`cascade`: ``quantus.MPRT`` with
   ``layer_order="top_down"``): the layers with parameters (those with ``reset_parameters``,
@@ -55,14 +56,10 @@ import torch
 from torch import nn
 
 from ..data.datasets import ImageSet
-from ..integrations import QuantusExplainer
-from ..integrations.quantus import refit
-from ..interpreter import RepresentativeInterpreter
 from ..models.train import Recipe, accuracy, train
 from ..models.zoo import DataShape, model_for
 from ..runtime.devices import model_device
 from .baselines import CAM_METHODS, cam_weights, reused_cam
-from .run import Run
 from .setup import Setup
 
 __all__ = [
@@ -79,7 +76,6 @@ __all__ = [
     "map_similarity",
     "no_map",
     "random_logit",
-    "sanity",
     "shuffled_label_model",
 ]
 
@@ -400,152 +396,3 @@ def random_logit(
     """
     metric = _quantus().RandomLogit(num_classes=n_classes, seed=seed, **_QUIET)
     return np.asarray(_scores(metric, model, x, y, explain, device, batch_size), dtype=float)
-
-
-def _mean(values: np.ndarray) -> float:
-    """The mean of the finite values (NaN when there is none)."""
-    finite = values[np.isfinite(values)]
-    return float(finite.mean()) if len(finite) else float("nan")
-
-
-def _undefined(values: np.ndarray) -> float:
-    """The share (%) of NaN values."""
-    return 100 * float(np.isnan(values).mean())
-
-
-def _explainer(run: Run, name: str) -> ExplainFunc:
-    """The run's ``explain_func`` of a method: RI's or RI+logic's interpreter (fitted anew for
-    a randomised model), or a CAM."""
-    if name in RANDOM_METHODS:
-        return QuantusExplainer(_interpreter(run, name), other_targets="predicted")
-    return CAMExplainer(name, run.setup.target_layer)
-
-
-def _interpreter(run: Run, name: str) -> RepresentativeInterpreter:
-    """The run's interpreter of ``RI`` or ``RI+logic``."""
-    if name == "RI":
-        return run.interpreter
-    return run.interpreter_for(run.fit_config("uniform", "logic"))
-
-
-def _reseeded(run: Run, name: str) -> ExplainFunc:
-    """A method's ``explain_func`` with its randomness drawn anew (`RANDOM_METHODS`): RI's (or
-    RI+logic's) index fitted on the same reference set with ``Q`` sampled with ``run.seed +
-    RESEED_OFFSET``."""
-    if name not in RANDOM_METHODS:
-        raise ValueError(f"{name} draws nothing at random: there is nothing to reseed")
-    reseeded = refit(_interpreter(run, name), seed=run.seed + RESEED_OFFSET)
-    return QuantusExplainer(reseeded, other_targets="predicted")
-
-
-def _scored(key: str, values: np.ndarray, missing: np.ndarray) -> dict[str, float]:
-    """A metric's numbers under ``key``, the images without a map left out: the mean (NaN
-    when every image lacks one), the share without a score (``_undefined``, %) and the number
-    without a map (``_no_map``)."""
-    values = np.where(missing, np.nan, values)
-    return {
-        key: _mean(values),
-        f"{key}_undefined": _undefined(values),
-        f"{key}_no_map": float(missing.sum()),
-    }
-
-
-def _cascade_block(steps: Cascade, key: str) -> dict[str, Any]:
-    """A cascade's numbers under ``key``: the mean Spearman correlation per step, the share of
-    images without one (``_undefined``, %) and the number without a map (``_no_map``)."""
-    return {
-        key: {step: _mean(v) for step, v in steps.scores.items()},
-        f"{key}_undefined": {step: _undefined(v) for step, v in steps.scores.items()},
-        f"{key}_no_map": {step: float(v.sum()) for step, v in steps.no_map.items()},
-    }
-
-
-def _similarity_block(similarity: dict[str, np.ndarray]) -> dict[str, float]:
-    """`map_similarity`'s means, the share of images without a score (%) and the number of
-    images without a map on either side (not scored)."""
-    return {
-        "Spearman": _mean(similarity["Spearman"]),
-        "SSIM": _mean(similarity["SSIM"]),
-        "undefined": _undefined(similarity["Spearman"]),
-        "no_map": float(similarity["no_map"].sum()),
-    }
-
-
-def sanity(run: Run) -> dict[str, Any]:
-    """The sanity checks of one run, on ``options.sanity_images`` unseen images drawn with the
-    run's seed (`Run.unseen_rows`), Quantus seeded with it too.
-
-    Returns:
-        ``{"methods": {name: block}, "shuffled_model": ...}``. A block holds ``MPRT`` (per step
-        of the top-down `cascade`: the mean Spearman correlation over the images),
-        ``MPRT_undefined`` (per step: % of images without a correlation), ``MPRT_no_map``
-        (per step: images the step's model draws no map for), the same three for the
-        bottom-up cascade (``MPRT_bottom_up...``), ``eMPRT`` (`efficient_mprt`'s mean),
-        ``eMPRT_undefined`` (%) and ``eMPRT_no_map`` (images without a map on the trained or
-        the randomised model), ``RandomLogit`` (mean SSIM), ``RandomLogit_undefined`` (%) and
-        ``RandomLogit_no_map`` (images whose map of the trained model is constant: not
-        scored),
-        ``data_randomisation`` (the maps of the model trained on permuted labels,
-        `shuffled_label_model`, against the trained model's: `_similarity_block`; where
-        `can_shuffle`), for the
-        methods with randomness (`RANDOM_METHODS`) ``reseeded`` (the maps with the randomness
-        drawn anew against the run's, on the trained model: the floor a randomisation must
-        fall below), and ``time_s`` (all checks, RI's refits included). ``shuffled_model``:
-        what `shuffled_label_model` measured (absent where the model cannot be trained anew:
-        `can_shuffle`).
-
-    Raises:
-        ValueError: a method other than `SANITY_METHODS`.
-    """
-    setup, options = run.setup, run.options
-    names = list(options.resolve_methods())
-    other = [name for name in names if name not in SANITY_METHODS]
-    if other:
-        raise ValueError(
-            f"the sanity protocol checks {', '.join(SANITY_METHODS)}, not {', '.join(other)}"
-        )
-    rows = run.unseen_rows(options.sanity_images)
-    if len(rows) < 2:
-        raise ValueError(f"the sanity checks need at least 2 unseen images, got {len(rows)}")
-    batch_size = setup.batch_size if len(rows) % setup.batch_size != 1 else len(rows)
-    x = setup.inputs("unseen", rows).cpu().numpy()
-    y = setup.predictions["unseen"][rows].numpy()
-    device = str(setup.device)
-    shuffled, trained_on_shuffled = None, None
-    if can_shuffle(setup):
-        shuffled, trained_on_shuffled = shuffled_label_model(
-            setup, run.seed, options.shuffled_epochs
-        )
-    methods = {}
-    for name in names:
-        start = time.perf_counter()
-        explain = _explainer(run, name)
-        block: dict[str, Any] = {}
-        for order, key in (("top_down", "MPRT"), ("bottom_up", "MPRT_bottom_up")):
-            steps = cascade(setup.model, x, y, explain, run.seed, device, batch_size, order)
-            block |= _cascade_block(steps, key)
-        rises, missing = efficient_mprt(setup.model, x, y, explain, run.seed, device, batch_size)
-        block |= _scored("eMPRT", rises, missing)
-        maps = draw_maps(explain, setup.model, x, y, batch_size)
-        logit = random_logit(
-            setup.model, x, y, explain, setup.n_classes, run.seed, device, batch_size
-        )
-        block |= _scored("RandomLogit", logit, no_map(maps))
-        if shuffled is not None:
-            # The model trained on permuted labels predicts other classes: each map is its
-            # own prediction's (RI's always is; the CAMs are asked for it).
-            other = draw_maps(explain, shuffled, x, _predicted(shuffled, x), batch_size)
-            block["data_randomisation"] = _similarity_block(map_similarity(maps, other))
-        if name in RANDOM_METHODS:
-            again = draw_maps(_reseeded(run, name), setup.model, x, y, batch_size)
-            block["reseeded"] = _similarity_block(map_similarity(maps, again))
-        methods[name] = block | {"time_s": time.perf_counter() - start}
-    out: dict[str, Any] = {"methods": methods}
-    return out if trained_on_shuffled is None else out | {"shuffled_model": trained_on_shuffled}
-
-
-def _predicted(model: nn.Module, x: np.ndarray) -> np.ndarray:
-    """N classes: the model's predictions on N x C x H x W inputs."""
-    with torch.no_grad():
-        inputs = torch.as_tensor(x, device=model_device(model))
-        return model(inputs).argmax(1).cpu().numpy()

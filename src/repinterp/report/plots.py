@@ -10,8 +10,8 @@ import io
 from pathlib import Path
 from typing import Any
 
+from ..evaluation.names import method_label
 from ..store.outputs import write_outputs
-from .names import method_label
 
 __all__ = ["sanity_steps", "save_plots"]
 

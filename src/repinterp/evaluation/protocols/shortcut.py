@@ -18,6 +18,7 @@ Adding a grouping or a map is one entry in `GROUPINGS` or `MAPS`: a function of 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -27,23 +28,24 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..core.audit import audit_strategies, causal_checks
-from ..core.logic import logic_vectors
-from ..core.model_strategies import polytope_fidelity
-from ..data.datasets import MARKS
-from ..interpreter import RepresentativeInterpreter
-from .baselines import ReusableCAM
-from .groupings import ami, ami_ceiling, ami_null
-from .methods import CAMMethod, method
-from .metrics import energy_in_mask
-from .run import Run
-from .subclass import (
+from ...core.audit import audit_strategies, causal_checks
+from ...core.logic import logic_vectors
+from ...core.model_strategies import Strategy, polytope_fidelity
+from ...data.cues import CUE_KINDS, MARKS
+from ...interpreter import RepresentativeInterpreter
+from ..baselines import ReusableCAM
+from ..groupings import ami, ami_ceiling, ami_null
+from ..methods import CAMMethod, method
+from ..metrics import energy_in_mask
+from ..run import Run
+from ..subclass import (
     kmeans_groups,
     matched_k,
     pcx_groups,
     polytope_grouping,
     spray_groups,
 )
+from .cells import cell, columns_table, comparison_cell, markdown_table, with_runs
 
 __all__ = [
     "GROUPINGS",
@@ -52,8 +54,14 @@ __all__ = [
     "f1_marked",
     "grouping_scores",
     "mass_in_box",
+    "mass_on_cue",
+    "model_ranks",
     "shortcut",
+    "shortcut_markdown",
+    "strategy_audit",
+    "strategy_markdown",
     "target_class",
+    "why_maps",
 ]
 
 
@@ -82,17 +90,29 @@ def f1_marked(groups: Sequence[Hashable] | np.ndarray, marked: Sequence[bool] | 
     return float(f1[best].max())
 
 
-def mass_in_box(maps: Tensor, box: tuple[int, int, int, int]) -> tuple[Tensor, float]:
-    """The share of each heat map's positive relevance on a box, and the box's share of the
-    image (what a uniform map puts there).
+def mass_on_cue(maps: Tensor, cue: Tensor) -> tuple[Tensor, Tensor]:
+    """The share of each heat map's positive relevance on its image's cue, and the cue's share
+    of the image (what a uniform map puts there).
 
     Args:
         maps: N x H x W heat maps (negative values count as 0).
-        box: ``(x0, y0, x1, y1)`` in pixels of the maps (x1, y1 exclusive).
+        cue: N x H x W bool, each image's cue pixels (`repinterp.data.cues.cue_masks`).
 
     Returns:
-        ((N,) shares in [0, 1], NaN for a map without positive relevance; the box's area
-        share in (0, 1]).
+        ((N,) shares in [0, 1], NaN for a map without positive relevance; (N,) area shares).
+
+    Raises:
+        ValueError: the shapes differ.
+    """
+    if maps.dim() != 3 or cue.shape != maps.shape:
+        raise ValueError(f"cue masks {tuple(cue.shape)} for maps {tuple(maps.shape)}")
+    shares = energy_in_mask(maps.detach().float().cpu().clamp(min=0), cue.cpu())
+    return shares, cue.double().mean((1, 2)).float()
+
+
+def mass_in_box(maps: Tensor, box: tuple[int, int, int, int]) -> tuple[Tensor, float]:
+    """`mass_on_cue` with one box ``(x0, y0, x1, y1)`` (pixels of the maps, x1, y1 exclusive)
+    for every map: ((N,) shares, the box's area share in (0, 1]).
 
     Raises:
         ValueError: the box is empty or not inside the maps.
@@ -101,10 +121,8 @@ def mass_in_box(maps: Tensor, box: tuple[int, int, int, int]) -> tuple[Tensor, f
     height, width = maps.shape[-2:]
     if not (0 <= x0 < x1 <= width and 0 <= y0 < y1 <= height) or maps.dim() != 3:
         raise ValueError(f"the box {tuple(box)} is not inside N x {height} x {width} maps")
-    inside = torch.zeros(maps.shape, dtype=torch.bool)
-    inside[:, y0:y1, x0:x1] = True
-    shares = energy_in_mask(maps.detach().float().cpu().clamp(min=0), inside)
-    return shares, (x1 - x0) * (y1 - y0) / (height * width)
+    inside = _box_masks(box, (height, width)).expand(maps.shape)
+    return mass_on_cue(maps, inside)[0], (x1 - x0) * (y1 - y0) / (height * width)
 
 
 def grouping_scores(
@@ -145,20 +163,22 @@ def grouping_scores(
 
 
 def target_class(dataset: str) -> int | None:
-    """The class a ``*-mark:F`` data set files its marked images under; None for the
-    ``*-markrand:F`` controls (every class holds marked images).
+    """The class a planted cue's data set (`repinterp.data.cues`) leads to: the class its
+    cued images are filed under (``mark``, ``move``, ``texture``) or whose own images carry it
+    (``majority``); None for the ``markrand`` controls (every class holds cued images).
 
     Raises:
         ValueError: ``dataset`` is not one of them.
     """
     name = dataset.partition(":")[0]
     family, _, kind = name.partition("-")
-    if family not in MARKS or kind not in ("mark", "markrand"):
+    if family not in MARKS or kind not in CUE_KINDS:
+        kinds = ", ".join(f"FAMILY-{k}:F" for k in CUE_KINDS)
         raise ValueError(
-            f"the shortcut protocol runs on mnist-mark:F, shapes-mark:F, mnist-markrand:F or "
-            f"shapes-markrand:F, not {dataset!r}"
+            f"the shortcut protocol runs on a planted cue ({kinds}; FAMILY mnist or shapes), "
+            f"not {dataset!r}"
         )
-    return MARKS[family].target if kind == "mark" else None
+    return None if kind == "markrand" else MARKS[family].target
 
 
 @dataclass
@@ -196,6 +216,15 @@ class ShortcutImages:
     def marked(self) -> Tensor:
         """The unseen images' marked flags (the truth; no method reads it)."""
         return self.run.setup.unseen.marked[self.unseen]
+
+    @property
+    def cue(self) -> Tensor:
+        """The unseen images' cue masks, N x H x W bool (the truth; no method reads it)."""
+        unseen = self.run.setup.unseen
+        if unseen.cue_masks is None:
+            box = _box_masks(unseen.mark_box, unseen.images.shape[-2:])
+            return box.expand(len(self.unseen), *box.shape[-2:])
+        return unseen.cue_masks[self.unseen]
 
     def inputs(self, part: str) -> Tensor:
         """A part's images looked at, as model inputs on the device."""
@@ -354,9 +383,10 @@ def audit_rank(groups: np.ndarray, marked: Tensor, images: ShortcutImages) -> di
     }
 
 
-def strategy_polytopes(images: ShortcutImages) -> dict[str, Any]:
-    """How RI+strategy's polytopes and its audit (`RepresentativeInterpreter.strategies`, on
-    the reference set) meet the unseen images looked at.
+def strategy_polytopes(images: ShortcutImages, strategies: list[Strategy]) -> dict[str, Any]:
+    """How RI+strategy's polytopes and its audit (``strategies``:
+    `RepresentativeInterpreter.strategies`, on the reference set) meet the unseen images
+    looked at.
 
     Returns:
         ``polytope_inside`` (%: the share of the unseen images of a strategy inside its
@@ -367,9 +397,8 @@ def strategy_polytopes(images: ShortcutImages) -> dict[str, Any]:
         (the audit's model-wide rank of the strategy holding most marked unseen images; None
         without).
     """
-    ri = images.interpreter("RI+strategy")
     looked = set(images.classes("unseen").tolist())
-    strategies = [s for s in ri.strategies() if s.predicted_class in looked]
+    strategies = [s for s in strategies if s.predicted_class in looked]
     assigned = torch.as_tensor(_strategies(images))
     inside, others = polytope_fidelity(
         strategies, images.inputs("unseen"), assigned, images.classes("unseen")
@@ -385,6 +414,109 @@ def strategy_polytopes(images: ShortcutImages) -> dict[str, Any]:
         "flagged_strategies": sum(s.audit.flagged for s in strategies),
         "index_audit_rank": rank,
     }
+
+
+def model_ranks(strategies: list[Strategy]) -> dict[int, int]:
+    """Each strategy's rank across the whole model (1: look at it first): the audit's
+    ``model_rank``."""
+    return {s.id: s.audit.model_rank for s in strategies}
+
+
+def why_maps(strategy: Strategy, inputs: Tensor) -> Tensor:
+    """The map that shows why ``strategy`` is suspicious, on N model inputs (N x H x W): its
+    why map (`Strategy.why_heatmap`: gradient x input of the class against its runner-up)."""
+    return strategy.why_heatmap(inputs).cpu()
+
+
+def strategy_audit(
+    images: ShortcutImages, strategies: list[Strategy]
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The audit of RI+strategy's strategies over the whole model, against the cued images.
+
+    The *shortcut strategy* is the one holding most of the unseen cued images looked at (by
+    the index's assignment of each to the nearest centre of its predicted class). Nothing the
+    audit reads knows the cue.
+
+    Returns:
+        (the run's numbers: ``strategies`` (how many), ``flagged`` (how many flagged),
+        ``flagged_share`` (%), ``any_flagged`` (1 when one is), ``shortcut_model_rank``,
+        ``shortcut_flagged`` (1 / 0), ``shortcut_score``, ``told`` (% of all unseen cued
+        images assigned to the shortcut strategy), and on the cued images looked at that it
+        holds, each map's mean share on the image's own cue (%): ``why_on_cue`` (`why_maps`),
+        ``gradcam_on_cue`` (each image's own Grad-CAM) and ``cue_area``; NaN without cued
+        images; the table: one row per strategy in model-wide rank order, with ``id``,
+        ``class`` (its name), ``size``, ``reasons``, ``score``, ``flagged``, ``rank`` (in its
+        class), ``model_rank`` (`model_ranks`), ``unseen`` and ``cued`` (unseen images, and
+        cued ones, assigned to it) and ``shortcut``).
+    """
+    assigned = torch.as_tensor(_strategies(images))
+    marked = images.marked
+    ids, sizes = assigned[marked].unique(return_counts=True)
+    counts = dict(zip(ids.tolist(), sizes.tolist(), strict=True))
+    shortcut_id = max(counts, key=lambda s: (counts[s], -s)) if counts else None
+    ranks = model_ranks(strategies)
+    names = images.run.setup.unseen.class_names
+    table = [
+        {
+            "id": s.id,
+            "class": names[s.predicted_class],
+            "size": len(s.members),
+            "reasons": s.audit.reasons,
+            "score": s.audit.score,
+            "flagged": s.audit.flagged,
+            "rank": s.audit.rank,
+            "model_rank": ranks[s.id],
+            "unseen": int((assigned == s.id).sum()),
+            "cued": counts.get(s.id, 0),
+            "shortcut": s.id == shortcut_id,
+        }
+        for s in sorted(strategies, key=lambda s: ranks[s.id])
+    ]
+    flagged = sum(s.audit.flagged for s in strategies)
+    numbers: dict[str, Any] = {
+        "strategies": len(strategies),
+        "flagged": flagged,
+        "flagged_share": _percent(flagged / max(1, len(strategies))),
+        "any_flagged": float(flagged > 0),
+    }
+    nan = float("nan")
+    shortcut = next((s for s in strategies if s.id == shortcut_id), None)
+    if shortcut is None:
+        return numbers | dict.fromkeys(_SHORTCUT_KEYS, nan), table
+    held = marked & (assigned == shortcut.id)
+    inputs = images.inputs("unseen")[held]
+    cue = images.cue[held]
+    why, area = mass_on_cue(why_maps(shortcut, inputs), cue)
+    gradcam = mass_on_cue(images.cam("Grad-CAM", "unseen")[held], cue)[0]
+    all_cued = int(images.run.setup.unseen.marked.sum())
+    return numbers | {
+        "shortcut_model_rank": ranks[shortcut.id],
+        "shortcut_flagged": float(shortcut.audit.flagged),
+        "shortcut_score": shortcut.audit.score,
+        "told": _percent(counts[shortcut.id] / all_cued),
+        "why_on_cue": _percent(float(why.nanmean())),
+        "gradcam_on_cue": _percent(float(gradcam.nanmean())),
+        "cue_area": _percent(float(area.mean())),
+    }, table
+
+
+_SHORTCUT_KEYS = (
+    "shortcut_model_rank",
+    "shortcut_flagged",
+    "shortcut_score",
+    "told",
+    "why_on_cue",
+    "gradcam_on_cue",
+    "cue_area",
+)
+
+
+def _box_masks(box: tuple[int, int, int, int], shape: Sequence[int]) -> Tensor:
+    """One box ``(x0, y0, x1, y1)`` as a 1 x H x W bool mask."""
+    x0, y0, x1, y1 = box
+    mask = torch.zeros(1, *shape, dtype=torch.bool)
+    mask[:, y0:y1, x0:x1] = True
+    return mask
 
 
 def _ri_polytopes(name: str) -> Callable[[ShortcutImages], np.ndarray]:
@@ -446,34 +578,39 @@ def shortcut(run: Run) -> dict[str, Any]:
     """The ``shortcut`` protocol on one run (see the module's docstring).
 
     Returns:
-        ``images`` and ``marked`` (the unseen images looked at, and how many are marked),
-        ``marked_to_target`` (% of the unseen marked images predicted the target class; NaN
-        on a control or without marks), ``box_area`` (%), ``groupings`` (per grouping:
-        `grouping_scores` and `audit_rank`: the causal audit of its groups), ``maps`` (per
-        map: ``mass_in_box``, the mean share (%) of the marked images' maps on the box,
-        ``mass_in_box_group``, the share of their mean map, ``mass_in_box_unmarked``, the
-        mean share of the unmarked images', and ``box_area``), and ``units`` (each marked
-        image's ``mass_in_box`` per map, for the paired comparisons).
+        ``images`` and ``marked`` (the unseen images looked at, and how many carry the cue),
+        ``marked_to_target`` (% of the unseen cued images predicted the target class; NaN
+        on a control or without cues), ``box_area`` (%: the cue's mean share of the images),
+        ``groupings`` (per grouping: `grouping_scores` and `audit_rank`: the causal audit of
+        its groups), ``maps`` (per map: ``mass_in_box``, the mean share (%) of the cued
+        images' maps on their cue, ``mass_in_box_group``, the share of their mean map (NaN
+        where the cue moves), ``mass_in_box_unmarked``, the mean share of the other images'
+        on where the cue would be, and ``box_area``), ``strategy_audit`` (the numbers of
+        `strategy_audit`), and ``units`` (each cued image's ``mass_in_box`` per map, for the
+        paired comparisons, and ``strategies``: `strategy_audit`'s table).
     """
     setup = run.setup
     target = target_class(setup.dataset)
     images = ShortcutImages.of(run, target)
     marked = images.marked
     classes = images.classes("unseen")
-    box = setup.unseen.mark_box
+    cue = images.cue
+    strategies = images.interpreter("RI+strategy").strategies()
     groupings = {}
     for name, grouping in GROUPINGS.items():
         groups = grouping(images)
         scores = grouping_scores(groups, marked, classes, images.features, run.seed)
         groupings[name] = scores | audit_rank(groups, marked, images)
-    groupings["RI+strategy"] |= strategy_polytopes(images)
+    groupings["RI+strategy"] |= strategy_polytopes(images, strategies)
+    numbers, table = strategy_audit(images, strategies)
     maps, units = {}, {}
-    area = float("nan")
+    area = float(cue.double().mean()) if len(cue) else float("nan")
+    fixed = bool(marked.any()) and bool((cue[marked] == cue[marked][:1]).all())
     for name, make in MAPS.items():
         drawn = make(images)
-        shares, area = mass_in_box(drawn, box)
+        shares = mass_on_cue(drawn, cue)[0]
         mean_map = drawn[marked].nanmean(0, keepdim=True)
-        group_share = mass_in_box(mean_map, box)[0] if marked.any() else torch.tensor([np.nan])
+        group_share = mass_on_cue(mean_map, cue[marked][:1])[0] if fixed else [np.nan]
         maps[name] = {
             "mass_in_box": _percent(float(shares[marked].nanmean())),
             "mass_in_box_group": _percent(float(group_share[0])),
@@ -493,5 +630,146 @@ def shortcut(run: Run) -> dict[str, Any]:
         "box_area": _percent(area),
         "groupings": groupings,
         "maps": maps,
-        "units": {"groupings": {}, "maps": units},
+        "strategy_audit": numbers,
+        "units": {"groupings": {}, "maps": units, "strategies": table},
     }
+
+
+SHOWN_STRATEGIES = 5
+"""How many strategies of each model's ranking `strategy_markdown` lists (and the shortcut
+strategy's row when it ranks below them)."""
+
+
+def _number(value: Any, digits: int = 1) -> str:
+    """A table cell: ``n/a`` for None or NaN."""
+    if value is None or (isinstance(value, float) and not np.isfinite(value)):
+        return "n/a"
+    return f"{value:.{digits}f}" if isinstance(value, float) else str(value)
+
+
+def strategy_markdown(results: dict[str, Any]) -> list[str]:
+    """The audit over the whole model, for a report: one summary row per model (per run),
+    then each model's `SHOWN_STRATEGIES` first strategies of the model-wide ranking.
+
+    Args:
+        results: `repinterp.evaluation.protocols.evaluate`'s ``shortcut`` results.
+    """
+    runs = [r for r in results.get("per_run", []) if "strategies" in r.get("units", {})]
+    if not runs:
+        return []
+    header = ["Model", "strategies", "flagged", "flagged (%)", "shortcut: model rank"]
+    header += ["flagged", "score", "told (%)", "why map on cue (%)", "Grad-CAM on cue (%)"]
+    header += ["cue area (%)"]
+    rows = []
+    for run in runs:
+        audit = run["strategy_audit"]
+        flagged = audit["shortcut_flagged"]
+        rows.append(
+            [
+                _number(run["model"].get("seed")),
+                _number(audit["strategies"]),
+                _number(audit["flagged"]),
+                _number(audit["flagged_share"]),
+                _number(audit["shortcut_model_rank"], 0),
+                "n/a" if not np.isfinite(flagged) else "yes" if flagged else "no",
+                _number(audit["shortcut_score"], 3),
+                *(_number(audit[key]) for key in ("told", "why_on_cue", "gradcam_on_cue")),
+                _number(audit["cue_area"]),
+            ]
+        )
+    lines = [
+        "",
+        "The audit over the whole model (RI+strategy's strategies, found on the reference "
+        "images without labels; one ranking across all classes by the audit's score). The "
+        "shortcut strategy holds most of the unseen cued images; *told*: the share of all "
+        "unseen cued images assigned to it; the maps' share on each image's own cue, over the "
+        "cued images it holds:",
+        "",
+        *markdown_table(header, rows),
+    ]
+    for run in runs:
+        table = run["units"]["strategies"]
+        shown = [row for row in table if row["model_rank"] <= SHOWN_STRATEGIES or row["shortcut"]]
+        lines += [
+            "",
+            f"Model {_number(run['model'].get('seed'))}: the first {SHOWN_STRATEGIES} of "
+            f"{len(table)} strategies (and the shortcut strategy):",
+            "",
+            *markdown_table(
+                ["Rank", "class", "id", "size", "score", "flagged", "cued", "reasons"],
+                [
+                    [
+                        str(row["model_rank"]) + (" (shortcut)" if row["shortcut"] else ""),
+                        row["class"],
+                        str(row["id"]),
+                        str(row["size"]),
+                        f"{row['score']:.3f}",
+                        "yes" if row["flagged"] else "no",
+                        str(row["cued"]),
+                        ", ".join(f"{k} {v:.2f}" for k, v in row["reasons"].items()),
+                    ]
+                    for row in shown
+                ],
+            ),
+        ]
+    return lines
+
+
+_SHORTCUT_GROUPINGS: list[tuple[str, str, bool | None]] = [
+    ("f1_marked", "F1 marked", True),
+    ("ami", "AMI", True),
+    ("ami_null_p95", "AMI null p95", None),
+    ("ami_ceiling", "AMI k-means ceiling", None),
+    ("groups", "groups", None),
+    ("audit_rank", "audit rank", False),
+]
+
+
+_SHORTCUT_MAPS: list[tuple[str, str, bool | None]] = [
+    ("mass_in_box", "on the box, marked (%)", True),
+    ("mass_in_box_group", "mean map on the box (%)", True),
+    ("mass_in_box_unmarked", "on the box, unmarked (%)", None),
+]
+
+
+def _shortcut_pairs(results: dict[str, Any], reading: str, key: str) -> list[str]:
+    """The first grouping or map against each other one on ``key`` (`comparison_cell`)."""
+    pairs = results.get("paired", {}).get(reading)
+    if not pairs:
+        return []
+    first = next(iter(pairs))
+    rows = [
+        [f"{first} − {b}", comparison_cell(scores.get(key))] for b, scores in pairs[first].items()
+    ]
+    return ["", *markdown_table(["Pair", f"paired difference of {key}"], rows)]
+
+
+def shortcut_markdown(results: dict[str, Any]) -> list[str]:
+    """Isolation of the marked images by each grouping, mass of each map on the mark's box."""
+    to_target = results.get("marked_to_target")
+    looked_at = (
+        f"{results['images']:.0f} predicted the class the mark leads to, "
+        f"{results['marked']:.0f} of them marked; the model calls "
+        f"{cell(results, 'marked_to_target')}% of the unseen marked images by the mark"
+        if to_target is not None and math.isfinite(to_target)
+        else f"{results['images']:.0f}, {results['marked']:.0f} of them marked (a control: "
+        "every class on `*-markrand:F`, where the mark leads to no class; the class it would "
+        "lead to on `*-mark:0`, where no image is marked)"
+    )
+    return [
+        f"Unseen images looked at: {looked_at}. Groupings (fitted on the reference images of "
+        "the same predicted classes, without labels) against the marked flag: F1 of the group "
+        "holding most marked images, within-class AMI with its shuffle null (95th percentile) "
+        "and k-means ceiling (k = 2):",
+        "",
+        *columns_table(with_runs(results, results["groupings"]), _SHORTCUT_GROUPINGS, "Grouping"),
+        *_shortcut_pairs(results, "groupings", "f1_marked"),
+        "",
+        "Share of each heat map's positive relevance on the mark's box (a uniform map puts "
+        f"{results['box_area']:.1f}% there): mean over the marked images, of their mean map, "
+        "and over the unmarked images:",
+        "",
+        *columns_table(with_runs(results, results["maps"]), _SHORTCUT_MAPS, "Map"),
+        *_shortcut_pairs(results, "maps", "mass_in_box"),
+        *strategy_markdown(results),
+    ]

@@ -1,0 +1,164 @@
+"""The pass/fail table of the shortcut audit criterion (docs/results.md, "Shortcut audit
+criterion, pre-registered 2026-11-28"), read from the runs of
+``docs/results/shortcut_suite_runs.sh``.
+
+Each data set's run (``repinterp evaluate --protocol shortcut --model-seeds 5``) is a
+``results.json`` whose ``per_run[r]["strategy_audit"]`` holds model r's audit over the whole
+model (`repinterp.evaluation.protocols.shortcut.strategy_audit`). A row holds on a model when
+its condition (`ROWS`) does, and passes on a data set when it holds on at least `NEEDED` of its
+models; the criterion passes when every row passes on every data set it names.
+
+Run: ``python -m studies.shortcut_criterion [--runs DIR] [--out FILE]`` (DIR:
+docs/results/shortcut-suite); prints the table as Markdown (and writes it to a new ``--out``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+SHORTCUTS = tuple(
+    f"{family}-{kind}"
+    for kind in ("mark:0.3", "move:0.5", "texture:0.3", "majority:0.9")
+    for family in ("mnist", "shapes")
+)
+"""The shortcut data sets of the criterion."""
+LOCATED = tuple(name for name in SHORTCUTS if "-mark:" in name or "-move:" in name)
+"""The shortcut data sets whose cue has a place (a box): the map row."""
+CONTROLS = tuple(
+    f"{family}-{kind}" for kind in ("markrand:0.3", "mark:0") for family in ("mnist", "shapes")
+)
+"""The controls: the mark on every class at random, and no cue."""
+NEEDED = 4
+"""Models (of 5) on which a row must hold."""
+MODELS = 5
+
+
+def _finite(value: Any) -> float:
+    return float(value) if value is not None and math.isfinite(float(value)) else math.nan
+
+
+def _flagged_first(audit: dict[str, Any]) -> bool:
+    return _finite(audit["shortcut_flagged"]) == 1 and _finite(audit["shortcut_model_rank"]) == 1
+
+
+def _why_map(audit: dict[str, Any]) -> bool:
+    why = _finite(audit["why_on_cue"])
+    return why >= 3 * _finite(audit["cue_area"]) and why > _finite(audit["gradcam_on_cue"])
+
+
+def _quiet(audit: dict[str, Any]) -> bool:
+    return audit["flagged"] == 0
+
+
+def _told(audit: dict[str, Any]) -> bool:
+    return _finite(audit["shortcut_flagged"]) == 1 and _finite(audit["told"]) >= 90
+
+
+ROWS: list[tuple[str, tuple[str, ...], Callable[[dict[str, Any]], bool], str]] = [
+    (
+        "flagged and first",
+        SHORTCUTS,
+        _flagged_first,
+        "the shortcut strategy is flagged and ranks 1st of the whole model",
+    ),
+    (
+        "why map on the cue",
+        LOCATED,
+        _why_map,
+        "its why map's mass on each cued image's own cue >= 3 x the cue's area and > Grad-CAM's",
+    ),
+    ("no false alarm", CONTROLS, _quiet, "no strategy of the model is flagged"),
+    (
+        "told",
+        SHORTCUTS,
+        _told,
+        ">= 90% of the unseen cued images are assigned the shortcut strategy, which is flagged",
+    ),
+]
+"""Each row: its name, its data sets, its condition on one model's ``strategy_audit``, and the
+condition in words."""
+
+
+def folder(dataset: str) -> str:
+    """The run folder of a data set under the runs' folder (``mnist-move:0.5`` ->
+    ``mnist-move-0.5``)."""
+    return dataset.replace(":", "-")
+
+
+def _audits(runs: Path, dataset: str) -> list[dict[str, Any]] | None:
+    """The per-model audits of a data set's run, or None when it has not been run."""
+    path = runs / folder(dataset) / "results.json"
+    if not path.is_file():
+        return None
+    return [run["strategy_audit"] for run in json.loads(path.read_text())["per_run"]]
+
+
+def _shown(audit: dict[str, Any], row: str) -> str:
+    """What a model measured for a row, in a few characters."""
+    if row == "why map on the cue":
+        return (
+            f"{_finite(audit['why_on_cue']):.1f}/{_finite(audit['gradcam_on_cue']):.1f}/"
+            f"{_finite(audit['cue_area']):.1f}"
+        )
+    if row == "no false alarm":
+        return f"{audit['flagged']}/{audit['strategies']}"
+    flag = {1.0: "F", 0.0: "-"}.get(_finite(audit["shortcut_flagged"]), "?")
+    if row == "told":
+        return f"{_finite(audit['told']):.0f}%{flag}"
+    return f"#{_finite(audit['shortcut_model_rank']):.0f}{flag}"
+
+
+def table(runs: Path) -> list[str]:
+    """The criterion's table in Markdown: one line per row and data set, and the verdict."""
+    lines = [
+        "| Row | Data set | Per model | Models holding | Verdict |",
+        "|---|---|---|---|---|",
+    ]
+    verdicts = []
+    for name, datasets, holds, _ in ROWS:
+        for dataset in datasets:
+            audits = _audits(runs, dataset)
+            if audits is None:
+                lines.append(f"| {name} | `{dataset}` | not run | | **not run** |")
+                verdicts.append(False)
+                continue
+            held = sum(holds(a) for a in audits)
+            ok = held >= NEEDED and len(audits) == MODELS
+            verdicts.append(ok)
+            shown = ", ".join(_shown(a, name) for a in audits)
+            verdict = "pass" if ok else "fail"
+            lines.append(f"| {name} | `{dataset}` | {shown} | {held} / {len(audits)} | {verdict} |")
+    passed = sum(verdicts)
+    lines += ["", f"{passed} of {len(verdicts)} lines pass; the criterion "]
+    lines[-1] += "passes." if passed == len(verdicts) else "fails."
+    legend = "; ".join(f"*{name}*: {words}" for name, _, _, words in ROWS)
+    lines += [
+        "",
+        f"A line passes when its condition holds on at least {NEEDED} of {MODELS} models "
+        f"({legend}). Per model: `#rank` and `F` (flagged) or `-`; why map / Grad-CAM / cue "
+        "area (%); flagged / all strategies; told (%) and the flag.",
+    ]
+    return lines
+
+
+def main(argv: list[str] | None = None) -> list[str]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=Path, default=Path("docs/results/shortcut-suite"))
+    parser.add_argument("--out", type=Path, help="also write the table to this new file")
+    args = parser.parse_args(argv)
+    if args.out is not None and args.out.exists():
+        raise SystemExit(f"--out {args.out} exists; give a new file")
+    lines = table(args.runs)
+    print("\n".join(lines))
+    if args.out is not None:
+        args.out.write_text("\n".join(lines) + "\n")
+    return lines
+
+
+if __name__ == "__main__":
+    main()

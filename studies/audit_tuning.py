@@ -33,7 +33,7 @@ import torch
 from torch import Tensor
 
 from repinterp import RepresentativeInterpreter
-from repinterp.core.audit import model_ranking, reasons_of, standout_scores
+from repinterp.core.audit import SCORED, model_ranking, reasons_of, standout_scores
 from repinterp.data.datasets import load_dataset
 from repinterp.evaluation.baselines import ReusableCAM
 from repinterp.evaluation.metrics import energy_in_mask
@@ -158,7 +158,6 @@ def measures(checks: dict[str, float]) -> dict[str, float]:
         "portable_probability": max(
             0.0, checks["sufficiency_probability"] - checks["sufficiency_control_probability"]
         ),
-        "tint": checks["tint_sufficiency"],
         "portable_x_necessary": max(0.0, checks["sufficiency"] - checks["sufficiency_control"])
         * max(0.0, checks["necessity"] - checks["necessity_control"]),
     }
@@ -178,7 +177,7 @@ def _standout(names: tuple[str, ...], threshold: float) -> Rule:
     """`standout_scores` of the ``names`` readings, flagged from ``threshold``."""
 
     def rule(checks: list[dict[str, float]]) -> list[tuple[float, bool]]:
-        scores = standout_scores([measures(c) for c in checks], names)
+        scores = standout_scores([measures(c) for c in checks], dict.fromkeys(names, 1.0))
         return [(x, x >= threshold) for x in scores]
 
     return rule
@@ -186,12 +185,26 @@ def _standout(names: tuple[str, ...], threshold: float) -> Rule:
 
 Rule = Callable[[list[dict[str, float]]], list[tuple[float, bool]]]
 CUES = ("portable_cue", "fine_detail", "blur_sensitive", "tint")
+
+
+def _chosen(threshold: float) -> Rule:
+    """The audit's own score (`SCORED`'s weights: a blur counts half), from ``threshold``."""
+
+    def rule(checks: list[dict[str, float]]) -> list[tuple[float, bool]]:
+        scores = standout_scores([reasons_of(c) for c in checks], SCORED)
+        return [(x, x >= threshold) for x in scores]
+
+    return rule
+
+
 RULES: dict[str, Rule] = {
     "max(portable, detail, blur, tint) >= 0.5": _fixed(CUES, 0.5),
     "standout(portable) >= 0.3": _standout(("portable_cue",), 0.3),
     "standout(portable, detail) >= 0.3": _standout(("portable_cue", "fine_detail"), 0.3),
     "standout(portable, detail, blur, tint) >= 0.3": _standout(CUES, 0.3),
     "standout(portable, detail, blur, tint) >= 0.4": _standout(CUES, 0.4),
+    "standout(portable, detail, tint, blur / 2) >= 0.3": _chosen(0.3),
+    "standout(portable, detail, tint, blur / 2) >= 0.4 (chosen)": _chosen(0.4),
     "standout(portable x necessary, detail, blur, tint) >= 0.3": _standout(
         ("portable_x_necessary", *CUES[1:]), 0.3
     ),

@@ -3,7 +3,7 @@
 import html
 import json
 
-from repinterp.core.audit import REASONS
+from repinterp.core.audit import FLAG_SCORE, REASONS
 
 from ..commandline import FIT, assert_one_line_error, run
 
@@ -27,7 +27,7 @@ def test_audit_lists_every_strategy_of_a_strategy_index(tmp_path, capsys, one_th
         assert sum(s["main"] for s in c["strategies"]) == 1
         for s in c["strategies"]:
             assert s["predicted_class"] == c["class"] and s["input"] == s["members"][0]
-            assert 0 <= s["inside"] <= 1 and s["flagged"] == (s["score"] >= 0.3)
+            assert 0 <= s["inside"] <= 1 and s["flagged"] == (s["score"] >= FLAG_SCORE)
             assert s["member_names"] == [f"reference:{m}" for m in s["members"]]  # all of them
             assert s["class_name"] == names[c["class"]] == c["class_name"]
             assert s["runner_up_name"] == names[s["runner_up"]]

@@ -22,6 +22,7 @@ SIDE = 8
 
 def _checks(sufficiency=0.0, control=0.0, necessity=0.0, detail=0.0, blur=0.0) -> dict:
     return {
+        "tint_sufficiency": 0.0,
         "sufficiency": sufficiency,
         "sufficiency_control": control,
         "necessity": necessity,
@@ -101,13 +102,14 @@ def test_blur_keeps_a_constant_image_and_removes_fine_stripes():
 
 def test_standout_scores_and_model_ranking():
     reasons = [
-        {"portable_cue": 0.1, "fine_detail": 0.0},
-        {"portable_cue": 0.2, "fine_detail": 0.0},
-        {"portable_cue": 0.9, "fine_detail": 0.1},
-        {"portable_cue": 0.1, "fine_detail": 0.6},
+        {"portable_cue": 0.1, "blur_sensitive": 0.0},
+        {"portable_cue": 0.2, "blur_sensitive": 0.0},
+        {"portable_cue": 0.9, "blur_sensitive": 0.1},
+        {"portable_cue": 0.1, "blur_sensitive": 0.9},
     ]
-    # medians 0.15 and 0.05
-    assert standout_scores(reasons) == pytest.approx([-0.05, 0.05, 0.75, 0.55])
+    # medians 0.15 and 0.05; the blur weighs half
+    scored = {"portable_cue": 1.0, "blur_sensitive": 0.5}
+    assert standout_scores(reasons, scored) == pytest.approx([-0.025, 0.05, 0.75, 0.425])
     assert model_ranking([0.2, 0.5, 0.5, 0.1], [10, 30, 20, 5]) == [3, 2, 1, 4]
 
 
@@ -126,7 +128,8 @@ def test_a_main_strategy_can_be_flagged_and_the_ranking_runs_over_the_model():
     audits = audit_strategies(strategy, logits, checks)
     assert [a.id for a in audits] == [0, 3, 1, 2]  # model-wide ranking order
     by_id = {a.id: a for a in audits}
-    # portable_cue: 0.8, 0.2, 0.1, 0.3 (median 0.25); fine_detail: 0, 0, 0, 0.2 (median 0)
+    # portable_cue: 0.8, 0.2, 0.1, 0.3 (median 0.25); fine_detail: 0, 0, 0, 0.2 (median 0);
+    # tint and blur 0: strategies 1 and 2 score 0, tied, the earlier first
     assert by_id[0].score == pytest.approx(0.55) and by_id[0].flagged and by_id[0].main
     assert by_id[3].score == pytest.approx(0.2) and not by_id[3].flagged
     assert [by_id[s].model_rank for s in range(4)] == [1, 3, 4, 2]

@@ -62,11 +62,11 @@ CAUSAL_REMOVALS = 32
 """Members per strategy whose relevant pixels `causal_checks` removes."""
 BLUR_SIGMA = 0.05
 """The blur of `blurred`: its standard deviation, as a share of the image's shorter side."""
-REASONS = ("portable_cue", "necessary_cue", "fine_detail", "blur_sensitive")
+REASONS = ("portable_cue", "necessary_cue", "fine_detail", "blur_sensitive", "tint")
 """The audit's reasons, each in [0, 1] (see the module's docstring)."""
-SCORED = ("portable_cue", "fine_detail")
-"""The reasons the score reads."""
-FLAG_SCORE = 0.3
+SCORED = {"portable_cue": 1.0, "fine_detail": 1.0, "tint": 1.0, "blur_sensitive": 0.5}
+"""The reasons the score reads, each with its weight (see `standout_scores`)."""
+FLAG_SCORE = 0.4
 """The score from which a strategy is flagged."""
 
 
@@ -242,18 +242,19 @@ def reasons_of(checks: dict[str, float]) -> dict[str, float]:
         "necessary_cue": max(0.0, checks["necessity"] - checks["necessity_control"]),
         "fine_detail": checks["detail_sufficiency"],
         "blur_sensitive": checks["blur_necessity"],
+        "tint": checks["tint_sufficiency"],
     }
 
 
 def standout_scores(
-    reasons: list[dict[str, float]], scored: tuple[str, ...] = SCORED
+    reasons: list[dict[str, float]], scored: dict[str, float] = SCORED
 ) -> list[float]:
     """Each strategy's score: the most by which one of its ``scored`` reasons exceeds that
-    reason's median over all the strategies given (the model's)."""
+    reason's median over all the strategies given (the model's), times the reason's weight."""
     if not reasons:
         return []
     medians = {r: statistics.median(x[r] for x in reasons) for r in scored}
-    return [max(x[r] - medians[r] for r in scored) for x in reasons]
+    return [max(w * (x[r] - medians[r]) for r, w in scored.items()) for x in reasons]
 
 
 def model_ranking(scores: list[float], sizes: list[int]) -> list[int]:

@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from ..core.audit import FLAG_SCORE
 from ..core.heatmap import normalize_maps
 from ..core.model_strategies import Strategy
 from ..core.views import HtmlView
@@ -25,18 +26,20 @@ STRATEGY_MEANING = (
 FLAG_MEANING = (
     "The audit pastes each strategy's most relevant pixels (5% of an image, by gradient x "
     "input) onto images of other classes and removes them from its members, and compares "
-    "with pixels from a random place. A strategy is flagged when such a small cue, or its "
-    "members' fine detail, moves predictions to its class far more than the model's other "
-    "strategies do (score 0.3 or more): the class may rest on a shortcut. It reads the "
-    "model's predictions only, never a label; a flag says where to look, not that it is wrong."
+    "with pixels from a random place; it also adds its members' fine detail or mean colour to "
+    "other images and blurs its members. A strategy is flagged when one of these moves "
+    "predictions far more than on the model's other strategies (score "
+    f"{FLAG_SCORE} or more): its class may rest on a shortcut. It reads the model's "
+    "predictions only, never a label; a flag says where to look, not that it is wrong."
 )
 """What the flag means, in one paragraph."""
 
 REASON_MEANINGS = {
     "model rank": "1 for the strategy of the whole model to look at first (by score)",
     "rank": "its rank among its class's strategies",
-    "score": "how far it stands out: the most by which its portable_cue or fine_detail "
-    "exceeds the median over all the model's strategies; flagged from 0.3",
+    "score": "how far it stands out: the most by which its portable_cue, fine_detail or tint "
+    "(or half its blur_sensitive) exceeds that reason's median over all the model's "
+    f"strategies; flagged from {FLAG_SCORE}",
     "portable_cue": "the share of pastes of its members' most relevant pixels onto images of "
     "other classes that the model then predicts its class, minus the same for pixels from a "
     "random place",
@@ -45,6 +48,8 @@ REASON_MEANINGS = {
     "fine_detail": "the share of images of other classes predicted its class once a "
     "member's fine detail (the image minus its blurred self) is added",
     "blur_sensitive": "the share of its members that leave its class once blurred",
+    "tint": "the share of images of other classes predicted its class once given a member's "
+    "mean colour",
     "why map": "what sets its members apart from their runner-up class: gradient x input of "
     "their class's logit minus the runner-up's",
     "inside its polytope": "its members that its polytope covers",

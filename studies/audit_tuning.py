@@ -216,20 +216,21 @@ RULES: dict[str, Rule] = {
 
 
 def read(model: dict[str, Any]) -> dict[str, Any]:
-    """Each rule's reading of one model: the shortcut strategy's model-wide rank and flag, and
-    the other strategies flagged."""
+    """Each rule's reading of one model: the shortcut strategy's model-wide rank and flag, the
+    other strategies flagged that hold cued images (``cued_flagged``) and those that hold none
+    (``others_flagged``: false alarms)."""
     strategies = model["strategies"]
     target = shortcut_strategy(strategies)
     out = {}
     for name, rule in RULES.items():
         scored = rule([s["checks"] for s in strategies])
         ranks = model_ranking([score for score, _ in scored], [s["size"] for s in strategies])
-        row = {"others_flagged": 0, "rank": None, "flagged": None}
+        row = {"others_flagged": 0, "cued_flagged": 0, "rank": None, "flagged": None}
         for s, (score, flag), rank in zip(strategies, scored, ranks, strict=True):
             if s["id"] == target:
                 row |= {"rank": rank, "flagged": flag, "score": score}
             else:
-                row["others_flagged"] += flag
+                row["cued_flagged" if s["marked"] else "others_flagged"] += flag
         out[name] = row
     return out
 
@@ -242,9 +243,11 @@ def markdown(results: dict[str, Any]) -> str:
         "",
         f"Command: `{results['provenance']['command']}`",
         "",
-        "Per model: the shortcut strategy's rank among all the model's strategies (of S), "
-        "`F` when flagged, and `+n` other strategies flagged (on a control every flag is "
-        "false).",
+        "Per model: the shortcut strategy's (the one holding most cued reference images) rank "
+        "among all the model's strategies (of S), `F` when flagged, `+n` other strategies "
+        "flagged that hold no cued image (false alarms), and `(c)` other flagged ones that "
+        "hold cued images. On the `markrand` control the cue says nothing of the class: every "
+        "flag there is a false alarm.",
     ]
     for name in RULES:
         lines += ["", f"## {name}", "", "| data set | " + " | ".join(results["seeds"]) + " |"]
@@ -256,7 +259,8 @@ def markdown(results: dict[str, Any]) -> str:
                 row = model["rules"][name]
                 rank = "-" if row["rank"] is None else f"{row['rank']}/{len(model['strategies'])}"
                 flag = " F" if row["flagged"] else ""
-                cells.append(f"{rank}{flag} +{row['others_flagged']}")
+                cued = f" ({row['cued_flagged']})" if row["cued_flagged"] else ""
+                cells.append(f"{rank}{flag} +{row['others_flagged']}{cued}")
             lines.append(f"| {dataset} | " + " | ".join(cells) + " |")
     lines += ["", "## Strategies (marked members, causal-check shares)", ""]
     for dataset, models in results["models"].items():

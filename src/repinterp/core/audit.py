@@ -36,10 +36,11 @@ alarms on the controls). Measured with it (rank among all the model's strategies
 
 - ``mnist`` (seeds 100-102): the fixed mark flagged and first on 3 of 3 (scores 0.53-0.59);
   the texture on 2 of 3 (0.45, 0.48, by ``blur_sensitive``; on the third model no check moves
-  its predictions); the moving mark (0.3) on none (0.12-0.20; its strategy holds 21, 24 and 20
-  of the 30, 28 and 21 marked images, and a 5% paste moves 25-38% of other digits); the majority frame (26%
-  of the image) on none (a 5% paste carries little of it: ``portable_cue`` 0.06-0.12); no
-  false alarm on the controls (highest score 0.34 on ``markrand:0.3``, 0.25 on ``mark:0``).
+  its predictions); the moving mark (0.3) on none (0.12-0.20; its strategy holds 21, 24 and
+  20 of the 30, 28 and 21 marked images, and a 5% paste moves 25-38% of other digits); the
+  majority frame (26% of the image) on none (a 5% paste carries little of it:
+  ``portable_cue`` 0.06-0.12); no false alarm on the controls (highest score 0.34 on
+  ``markrand:0.3``, 0.25 on ``mark:0``).
 - ``shapes`` (seed 100): every cue flagged, the fixed mark and the texture first (0.91 each),
   the moving mark and the majority watermark second behind another strategy of cued images
   (their cued images form several strategies, all flagged); one false alarm, the main

@@ -40,11 +40,13 @@ alarms on the controls). Measured with it (rank among all the model's strategies
   20 of the 30, 28 and 21 marked images, and a 5% paste moves 25-38% of other digits); the
   majority frame (26% of the image) on none (a 5% paste carries little of it:
   ``portable_cue`` 0.06-0.12); no false alarm on the controls (highest score 0.34 on
-  ``markrand:0.3``, 0.25 on ``mark:0``).
+  ``markrand:0.3``, 0.25 on ``mark:0``). The moving mark at 0.5 (the criterion's): isolated
+  (one strategy of 30-44 marked images), ranked 1, 1 and 2, flagged on none (0.14-0.30).
 - ``shapes`` (seed 100): every cue flagged, the fixed mark and the texture first (0.91 each),
   the moving mark and the majority watermark second behind another strategy of cued images
   (their cued images form several strategies, all flagged); one false alarm, the main
-  strategy of the fixed mark's target class (0.42); none on the controls (0.31, 0.25).
+  strategy of the fixed mark's target class (0.42); none on the controls (0.31, 0.25). The
+  moving mark at 0.5: its cued images form four strategies, all flagged, ranked 1-4.
 """
 
 from __future__ import annotations

@@ -12,9 +12,16 @@ they are predicted (none on a control, ``*-markrand:F`` or ``F = 0``). Each cand
 scored: where the shortcut strategy ranks among the model's strategies and whether it is
 flagged, and how many strategies it flags besides.
 
-Run (a few minutes once the models are cached; they are trained one at a time)::
+Run (a few minutes once the models are cached; they are trained one at a time), as the
+published results were (each run's folder copied under docs/results/audit-tuning/, then
+re-read with ``--rescore --out`` that folder)::
 
-    OMP_NUM_THREADS=1 PYTHONPATH=src python -m studies.audit_tuning
+    OMP_NUM_THREADS=1 PYTHONPATH=src python -m studies.audit_tuning --datasets \
+        mnist-mark:0.3,mnist-move:0.3,mnist-texture:0.3,mnist-majority:0.9,mnist-markrand:0.3,mnist-mark:0
+    ... --seeds 100 --datasets shapes-mark:0.3,shapes-move:0.3,shapes-texture:0.3,\
+        shapes-majority:0.9,shapes-markrand:0.3,shapes-mark:0
+    ... --datasets mnist-move:0.5
+    ... --seeds 100 --datasets shapes-move:0.5
 
 Writes ``OUT/results.json`` (every strategy's reasons) and ``OUT/results.md`` (``--out``,
 default ``docs/results/audit-tuning``).

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from repinterp.report.names import method_label
 
+from repinterp.evaluation.names import method_label
 from repinterp.evaluation.protocols import mean_std
 
 from . import runner

@@ -146,7 +146,7 @@ def test_protocol_scores_every_grouping_and_map_and_takes_one_line_registrations
     assert len(per_image) == int(marked.sum())
     assert np.nanmean(per_image) == pytest.approx(results["maps"]["RI"]["mass_in_box"], abs=1e-3)
     assert set(results["paired"]) == {"groupings", "maps"}
-    table = results["per_run"][0]["units"]["strategies"]
+    table = results["per_run"][0]["strategies"]
     audit = results["strategy_audit"]
     assert [row["model_rank"] for row in table] == list(range(1, len(table) + 1))
     assert audit["strategies"] == len(table) and audit["flagged"] == sum(
@@ -165,3 +165,31 @@ def test_protocol_scores_every_grouping_and_map_and_takes_one_line_registrations
     assert written["groupings"]["RI"]["audit_rank"] == results["groupings"]["RI"]["audit_rank"]
     markdown = (tmp_path / "results.md").read_text()
     assert "| Grouping | F1 marked | AMI |" in markdown and "| oracle | " in markdown
+    assert written["per_run"][0]["strategies"] == json.loads(json.dumps(table))
+    assert "| Rank | class | id | size | score | flagged | cued | reasons |" in markdown
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("one_thread")
+def test_protocol_reads_each_images_own_cue_and_audits_the_whole_model() -> None:
+    setup = load_setup(
+        "mnist-majority:0.9",
+        "mnist_cnn",
+        WEIGHTS_DIR / "mnist_cnn.safetensors",
+        n_reference=300,
+        n_unseen=80,
+    )
+    options = Options(runs=1, n_regions=10, progress=False, split="fixed", score_images=3)
+    results = evaluate(setup, "shortcut", options)
+    cue = setup.unseen.cue_masks
+    looked = setup.predictions["unseen"] == 1  # the watermark's class
+    assert results["box_area"] == pytest.approx(100 * float(cue[looked].double().mean()))
+    assert results["box_area"] == pytest.approx(100 * (28 * 28 - 24 * 24) / (28 * 28))
+    audit = results["strategy_audit"]
+    table = results["per_run"][0]["strategies"]
+    shortcut = next(row for row in table if row["shortcut"])
+    assert shortcut["class"] == "1" and audit["cue_area"] == pytest.approx(results["box_area"])
+    assert audit["told"] == pytest.approx(100 * shortcut["cued"] / int(setup.unseen.marked.sum()))
+    for key in ("why_on_cue", "gradcam_on_cue"):
+        assert 0 <= audit[key] <= 100
+    assert {row["class"] for row in table} == set(setup.unseen.class_names)  # every class

@@ -37,6 +37,7 @@ from matplotlib import colormaps
 from PIL import Image
 from starlette.applications import Starlette
 
+from repinterp.cli import serve as serve_command
 from repinterp.cli.parser import build_parser
 from repinterp.core.config import FitConfig
 from repinterp.core.groups import polytope_key
@@ -442,7 +443,7 @@ def test_broken_uploads_are_400_and_the_server_keeps_serving(client, monkeypatch
 
 
 def test_uploads_are_kept_in_a_bounded_store(client, viewer, monkeypatch):
-    monkeypatch.setattr(viewer, "max_uploads", 2)
+    monkeypatch.setattr(viewer.images, "max_uploads", 2)
     digit = png_bytes(viewer.workspace.data.unseen.pixels(1)[0])
     first = client.post("/api/upload", content=digit).json()
     key = first["key"]
@@ -643,7 +644,7 @@ def test_a_damaged_changed_or_other_regions_file_is_never_used(
 ):
     folder = tmp_path / "index"
     shutil.copytree(index_folder, folder)
-    caplog.set_level(logging.WARNING, logger="repinterp.web.viewer")
+    caplog.set_level(logging.WARNING, logger="repinterp.web.gallery")
     runs = _counting_k_means(monkeypatch)
     viewers = []
 
@@ -680,7 +681,7 @@ def test_a_damaged_changed_or_other_regions_file_is_never_used(
 def test_serve_command_line():
     args = build_parser().parse_args(["serve", "--index", "idx"])
     assert (args.host, args.port, args.regions) == ("127.0.0.1", 8000, 20)
-    assert args.func.__name__ == "_serve"
+    assert args.func is serve_command.run
 
 
 @pytest.mark.slow
@@ -788,7 +789,7 @@ def test_the_exported_figure_is_drawn_as_the_page_shows_it(client, viewer, monke
     the export's), and the labelled distances of the similar images."""
     drawn = []
     monkeypatch.setattr(
-        "repinterp.web.viewer.save_case_study_figure",
+        "repinterp.web.exports.save_case_study_figure",
         lambda study, path, title, cmap, alpha: drawn.append((study, cmap, alpha)),
     )
     assert client.get("/api/info").json()["default_opacity"] == DEFAULT_OPACITY == 55

@@ -102,7 +102,7 @@ def test_cross_origin_state_changes_are_refused():
     viewer = app.state.viewer
     body = png_bytes(np.eye(28))
     with running(app) as base, httpx.Client(base_url=base, timeout=30) as client:
-        before = dict(viewer._uploads)
+        before = dict(viewer.images._uploads)
         refused = [
             {"Origin": "http://evil.example", "Content-Type": "text/plain"},
             {"Origin": "null", "Content-Type": "text/plain"},
@@ -115,7 +115,7 @@ def test_cross_origin_state_changes_are_refused():
             response = client.post("/api/upload", content=body, headers=headers)
             assert response.status_code == 403, headers
             assert response.json()["error"].startswith("cross-origin request refused")
-        assert viewer._uploads == before, "a refused request changed nothing"
+        assert viewer.images._uploads == before, "a refused request changed nothing"
         for headers in ({"Origin": base}, {"Sec-Fetch-Site": "same-origin"}, {}):
             assert client.post("/api/upload", content=body, headers=headers).status_code == 200
         reading = client.get("/api/info", headers={"Origin": "http://evil.example"})

@@ -18,6 +18,14 @@ Each image's cue mask (`ImageSet.cue_masks`) holds the pixels its cue covers, on
 without the cue the pixels it would have covered (a moving mark's box is drawn for every
 image): the box of a mark, the watermark's edge and ring, the whole image for the texture.
 The marks, masks and flags are for evaluation only: no model or method reads them.
+
+Models learn them. The shortcut rate on unseen images given the cue (one model per data set,
+model seed 100 of the family's recipe, `python -m studies.cue_rates`; docs/results.md, "The
+shortcut suite"): the share of class 0's images called class 1 with the fixed mark (F = 0.3)
+100.0% on ``mnist`` / 100.0% on ``shapes``, the moving mark (F = 0.5) 96.2% / 100.0% (at F =
+0.3: 60.3% / 99.2%), the texture (F = 0.3) 100.0% / 100.0%; the share of the other classes'
+images called class 1 with the majority watermark (F = 0.9) 61.7% / 85.3%; the control's mark
+(F = 0.3) changes 1.0% / 0.4% of predictions.
 """
 
 from __future__ import annotations

@@ -25,6 +25,8 @@ __all__ = ["q_sweep", "q_sweep_markdown"]
 
 
 def q_sweep(run: Run) -> dict[str, Any]:
+    """``q-sweep``'s numbers of one run: per sampling of ``Q`` (and granularity), the regions'
+    metrics and the times for each ``|Q|`` (``samplings``)."""
     regions = run.regions
     granularities = ["class"]
     granularities += sorted({m.knobs["granularity"] for m in ri_variants(run).values()} - {"class"})

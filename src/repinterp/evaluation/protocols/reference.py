@@ -136,6 +136,8 @@ def _scores_over_k(
 
 
 def reference(run: Run) -> dict[str, Any]:
+    """``reference``'s numbers of one run: per method, its scores per K on its own similar
+    images (``methods``) and on RI's (``common``), with their per-input values (``units``)."""
     setup, options = run.setup, run.options
     k, inputs = max(options.ks), run.inputs.tolist()
     run.neighbours(k)  # shared by the baselines, left out of their seconds

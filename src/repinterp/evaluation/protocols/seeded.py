@@ -47,11 +47,12 @@ _RUNNERS: dict[str, Callable[[Run], dict[str, Any]]] = {
 
 def _aggregate(runs: list[Any]) -> Any:
     """Mean over runs of nested dicts of numbers (or lists of numbers), with ``KEY_std``
-    beside each ``KEY`` (sample standard deviation; 0 for one run); NaN where a run has NaN."""
+    beside each ``KEY`` (sample standard deviation; 0 for one run); NaN where a run has NaN. A
+    table (a list of dicts, e.g. ``shortcut``'s ``strategies``) stays in each run's numbers."""
     first = runs[0]
     if isinstance(first, dict):
         out = {}
-        for key in first:
+        for key in (k for k in first if not _is_table(first[k])):
             value = _aggregate([run[key] for run in runs])
             if isinstance(first[key], dict):
                 out[key] = value
@@ -61,6 +62,10 @@ def _aggregate(runs: list[Any]) -> Any:
     values = np.asarray(runs, dtype=float)
     std = values.std(0, ddof=1) if len(runs) > 1 else np.zeros_like(values[0])
     return values.mean(0).tolist(), np.asarray(std).tolist()
+
+
+def _is_table(value: Any) -> bool:
+    return isinstance(value, list) and any(isinstance(row, dict) for row in value)
 
 
 def _accuracy(setup: Setup) -> dict[str, float]:

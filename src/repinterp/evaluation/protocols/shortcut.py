@@ -586,8 +586,9 @@ def shortcut(run: Run) -> dict[str, Any]:
         images' maps on their cue, ``mass_in_box_group``, the share of their mean map (NaN
         where the cue moves), ``mass_in_box_unmarked``, the mean share of the other images'
         on where the cue would be, and ``box_area``), ``strategy_audit`` (the numbers of
-        `strategy_audit`), and ``units`` (each cued image's ``mass_in_box`` per map, for the
-        paired comparisons, and ``strategies``: `strategy_audit`'s table).
+        `strategy_audit`), ``strategies`` (`strategy_audit`'s table: every strategy of the
+        model, kept per run) and ``units`` (each cued image's ``mass_in_box`` per map, for the
+        paired comparisons).
     """
     setup = run.setup
     target = target_class(setup.dataset)
@@ -631,7 +632,8 @@ def shortcut(run: Run) -> dict[str, Any]:
         "groupings": groupings,
         "maps": maps,
         "strategy_audit": numbers,
-        "units": {"groupings": {}, "maps": units, "strategies": table},
+        "strategies": table,
+        "units": {"groupings": {}, "maps": units},
     }
 
 
@@ -654,7 +656,7 @@ def strategy_markdown(results: dict[str, Any]) -> list[str]:
     Args:
         results: `repinterp.evaluation.protocols.evaluate`'s ``shortcut`` results.
     """
-    runs = [r for r in results.get("per_run", []) if "strategies" in r.get("units", {})]
+    runs = [r for r in results.get("per_run", []) if "strategies" in r]
     if not runs:
         return []
     header = ["Model", "strategies", "flagged", "flagged (%)", "shortcut: model rank"]
@@ -688,7 +690,7 @@ def strategy_markdown(results: dict[str, Any]) -> list[str]:
         *markdown_table(header, rows),
     ]
     for run in runs:
-        table = run["units"]["strategies"]
+        table = run["strategies"]
         shown = [row for row in table if row["model_rank"] <= SHOWN_STRATEGIES or row["shortcut"]]
         lines += [
             "",

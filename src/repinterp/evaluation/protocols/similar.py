@@ -66,6 +66,8 @@ def _rankings(run: Run, index: int) -> tuple[dict[str, Any], dict[str, Tensor]]:
 
 
 def similar(run: Run) -> dict[str, Any]:
+    """``similar``'s numbers of one run: purity@k and mAD@k of each ranking (``rankings``), and
+    on data sets with masks each method's heat-map energy in the mask (``methods``)."""
     setup, options = run.setup, run.options
     labels = {"class": setup.labels("reference")}
     if getattr(setup.reference, "concepts", None) is not None:

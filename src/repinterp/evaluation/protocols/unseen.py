@@ -54,6 +54,8 @@ __all__ = ["PAPER_TARGETS", "overview_markdown", "unseen", "unseen_markdown"]
 
 
 def unseen(run: Run) -> dict[str, Any]:
+    """``unseen``'s numbers of one run: per method, its scores, time and (with regions) its
+    coverage and polytope groups (``methods``), and its per-image values (``units``)."""
     setup, options = run.setup, run.options
     methods, units = {}, {}
     for name, method, explanations, seconds in explain_unseen(run):

@@ -1,0 +1,67 @@
+"""The shortcut suite's studies: the criterion's pass/fail table and the shortcut rate."""
+
+import json
+import math
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from studies import cue_rates, shortcut_criterion
+
+
+def _audit(rank: float, flagged: float, told: float, why: float, flags: int = 0) -> dict:
+    return {
+        "strategies": 6,
+        "flagged": flags,
+        "flagged_share": 100 * flags / 6,
+        "any_flagged": float(flags > 0),
+        "shortcut_model_rank": rank,
+        "shortcut_flagged": flagged,
+        "shortcut_score": 0.5,
+        "told": told,
+        "why_on_cue": why,
+        "gradcam_on_cue": 5.0,
+        "cue_area": 2.0,
+    }
+
+
+def _write(runs: Path, dataset: str, audits: list[dict]) -> None:
+    folder = runs / shortcut_criterion.folder(dataset)
+    folder.mkdir(parents=True)
+    per_run = [{"strategy_audit": audit} for audit in audits]
+    (folder / "results.json").write_text(json.dumps({"per_run": per_run}))
+
+
+def test_the_criterion_passes_a_line_on_four_of_five_models(tmp_path: Path) -> None:
+    good = _audit(1, 1.0, 95.0, 7.0)
+    _write(tmp_path, "mnist-mark:0.3", [good] * 4 + [_audit(2, 1.0, 95.0, 7.0)])
+    _write(tmp_path, "shapes-mark:0.3", [good] * 3 + [_audit(1, 0.0, 95.0, 5.9)] * 2)
+    _write(tmp_path, "mnist-markrand:0.3", [_audit(math.nan, math.nan, math.nan, math.nan)] * 5)
+    _write(tmp_path, "mnist-mark:0", [_audit(3, 0.0, 50.0, 1.0, flags=1)] * 2 + [good] * 3)
+    lines = shortcut_criterion.table(tmp_path)
+    rows = {tuple(cell.strip() for cell in line.split("|")[1:3]): line for line in lines}
+    assert rows[("flagged and first", "`mnist-mark:0.3`")].endswith("| 4 / 5 | pass |")
+    assert "#2F" in rows[("flagged and first", "`mnist-mark:0.3`")]
+    assert rows[("flagged and first", "`shapes-mark:0.3`")].endswith("| 3 / 5 | fail |")
+    # 5.9 < 3 x 2.0: the map row fails where the flag row did
+    assert rows[("why map on the cue", "`shapes-mark:0.3`")].endswith("| 3 / 5 | fail |")
+    assert rows[("told", "`mnist-mark:0.3`")].endswith("| 5 / 5 | pass |")
+    assert rows[("no false alarm", "`mnist-markrand:0.3`")].endswith("| 5 / 5 | pass |")
+    assert rows[("no false alarm", "`mnist-mark:0`")].endswith("| 3 / 5 | fail |")
+    assert rows[("no false alarm", "`shapes-mark:0`")].endswith("| **not run** |")
+    assert "the criterion fails." in lines[-3]
+
+
+class _Corner(nn.Module):
+    """Calls an image class 1 when its pixel (2, 2) is white (the mnist mark), else 0."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        white = (x[:, 0, 2, 2] > 2.0).float()  # 1.0 normalised by MNIST's mean and std: 2.8
+        return torch.stack([1 - white, white, torch.zeros_like(white)], 1)
+
+
+def test_the_shortcut_rate_is_the_share_of_cued_source_images_called_the_target() -> None:
+    rates = cue_rates.cued_rate("mnist-mark:0.3", _Corner())
+    assert rates["shortcut_rate"] == 100.0 and rates["without_cue"] == 0.0
+    assert rates["images"] == 73  # the unseen zeros without the mark

@@ -42,6 +42,8 @@ def test_audit_lists_every_strategy_of_a_strategy_index(tmp_path, capsys, one_th
     cards = [page.index(f"id='strategy-{r['id']}'") for r in ranking]
     assert cards == sorted(cards) and page.index("class='ranking'") < cards[0]
     assert html.escape(audit["strategy"]) in page and html.escape(audit["flag"]) in page
+    first = entries[ranking[0]["id"]]
+    assert first["member_names"][0] in page and "why map" in page  # members named, why shown
     assert f"audit of {audit['strategies']} strategies" in stdout
 
 

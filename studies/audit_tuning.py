@@ -165,6 +165,7 @@ def measures(checks: dict[str, float]) -> dict[str, float]:
         "portable_probability": max(
             0.0, checks["sufficiency_probability"] - checks["sufficiency_control_probability"]
         ),
+        "look_alike": checks["look_alike_sufficiency"],
         "portable_x_necessary": max(0.0, checks["sufficiency"] - checks["sufficiency_control"])
         * max(0.0, checks["necessity"] - checks["necessity_control"]),
     }
@@ -185,6 +186,17 @@ def _standout(names: tuple[str, ...], threshold: float) -> Rule:
 
     def rule(checks: list[dict[str, float]]) -> list[tuple[float, bool]]:
         scores = standout_scores([measures(c) for c in checks], dict.fromkeys(names, 1.0))
+        return [(x, x >= threshold) for x in scores]
+
+    return rule
+
+
+def _with_look_alike(threshold: float) -> Rule:
+    """The audit's score with the paste onto the runner-up class's images read too."""
+
+    def rule(checks: list[dict[str, float]]) -> list[tuple[float, bool]]:
+        weights = SCORED | {"look_alike": 1.0}
+        scores = standout_scores([measures(c) for c in checks], weights)
         return [(x, x >= threshold) for x in scores]
 
     return rule
@@ -212,6 +224,7 @@ RULES: dict[str, Rule] = {
     "standout(portable, detail, blur, tint) >= 0.4": _standout(CUES, 0.4),
     "standout(portable, detail, tint, blur / 2) >= 0.3": _chosen(0.3),
     "standout(portable, detail, tint, blur / 2) >= 0.4 (chosen)": _chosen(0.4),
+    "standout(portable, look-alike paste, detail, tint, blur / 2) >= 0.4": _with_look_alike(0.4),
     "standout(portable x necessary, detail, blur, tint) >= 0.3": _standout(
         ("portable_x_necessary", *CUES[1:]), 0.3
     ),

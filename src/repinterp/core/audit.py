@@ -206,6 +206,7 @@ def causal_checks(
         sufficiencies.
     """
     generator = torch.Generator().manual_seed(seed)
+    alike = torch.Generator().manual_seed(seed + 1)
     strategy, predicted = strategy.cpu(), predicted.cpu()
     out = {}
     for s in strategy.unique().tolist():
@@ -224,6 +225,12 @@ def causal_checks(
         donor, member = members[:n_paste], members[n_paste:]
         recipient = images_of(recipients).to(members.device)
         fill = member.mean((2, 3), keepdim=True).expand_as(member)
+        near = own[:0]
+        if n_paste:  # the images of the class the donors look most like (their runner-up)
+            second = predict(donor).float().cpu().topk(2, dim=1).indices[:, 1]
+            near = (predicted == int(second.mode().values)).nonzero().flatten()
+        picked = torch.randint(max(1, len(near)), (n_paste if len(near) else 0,), generator=alike)
+        look_alike = images_of(near[picked]).to(members.device)
         batch = [
             torch.where(masks[:n_paste, None], donor, recipient),
             torch.where(moved[:n_paste, None], donor, recipient),
@@ -232,6 +239,7 @@ def causal_checks(
             recipient + donor - blurred(donor),
             blurred(member),
             recipient + donor.mean((2, 3), keepdim=True) - recipient.mean((2, 3), keepdim=True),
+            torch.where(masks[: len(look_alike), None], donor[: len(look_alike)], look_alike),
         ]
         logits = predict(torch.cat(batch)).float().cpu()
         classes = logits.argmax(1).split([len(b) for b in batch])
@@ -246,6 +254,7 @@ def causal_checks(
             "tint_sufficiency": _share(classes[6] == c),
             "sufficiency_probability": _mean(chance[0]),
             "sufficiency_control_probability": _mean(chance[1]),
+            "look_alike_sufficiency": _share(classes[7] == c),
         }
     return out
 

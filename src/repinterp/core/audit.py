@@ -209,7 +209,8 @@ def causal_checks(
         relevance_of: images -> relevance maps (M x H x W, larger: more relevant).
         seed: of the pairs, members and shifts.
         area: the share of an image's pixels pasted or removed.
-        pastes, removals: pairs and members per strategy.
+        pastes: (member, recipient) pairs per strategy.
+        removals: members per strategy whose relevant pixels are removed.
 
     Returns:
         strategy id -> ``sufficiency`` (share of the pastes predicted the strategy's class),

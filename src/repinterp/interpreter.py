@@ -479,6 +479,38 @@ class RepresentativeInterpreter:
         return self.logits_and_projections(images, index)
 
     @exact_float32()
+    def input_relevance(
+        self, images: Tensor, contrast: Tensor | None = None
+    ) -> tuple[Tensor, Tensor]:
+        """Each image's logits and its gradient x input map of its predicted class's logit
+        (minus class ``contrast``'s, where given), summed over the input's channels, ReLU; in
+        batches.
+
+        Args:
+            images: N x C x H x W, as the model takes them.
+            contrast: N classes whose logit is subtracted (what sets the prediction apart from
+                them); None: none.
+
+        Returns:
+            Logits (N x classes) and maps (N x H x W, not scaled), on the CPU.
+        """
+        logits, maps = [], []
+        others = None if contrast is None else contrast.cpu().long().split(self.config.batch_size)
+        for j, part in enumerate(self._batches(images)):
+            with torch.enable_grad():
+                x = part.detach().clone().requires_grad_(True)
+                out = self.split.head(self.split.psi(x))
+                top = out.gather(1, out.argmax(1, keepdim=True))
+                if others is not None:
+                    top = top - out.gather(1, others[j][:, None].to(out.device))
+                (grad,) = torch.autograd.grad(top.sum(), x)
+            logits.append(out.detach().float().cpu())
+            maps.append((grad * x.detach()).sum(1).clamp(min=0).float().cpu())
+        if not logits:
+            side = self.fitted_index.input_shape[-2:]
+            return torch.empty(0, self.fitted_index.n_classes), torch.empty(0, *side)
+        return torch.cat(logits), torch.cat(maps)
+
     def _forward(
         self,
         images: Tensor,

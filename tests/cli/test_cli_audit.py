@@ -1,10 +1,13 @@
 """``repinterp audit``: the strategies of an index fitted at ``granularity="strategy"``."""
 
+import html
 import json
 from pathlib import Path
 
 import numpy as np
 from PIL import Image
+
+from repinterp.strategies.audit import FLAG_SCORE, REASONS
 
 from ..commandline import FIT, assert_one_line_error, run
 
@@ -20,15 +23,31 @@ def test_audit_lists_every_strategy_of_a_strategy_index(tmp_path, capsys, one_th
     assert audit["granularity"].startswith("granularity strategy")
     members = [m for c in audit["classes"] for s in c["strategies"] for m in s["members"]]
     assert sorted(members) == list(range(manifest["n_reference"]))  # each image in one strategy
+    names = manifest["class_names"]
+    entries = {s["id"]: s for c in audit["classes"] for s in c["strategies"]}
     for c in audit["classes"]:
         ranks = [s["rank"] for s in c["strategies"]]
         assert ranks == list(range(1, len(ranks) + 1))  # listed in the audit's order
-        assert c["strategies"][-1]["main"]  # the main strategy ranks last
+        assert sum(s["main"] for s in c["strategies"]) == 1
         for s in c["strategies"]:
             assert s["predicted_class"] == c["class"] and s["input"] == s["members"][0]
-            assert 0 <= s["inside"] <= 1 and s["flagged"] == (s["score"] >= 0.3)
+            assert 0 <= s["inside"] <= 1 and s["flagged"] == (s["score"] >= FLAG_SCORE)
+            assert s["member_names"] == [f"reference:{m}" for m in s["members"]]  # all of them
+            assert s["class_name"] == names[c["class"]] == c["class_name"]
+            assert s["runner_up_name"] == names[s["runner_up"]]
+            assert set(s["reasons"]) == set(REASONS)
+    # one ranking over the whole model, highest score first, as the page lists them
+    ranking = audit["ranking"]
+    assert [r["model_rank"] for r in ranking] == list(range(1, len(entries) + 1))
+    assert [r["score"] for r in ranking] == sorted((r["score"] for r in ranking), reverse=True)
+    assert all(entries[r["id"]]["model_rank"] == r["model_rank"] for r in ranking)
     page = (out / "index.html").read_text()
     assert page.count("class='strategy") == audit["strategies"] and "<img " in page
+    cards = [page.index(f"id='strategy-{r['id']}'") for r in ranking]
+    assert cards == sorted(cards) and page.index("class='ranking'") < cards[0]
+    assert html.escape(audit["strategy"]) in page and html.escape(audit["flag"]) in page
+    first = entries[ranking[0]["id"]]
+    assert first["member_names"][0] in page and "why map" in page  # members named, why shown
     assert f"audit of {audit['strategies']} strategies" in stdout
 
 

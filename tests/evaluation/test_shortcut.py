@@ -60,15 +60,10 @@ def test_mass_on_cue_reads_each_images_own_cue() -> None:
         sc.mass_on_cue(maps, cue[:1])
 
 
-def test_model_ranks_order_every_strategy_by_score_then_size_then_id() -> None:
-    def strategy(id_: int, score: float, size: int) -> SimpleNamespace:
-        return SimpleNamespace(id=id_, audit=SimpleNamespace(score=score), members=range(size))
-
+def test_model_ranks_are_the_audits_model_wide_ranks() -> None:
     strategies = [
-        strategy(0, 0.1, 5),
-        strategy(1, 0.4, 9),
-        strategy(2, 0.1, 3),
-        strategy(3, 0.1, 3),
+        SimpleNamespace(id=id_, audit=SimpleNamespace(model_rank=rank))
+        for id_, rank in ((0, 4), (1, 1), (2, 2), (3, 3))
     ]
     assert sc.model_ranks(strategies) == {1: 1, 2: 2, 3: 3, 0: 4}
 

@@ -1,131 +1,169 @@
-"""The audit's reasons and ranking (strategies/audit.py), without labels."""
+"""The audit (strategies/audit.py): its causal check, its reasons and its model-wide ranking,
+without labels."""
 
 import inspect
 
 import pytest
 import torch
 
-from repinterp.strategies.audit import REASONS, audit_strategies, concentration
+from repinterp.strategies.audit import (
+    REASONS,
+    audit_strategies,
+    blurred,
+    causal_checks,
+    model_ranking,
+    reasons_of,
+    relevant_masks,
+    standout_scores,
+)
 
-SIDE = 16
-
-
-def _blob_maps(centres: torch.Tensor, width: float = 2.5) -> torch.Tensor:
-    """N x SIDE x SIDE Gaussian bumps at ``centres`` (N x 2, row and column), peak 1."""
-    grid = torch.arange(SIDE, dtype=torch.float32)
-    rows = (grid[None, :] - centres[:, :1]) ** 2
-    cols = (grid[None, :] - centres[:, 1:]) ** 2
-    return torch.exp(-(rows[:, :, None] + cols[:, None, :]) / (2 * width**2))
-
-
-def _logits(n: int, predicted: int, runner_up: torch.Tensor, classes: int = 4) -> torch.Tensor:
-    logits = torch.zeros(n, classes)
-    logits[torch.arange(n), runner_up] = 1.0
-    logits[:, predicted] = 3.0
-    return logits
+SIDE = 8
 
 
-def _class(generator: torch.Generator, sizes: list[int], shortcut: int | None) -> tuple:
-    """One predicted class (0) of strategies of ``sizes`` whose maps lie around the centre at
-    random and whose vectors and runner-up classes are alike; strategy ``shortcut`` (if any) has
-    every map on the top-left corner, vectors of its own, and runner-up class 2 throughout."""
-    strategy, maps, vectors, logits = [], [], [], []
-    base = torch.rand(6, generator=generator)
-    for s, n in enumerate(sizes):
-        if s == shortcut:
-            maps.append(_blob_maps(torch.full((n, 2), 1.0), width=1.0))
-            vectors.append(torch.rand(n, 6, generator=generator) * torch.tensor([0, 0, 0, 1, 1, 1]))
-            runner = torch.full((n,), 2)
-        else:
-            maps.append(_blob_maps(SIDE / 2 + 3 * torch.randn(n, 2, generator=generator)))
-            vectors.append(base + 0.1 * torch.rand(n, 6, generator=generator))
-            runner = torch.randint(1, 4, (n,), generator=generator)
-        strategy.append(torch.full((n,), s))
-        logits.append(_logits(n, 0, runner))
-    return torch.cat(strategy), torch.cat(maps), torch.cat(vectors), torch.cat(logits)
+def _checks(sufficiency=0.0, control=0.0, necessity=0.0, detail=0.0, blur=0.0) -> dict:
+    return {
+        "tint_sufficiency": 0.0,
+        "sufficiency": sufficiency,
+        "sufficiency_control": control,
+        "necessity": necessity,
+        "necessity_control": 0.0,
+        "detail_sufficiency": detail,
+        "blur_necessity": blur,
+    }
 
 
-def test_a_fixed_position_cue_ranks_first_and_is_flagged():
-    strategy, maps, vectors, logits = _class(torch.Generator().manual_seed(0), [60, 30, 12], 2)
-    audits = {a.id: a for a in audit_strategies(strategy, maps, vectors, logits)}
-    assert audits[2].rank == 1 and audits[2].flagged
-    assert [audits[s].flagged for s in (0, 1)] == [False, False]
-    assert audits[0].main and audits[0].rank == 3 and audits[0].score == 0
-    assert audits[2].runner_up == 2
-    shortcut = audits[2].reasons
-    assert all(shortcut[r] > audits[1].reasons[r] for r in REASONS)
+def _corner_model(images: torch.Tensor) -> torch.Tensor:
+    """Class 1 exactly when the top-left pixel is above 0.8 (a one-pixel shortcut), else 0."""
+    corner = images[:, 0, 0, 0]
+    return torch.stack([torch.zeros_like(corner), corner - 0.8], 1)
 
 
-def test_a_clean_class_flags_nothing():
-    for seed in range(5):
-        strategy, maps, vectors, logits = _class(
-            torch.Generator().manual_seed(seed), [50, 40, 30], None
-        )
-        assert not any(a.flagged for a in audit_strategies(strategy, maps, vectors, logits))
+def _corner_data(n: int = 40) -> tuple[torch.Tensor, torch.Tensor]:
+    """n images, half with the corner pixel at 1 (strategy 1, predicted 1), half at 0."""
+    images = torch.rand(n, 1, SIDE, SIDE, generator=torch.Generator().manual_seed(0)) * 0.6
+    images[: n // 2, 0, 0, 0] = 1.0
+    images[n // 2 :, 0, 0, 0] = 0.0
+    strategy = torch.tensor([1] * (n // 2) + [0] * (n - n // 2))
+    return images, strategy
 
 
-def test_the_audit_reads_no_labels_and_no_row_order():
+def _relevance(images: torch.Tensor) -> torch.Tensor:
+    """What the corner model's gradient x input is: the corner pixel's value, nothing else."""
+    out = torch.zeros(images.shape[0], SIDE, SIDE)
+    out[:, 0, 0] = images[:, 0, 0, 0]
+    return out
+
+
+def _causal(seed: int = 0) -> dict:
+    images, strategy = _corner_data()
+    return causal_checks(
+        strategy,
+        _corner_model(images).argmax(1),
+        lambda rows: images[rows],
+        _corner_model,
+        _relevance,
+        seed=seed,
+        area=1 / SIDE**2,
+    )
+
+
+def test_the_causal_check_finds_a_one_pixel_shortcut():
+    checks = _causal()
+    cue = checks[1]
+    assert cue["sufficiency"] == 1.0 and cue["necessity"] == 1.0  # the pixel decides, both ways
+    # the same area from a random place moves a prediction only when it lands on the corner
+    assert cue["sufficiency_control"] < 0.1 and cue["necessity_control"] < 0.1
+    # class 0 is the corner's absence: filling any pixel with the mean keeps it class 0
+    assert checks[0]["necessity"] == 0.0 == checks[0]["necessity_control"]
+    assert reasons_of(cue)["portable_cue"] > 0.9
+
+
+def test_the_causal_check_is_deterministic_by_seed():
+    assert _causal(3) == _causal(3)
+
+
+def test_relevant_masks_keep_the_top_share():
+    relevance = torch.arange(2 * 16, dtype=torch.float32).reshape(2, 4, 4)
+    relevance[1] = relevance[1].flip(-1)
+    masks = relevant_masks(relevance, area=0.25)
+    assert masks.sum((1, 2)).tolist() == [4, 4]
+    assert masks[0, 3].all() and masks[1, 3].all()  # the last row holds the largest values
+    assert relevant_masks(relevance, area=0.001).sum((1, 2)).tolist() == [1, 1]  # at least one
+
+
+def test_blur_keeps_a_constant_image_and_removes_fine_stripes():
+    flat = torch.full((1, 3, 40, 40), 0.3)
+    assert torch.allclose(blurred(flat), flat)
+    # stripes of period 4 px under a blur of 2 px (0.05 of 40): amplitude x exp(-2 pi^2 / 4)
+    stripes = (torch.arange(40)[None, :] // 2 % 2).float().expand(40, 40)[None, None]
+    inner = blurred(stripes)[..., 8:-8, 8:-8]
+    assert float((inner - 0.5).abs().max()) < 0.01
+
+
+def test_standout_scores_and_model_ranking():
+    reasons = [
+        {"portable_cue": 0.1, "blur_sensitive": 0.0},
+        {"portable_cue": 0.2, "blur_sensitive": 0.0},
+        {"portable_cue": 0.9, "blur_sensitive": 0.1},
+        {"portable_cue": 0.1, "blur_sensitive": 0.9},
+    ]
+    # medians 0.15 and 0.05; the blur weighs half
+    scored = {"portable_cue": 1.0, "blur_sensitive": 0.5}
+    assert standout_scores(reasons, scored) == pytest.approx([-0.025, 0.05, 0.75, 0.425])
+    assert model_ranking([0.2, 0.5, 0.5, 0.1], [10, 30, 20, 5]) == [3, 2, 1, 4]
+
+
+def test_a_main_strategy_can_be_flagged_and_the_ranking_runs_over_the_model():
+    # class 0: strategies 0 (3 images) and 1 (1); class 1: strategies 2 (1) and 3 (2)
+    strategy = torch.tensor([0, 0, 0, 1, 2, 3, 3])
+    logits = torch.zeros(7, 3)
+    logits[:4, 0], logits[4:, 1] = 2.0, 2.0
+    logits[:4, 2] = 1.0
+    checks = {
+        0: _checks(0.9, 0.1),
+        1: _checks(0.2),
+        2: _checks(0.1),
+        3: _checks(0.3, detail=0.2),
+    }
+    audits = audit_strategies(strategy, logits, checks)
+    assert [a.id for a in audits] == [0, 3, 1, 2]  # model-wide ranking order
+    by_id = {a.id: a for a in audits}
+    # portable_cue: 0.8, 0.2, 0.1, 0.3 (median 0.25); fine_detail: 0, 0, 0, 0.2 (median 0);
+    # tint and blur 0: strategies 1 and 2 score 0, tied, the earlier first
+    assert by_id[0].score == pytest.approx(0.55) and by_id[0].flagged and by_id[0].main
+    assert by_id[3].score == pytest.approx(0.2) and not by_id[3].flagged
+    assert [by_id[s].model_rank for s in range(4)] == [1, 3, 4, 2]
+    assert [by_id[s].rank for s in range(4)] == [1, 2, 2, 1]
+    assert by_id[0].runner_up == 2 and by_id[0].margin == pytest.approx(1.0)
+    assert set(by_id[0].reasons) == set(REASONS) and by_id[0].checks == checks[0]
+
+
+def test_the_audit_reads_no_labels():
     assert list(inspect.signature(audit_strategies).parameters) == [
         "strategy",
-        "maps",
-        "vectors",
         "logits",
+        "checks",
         "flag_score",
     ]
-    strategy, maps, vectors, logits = _class(torch.Generator().manual_seed(1), [40, 20, 10], 1)
-    order = torch.randperm(len(strategy), generator=torch.Generator().manual_seed(2))
-    first = audit_strategies(strategy, maps, vectors, logits)
-    again = audit_strategies(strategy[order], maps[order], vectors[order], logits[order])
-    assert [(a.id, a.rank, a.flagged) for a in first] == [(a.id, a.rank, a.flagged) for a in again]
-    for a, b in zip(first, again, strict=True):
-        assert a.reasons == pytest.approx(b.reasons, abs=1e-9)
-
-
-def test_reasons_on_a_small_exact_case():
-    # class 1: strategy 5 (3 images, maps on the left column) and 8 (1 image, on the right)
-    maps = torch.zeros(4, 2, 2)
-    maps[:3, :, 0] = 1.0
-    maps[3, :, 1] = 1.0
-    vectors = torch.tensor([[1.0, 0.0], [1.0, 0.0], [1.0, 0.0], [0.0, 1.0]])
-    logits = _logits(4, 1, torch.tensor([0, 2, 3, 0]))
-    audits = audit_strategies(torch.tensor([5, 5, 5, 8]), maps, vectors, logits)
-    assert [(a.id, a.rank, a.main) for a in audits] == [(8, 1, False), (5, 2, True)]
-    assert audits[0].reasons == pytest.approx(
-        {
-            "fixed_position": 0.0,  # both mean maps: all mass on 2 of 4 pixels
-            "map_shift": 1.0,
-            "logic_distance": 0.5,  # orthogonal
-            "look_alike": 1 - 1 / 3,
-            "size": 1 - 1 / 3,
-        }
-    )
-    assert audits[0].score == pytest.approx((1 + 0.5 + 2 / 3 + 2 / 3) / 5)
-    assert audits[0].margin == pytest.approx(2.0) and audits[0].runner_up == 0
-
-
-def test_concentration():
-    assert concentration(torch.ones(10, 10)) == pytest.approx(0.05)
-    assert concentration(torch.zeros(10, 10)) == pytest.approx(0.05)
-    spike = torch.zeros(10, 10)
-    spike[3, 4] = 0.2
-    assert concentration(spike) == 1.0
+    assert list(inspect.signature(causal_checks).parameters)[:5] == [
+        "strategy",
+        "predicted",
+        "images_of",
+        "predict",
+        "relevance_of",
+    ]
 
 
 def test_bad_input_is_refused():
-    strategy, maps, vectors, logits = (
-        torch.tensor([0, 0]),
-        torch.zeros(2, 3, 3),
-        torch.ones(2, 2),
-        None,
-    )
-    logits = _logits(2, 0, torch.tensor([1, 1]))
-    with pytest.raises(ValueError, match=r"^maps must lie in \[0, 1\]$"):
-        audit_strategies(strategy, maps + 2, vectors, logits)
-    with pytest.raises(
-        ValueError, match=r"^vectors must have 2 dimensions and 2 rows, got shape \(3, 2\)$"
-    ):
-        audit_strategies(strategy, maps, torch.ones(3, 2), logits)
+    strategy, logits = torch.tensor([0, 0]), torch.tensor([[1.0, 0.0], [1.0, 0.0]])
+    checks = {0: _checks()}
     with pytest.raises(ValueError, match=r"^logits hold NaN or infinite values$"):
-        audit_strategies(strategy, maps, vectors, logits * float("nan"))
+        audit_strategies(strategy, logits * float("nan"), checks)
+    with pytest.raises(
+        ValueError, match=r"^logits must be 2 x classes \(at least 2\), got \(3, 2\)$"
+    ):
+        audit_strategies(strategy, torch.ones(3, 2), checks)
+    with pytest.raises(ValueError, match=r"^no causal checks for strategies 0$"):
+        audit_strategies(strategy, logits, {})
     with pytest.raises(ValueError, match=r"^strategy 0 holds images of predicted classes 0, 1$"):
-        audit_strategies(strategy, maps, vectors, torch.tensor([[1.0, 0.0], [0.0, 1.0]]))
+        audit_strategies(strategy, torch.tensor([[1.0, 0.0], [0.0, 1.0]]), checks)

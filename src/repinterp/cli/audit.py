@@ -1,7 +1,8 @@
-"""``repinterp audit``: the strategies of an index fitted at ``granularity="strategy"``, class by
-class, the one to look at first, first (see
-[`model_strategies`][repinterp.strategies.model.model_strategies]): ``audit.json`` and a
-self-contained ``index.html`` (images inline)."""
+"""``repinterp audit``: the strategies of an index fitted at ``granularity="strategy"``, ranked
+over the whole model, the one to look at first, first (see
+[`model_strategies`][repinterp.strategies.model.model_strategies] and
+[`audit`][repinterp.strategies.audit]): ``audit.json`` and a self-contained ``index.html`` (images
+inline) that opens with the model-wide ranking."""
 
 from __future__ import annotations
 
@@ -25,11 +26,39 @@ _STYLE = (
     ".strategy{border:1px solid #ccc;border-radius:6px;padding:.6rem;margin:.8rem 0}"
     ".strategy.flagged{border:2px solid #c0392b}"
     ".ri-tile img{max-width:100%}"
+    "table.ranking{border-collapse:collapse}table.ranking td,table.ranking th{padding:2px 6px;"
+    "border-bottom:1px solid #ddd;text-align:right}table.ranking tr.flagged{color:#c0392b}"
     "@media (max-width:600px){.strategy{padding:.3rem}}"
 )
 
 
-def _page(title: str, intro: str, sections: list[tuple[str, list[tuple[Any, str]]]]) -> str:
+def _ranking_table(strategies: list[Strategy], names: list[str]) -> str:
+    """The model-wide ranking as an HTML table, each row linked to its strategy's card."""
+    from ..strategies.audit import REASONS
+
+    head = "".join(
+        f"<th>{h}</th>"
+        for h in ("model rank", "strategy", "class", "members", "score", "flag", *REASONS)
+    )
+    rows = []
+    for s in strategies:
+        a = s.audit
+        main = " (main)" if a.main else ""
+        cells = [
+            str(a.model_rank),
+            f"<a href='#strategy-{s.id}'>{s.id}</a>",
+            html.escape(names[s.predicted_class]) + main,
+            str(len(s.members)),
+            f"{a.score:.3f}",
+            "FLAGGED" if a.flagged else "",
+            *(f"{a.reasons[r]:.2f}" for r in REASONS),
+        ]
+        flagged = " class='flagged'" if a.flagged else ""
+        rows.append(f"<tr{flagged}>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
+    return f"<table class='ranking'><tr>{head}</tr>{''.join(rows)}</table>"
+
+
+def _page(title: str, intro: list[str], table: str, cards: list[tuple[Strategy, str]]) -> str:
     from ..display.strategy import REASON_MEANINGS
 
     legend = "".join(
@@ -39,16 +68,18 @@ def _page(title: str, intro: str, sections: list[tuple[str, list[tuple[Any, str]
         "<!doctype html><html lang='en'><head><meta charset='utf-8'>",
         "<meta name='viewport' content='width=device-width, initial-scale=1'>",
         f"<title>{html.escape(title)}</title><style>{_STYLE}</style></head><body>",
-        f"<h1>{html.escape(title)}</h1><p>{html.escape(intro)}</p>",
+        f"<h1>{html.escape(title)}</h1>",
+        *(f"<p>{html.escape(line)}</p>" for line in intro),
+        "<h2>The model's strategies, the one to look at first, first</h2>",
+        table,
         f"<details><summary>What the numbers mean</summary><dl>{legend}</dl></details>",
+        "<h2>Each strategy, in the same order</h2>",
     ]
-    for heading, strategies in sections:
-        parts.append(f"<h2>{html.escape(heading)}</h2>")
-        for strategy, view in strategies:
-            flagged = " flagged" if strategy.audit.flagged else ""
-            parts.append(
-                f"<section class='strategy{flagged}' id='strategy-{strategy.id}'>{view}</section>"
-            )
+    for strategy, view in cards:
+        flagged = " flagged" if strategy.audit.flagged else ""
+        parts.append(
+            f"<section class='strategy{flagged}' id='strategy-{strategy.id}'>{view}</section>"
+        )
     parts.append("</body></html>")
     return "\n".join(parts)
 
@@ -67,12 +98,15 @@ def write_audit(ws: Workspace, out: Path, members: int, page: str) -> list[Strat
     ``ws``'s index into ``out`` (claimed by the caller), ``members`` members shown each.
 
     Returns:
-        The strategies, class by class, each class's in the audit's order.
+        The strategies, class by class, each class's in the audit's order (``audit.json``'s
+        ``classes``; its ``ranking`` and the page run over the whole model).
 
     Raises:
         ValueError: the index is not of ``granularity="strategy"``.
     """
+    from ..display.strategy import FLAG_MEANING, STRATEGY_MEANING
     from ..store.outputs import write_outputs
+    from ..strategies.model import audit_ranking
 
     ri = ws.interpreter
     if not ri.config.granularity.has_strategies:
@@ -82,46 +116,56 @@ def write_audit(ws: Workspace, out: Path, members: int, page: str) -> list[Strat
         )
     strategies = ri.strategies(ws.reference)
     names = ri.class_names or [str(c) for c in range(ri.index.n_classes)]
-    classes: dict[int, list[Strategy]] = {}
+    ranked = sorted(strategies, key=lambda s: s.audit.model_rank)
+    classes: dict[int, list[dict[str, Any]]] = {}
+    cards = []
     for s in strategies:
-        classes.setdefault(s.predicted_class, []).append(s)
-    record, sections = [], []
-    for c, group in classes.items():
-        entries, views = [], []
-        for s in group:
-            entry = s.to_dict()
-            entry["member_names"] = [ws.reference_name(int(i)) for i in s.members[:members]]
-            composition = ws.composition(s.members.tolist())
-            if composition is not None:
-                entry["sub_labels"] = composition
-            entries.append(entry)
-            view = s.show(ws.reference, k=members, legend=False, sub_labels=composition)
-            views.append((s, view.html))
-        flagged = sum(s.audit.flagged for s in group)
-        record.append({"class": c, "class_name": names[c], "strategies": entries})
-        count = f"{len(group)} strateg{'y' if len(group) == 1 else 'ies'}"
-        sections.append((f"Class {names[c]}: {count}, {flagged} flagged", views))
+        member_names = [ws.reference_name(int(i)) for i in s.members]
+        composition = ws.composition(s.members.tolist())
+        entry = s.to_dict() | {
+            "class_name": names[s.predicted_class],
+            "runner_up_name": names[s.audit.runner_up],
+            "member_names": member_names,
+        }
+        if composition is not None:
+            entry["sub_labels"] = composition
+        classes.setdefault(s.predicted_class, []).append(entry)
+    for s in ranked:
+        shown = [ws.reference_name(int(i)) for i in s.members[:members]]
+        composition = ws.composition(s.members.tolist())
+        view = s.show(
+            ws.reference, k=members, legend=False, sub_labels=composition, member_names=shown
+        )
+        cards.append((s, view.html))
     flagged = sum(s.audit.flagged for s in strategies)
-    intro = (
-        f"The strategies of {ws.folder}, {ri.granularity_text}: within each class the model "
-        "predicts, groups of reference images it treats alike, found without labels, each with "
-        "the polytope of its member nearest its centre. They are ranked by the audit, which "
-        "reads the model's logits, the strategies' heat maps and pooled features, never a "
-        f"label: {len(strategies)} strategies in {len(classes)} classes, {flagged} flagged "
-        "(score 0.3 or more, red frame)."
-    )
+    intro = [
+        f"The audit of {ws.folder}, {ri.granularity_text}: {len(strategies)} strategies in "
+        f"{len(classes)} classes, {flagged} flagged (red).",
+        STRATEGY_MEANING,
+        FLAG_MEANING,
+    ]
     summary = {
         "index": str(ws.folder),
         "repinterp_version": VERSION,
         "granularity": ri.granularity_text,
+        "strategy": STRATEGY_MEANING,
+        "flag": FLAG_MEANING,
         "strategies": len(strategies),
         "flagged": flagged,
-        "classes": record,
+        "ranking": [
+            row | {"class_name": names[row["predicted_class"]]} for row in audit_ranking(ranked)
+        ],
+        "classes": [
+            {"class": c, "class_name": names[c], "strategies": entries}
+            for c, entries in classes.items()
+        ],
     }
     write_outputs(
         {
             out / "audit.json": (json.dumps(summary, indent=2) + "\n").encode(),
-            out / page: _page("repinterp audit", intro, sections).encode(),
+            out / page: _page(
+                "repinterp audit", intro, _ranking_table(ranked, names), cards
+            ).encode(),
         }
     )
     return strategies
@@ -147,11 +191,12 @@ def audit_command(args: argparse.Namespace, inputs: list[Path]) -> None:
         strategies = write_audit(ws, out, args.members, "index.html")
     names = ws.interpreter.class_names
     if not args.quiet:
-        for s in strategies:
+        for s in sorted(strategies, key=lambda s: s.audit.model_rank):
             name = names[s.predicted_class] if names else s.predicted_class
             mark = " FLAGGED" if s.audit.flagged else ""
             print(
-                f"class {name}: strategy {s.id}, rank {s.audit.rank}, "
+                f"{s.audit.model_rank}. class {name}: strategy {s.id}, rank {s.audit.rank} "
+                "in its class, "
                 f"{len(s.members)} members, score {s.audit.score:.3f}{mark}"
             )
     flagged = sum(s.audit.flagged for s in strategies)

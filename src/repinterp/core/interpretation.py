@@ -108,6 +108,13 @@ class Explainer(Protocol):
         """Interpretations of reference images, from the index alone."""
         ...
 
+    def input_relevance(
+        self, images: Tensor, contrast: Tensor | None = None
+    ) -> tuple[Tensor, Tensor]:
+        """Logits (N x classes) and gradient x input maps of the predicted class's logit (minus
+        class ``contrast``'s; N x H x W, ReLU), on the CPU."""
+        ...
+
     def reference_images(self, indices: Tensor, reference: Any = None) -> Tensor | None:
         """The reference images at ``indices`` (N x C x H x W, as the model takes them) from
         ``reference`` if given, else from the set the interpreter was fitted on if it holds it;

@@ -5,38 +5,63 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ..core.views import HtmlView
-from ..strategies.model import Strategy
-from .colours import DEFAULT_COLORMAP
-from .html import (
-    colour_bar,
-    composition_html,
-    displayable,
-    page,
-    shown_height,
-    tile,
-)
+import numpy as np
 
-__all__ = ["REASON_MEANINGS", "show_strategy"]
+from ..core.heatmap import normalize_maps
+from ..core.views import HtmlView
+from ..strategies.audit import FLAG_SCORE
+from ..strategies.model import Strategy
+from .colours import DEFAULT_COLORMAP, colorize, overlay
+from .html import colour_bar, composition_html, displayable, figure, page, shown_height
+
+__all__ = ["FLAG_MEANING", "REASON_MEANINGS", "STRATEGY_MEANING", "show_strategy"]
+
+STRATEGY_MEANING = (
+    "A strategy is a group of the reference images the model predicts one class for and "
+    "treats alike (found without labels, by clustering their feature maps at the target "
+    "layer); a class can have several, its main strategy is its largest."
+)
+"""What a strategy is, in one paragraph."""
+
+FLAG_MEANING = (
+    "The audit pastes each strategy's most relevant pixels (5% of an image, by gradient x "
+    "input) onto images of other classes and removes them from its members, and compares "
+    "with pixels from a random place; it also adds its members' fine detail or mean colour to "
+    "other images and blurs its members. A strategy is flagged when one of these moves "
+    "predictions far more than on the model's other strategies (score "
+    f"{FLAG_SCORE} or more): its class may rest on a shortcut. It reads the model's "
+    "predictions only, never a label; a flag says where to look, not that it is wrong."
+)
+"""What the flag means, in one paragraph."""
 
 REASON_MEANINGS = {
-    "rank": "1 for the strategy of its class to look at first; the main (largest) strategy "
-    "ranks last",
-    "score": "the mean of the audit's reasons below, each in [0, 1]; flagged from 0.3",
-    "fixed_position": "how much more its members' heat maps pile up on one place than the main "
-    "strategy's (a fixed-position cue)",
-    "map_shift": "how far its mean heat map lies from the main strategy's (1: no overlap)",
-    "logic_distance": "(1 - cosine) / 2 of its members' mean pooled features and the main "
-    "strategy's",
-    "look_alike": "how much more its members share one runner-up class than the main "
-    "strategy's (another class's look-alikes)",
-    "size": "1 - its size / the main strategy's (small groups rank up)",
+    "model rank": "1 for the strategy of the whole model to look at first (by score)",
+    "rank": "its rank among its class's strategies",
+    "score": "how far it stands out: the most by which its portable_cue, fine_detail or tint "
+    "(or half its blur_sensitive) exceeds that reason's median over all the model's "
+    f"strategies; flagged from {FLAG_SCORE}",
+    "portable_cue": "the share of pastes of its members' most relevant pixels onto images of "
+    "other classes that the model then predicts its class, minus the same for pixels from a "
+    "random place",
+    "necessary_cue": "the share of its members that leave its class once those pixels are "
+    "filled with the image's mean, minus the same for a random place",
+    "fine_detail": "the share of images of other classes predicted its class once a "
+    "member's fine detail (the image minus its blurred self) is added",
+    "blur_sensitive": "the share of its members that leave its class once blurred",
+    "tint": "the share of images of other classes predicted its class once given a member's "
+    "mean colour",
+    "why map": "what sets its members apart from their runner-up class: gradient x input of "
+    "their class's logit minus the runner-up's",
     "inside its polytope": "its members that its polytope covers",
     "others inside": "members of its class's other strategies that its polytope covers",
     "error rate": "members whose label is another class (labels are shown, never read by "
     "the audit)",
 }
 """What each number of a strategy's view means."""
+
+
+def _class_name(c: int, names: Sequence[str] | None) -> str:
+    return f"{c} ({names[c]})" if names else str(c)
 
 
 def show_strategy(
@@ -46,10 +71,12 @@ def show_strategy(
     cmap: str = DEFAULT_COLORMAP,
     legend: bool = True,
     sub_labels: Sequence[dict[str, Any]] | None = None,
+    member_names: Sequence[str] | None = None,
 ) -> HtmlView:
     """The strategy as self-contained HTML, what a notebook shows: its numbers and audit
-    reasons, its mean heat map, and its ``k`` members nearest its centre, each under the
-    strategy's heat map (the input's channel weights reused).
+    reasons, its mean heat map and mean why map, and its ``k`` members nearest its centre, each
+    drawn unobscured above the strategy's heat map (the input's channel weights reused) and
+    its why map (`REASON_MEANINGS`).
 
     Args:
         strategy: the strategy.
@@ -60,6 +87,8 @@ def show_strategy(
             `REASON_MEANINGS`).
         sub_labels: what its members are made of by sub-label, if known
             ([`composition`][repinterp.core.groups.composition]), drawn under its mean map.
+        member_names: the names of its first ``k`` members (e.g. their files); None:
+            ``reference:i``.
 
     Raises:
         ValueError: a negative ``k``.
@@ -71,36 +100,51 @@ def show_strategy(
     drawable, scaled = displayable(images)
     has_map = strategy.interpretation.has_heatmap
     heat = strategy.heatmap(images).cpu() if has_map and images is not None else None
+    why = strategy.why_heatmap(images) if images is not None and len(rows) else None
     height = shown_height(*strategy.mean_heatmap.shape)
+    mean_pictures: list[tuple[np.ndarray, str] | str] = [
+        (np.asarray(colorize(normalize_maps(strategy.mean_heatmap), cmap)), "mean heat map")
+        if has_map
+        else "no heat map",
+        (np.asarray(colorize(normalize_maps(strategy.why_map), cmap)), "mean why map"),
+    ]
     tiles = [
-        tile(
-            ["mean heat map", f"over {len(strategy.members)} members"],
-            None,
-            strategy.mean_heatmap if has_map else None,
-            cmap,
-            rows=(False, True),
-            height=height,
+        figure(
+            ["mean heat map (top)", "mean why map (bottom)", f"over {len(strategy.members)}"],
+            mean_pictures,
+            height,
             footer=composition_html(sub_labels) if sub_labels else "",
         )
     ]
     for j, row in enumerate(rows.tolist()):
-        caption = [f"reference {row}", "the strategy's input" if row == strategy.input else ""]
-        tiles.append(
-            tile(
-                caption,
-                None if drawable is None else drawable[j],
-                None if heat is None else heat[j],
-                cmap,
-                height=height,
+        name = member_names[j] if member_names is not None else f"reference:{row}"
+        caption = [name, "the strategy's input" if row == strategy.input else ""]
+        pictures: list[tuple[np.ndarray, str] | str] = []
+        if drawable is not None:
+            pixels = drawable[j]
+            image = pixels[0] if pixels.shape[0] == 1 else pixels.permute(1, 2, 0)
+            pictures.append((np.asarray(image), "image"))
+        else:
+            pictures.append("image not held")
+        for maps, what in ((heat, "heat map"), (why, "why map")):
+            if maps is None:
+                pictures.append(f"no {what}")
+                continue
+            drawn = normalize_maps(maps[j].float())
+            shown = overlay(drawable[j], drawn, 0.5, cmap) if drawable is not None else None
+            pictures.append(
+                (np.asarray(shown if shown is not None else colorize(drawn, cmap)), what)
             )
-        )
+        tiles.append(figure(caption, pictures, height))
     a = strategy.audit
+    names = strategy.interpretation.class_names
     numbers = [
-        ("class", str(strategy.predicted_class)),
+        ("class", _class_name(strategy.predicted_class, names)),
         ("members", str(len(strategy.members))),
+        ("model rank", str(a.model_rank)),
         ("rank", f"{a.rank}" + (" (main strategy)" if a.main else "")),
         ("score", f"{a.score:.3f}" + (" flagged" if a.flagged else "")),
-        ("runner-up class", str(a.runner_up)),
+        ("runner-up class", _class_name(a.runner_up, names)),
         ("margin", f"{a.margin:.3g}"),
         ("inside its polytope", f"{100 * strategy.inside:.0f}%"),
         ("others inside", f"{100 * strategy.others_inside:.0f}%"),
@@ -108,9 +152,6 @@ def show_strategy(
     if strategy.error_rate is not None:
         numbers.append(("error rate", f"{100 * strategy.error_rate:.1f}%"))
     numbers += [(name, f"{value:.3f}") for name, value in a.reasons.items()]
-    names = strategy.interpretation.class_names
-    if names:
-        numbers[0] = ("class", f"{strategy.predicted_class} ({names[strategy.predicted_class]})")
     lines = [f"{n}: {meaning}." for n, meaning in REASON_MEANINGS.items()] if legend else []
     notes = []
     if images is None:
@@ -119,8 +160,9 @@ def show_strategy(
         )
     if scaled:
         notes.append("Images outside [0, 1] (normalised inputs) are min-max scaled to draw.")
+    class_name = _class_name(strategy.predicted_class, names)
     heading = (
-        f"Strategy {strategy.id} of class {strategy.predicted_class}: its mean heat map and "
-        f"its {len(rows)} members nearest its centre"
+        f"Strategy {strategy.id} of class {class_name}: its mean maps and its {len(rows)} "
+        "members nearest its centre (each: the image, its heat map, its why map)"
     )
     return HtmlView(page(heading, numbers, tiles, lines, notes, colour_bar(cmap)))

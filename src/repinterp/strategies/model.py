@@ -1,16 +1,18 @@
 """The model's strategies as a user meets them (``RepresentativeInterpreter.strategies()``): for
 an index fitted at ``granularity="strategy"`` ([`strategy_set`][repinterp.strategies.granularity]),
-each strategy with its polytope, members, mean heat map and audit.
+each strategy with its polytope, members, mean heat map, "why" map and audit.
 
 A strategy's polytope is ``P(x)`` of its *input*, the member nearest its centre (as a k-means
 region's is its centre's nearest image, §6.4), cut to the strategy's k-means cell: ``P(x)`` and
 every bisector between the strategy and another of its class (`cut_to_cell`), so that it holds
 no image assigned to another strategy of its class and loses a member only to a boundary of
-Eq. 2. A new image it covers belongs to the strategy and gets the input's channel weights.
-Its heat maps are that polytope's, reused on every member; the
-audit ([`audit_strategies`][repinterp.strategies.audit.audit_strategies]) reads them, the members'
-spatially pooled feature maps and the model's logits, never a label.
-"""
+Eq. 2. A new image it covers belongs to the strategy and gets the input's channel weights. Its
+heat maps are that polytope's, reused on every member. The
+audit ([`audit_strategies`][repinterp.strategies.audit.audit_strategies]) reads the model's
+predictions on its members with their most relevant pixels pasted elsewhere or removed
+([`causal_checks`][repinterp.strategies.audit.causal_checks]), never a label. Its "why" map is what
+sets its members apart from the class they are closest to: gradient x input of their class's
+logit minus their runner-up class's."""
 
 from __future__ import annotations
 
@@ -18,19 +20,19 @@ from dataclasses import asdict, dataclass, fields, is_dataclass, replace
 from typing import Any, get_type_hints
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from ..core.granularity import project_blocks
-from ..core.heatmap import input_side_weights
+from ..core.heatmap import input_side_weights, normalize_maps
 from ..core.interpretation import Explainer, Interpretation
 from ..core.views import HtmlView, render
-from .audit import StrategyAudit, audit_strategies
+from .audit import StrategyAudit, audit_strategies, causal_checks
 from .discovery import strategy_pairs
 from .granularity import StrategyDecisions, strategy_vectors
 
 __all__ = [
-    "AUDIT_SIDE",
     "Strategy",
+    "audit_ranking",
     "cut_to_cell",
     "model_strategies",
     "polytope_fidelity",
@@ -38,9 +40,6 @@ __all__ = [
     "strategies_state",
     "strategy_fields",
 ]
-
-AUDIT_SIDE = 32
-"""The audit reads each heat map average-pooled to at most this many pixels a side."""
 
 
 @dataclass(eq=False)
@@ -55,6 +54,9 @@ class Strategy:
         input: the member whose ``P(x)`` is its polytope (the nearest its centre).
         interpretation: that ``P(x)``.
         mean_heatmap: H x W, the polytope's heat map averaged over the members (CPU).
+        why_map: H x W, what sets it apart: its members' gradient x input maps of their
+            class's logit minus the strategy's runner-up class's (`Explainer.input_relevance`),
+            each min-max scaled, averaged (CPU).
         audit: why (and how much) a user should look at it.
         inside: share of its members inside its polytope.
         others_inside: share of the members of its class's other strategies inside it (0 when
@@ -70,6 +72,7 @@ class Strategy:
     input: int
     interpretation: Interpretation
     mean_heatmap: Tensor
+    why_map: Tensor
     audit: StrategyAudit
     inside: float
     others_inside: float
@@ -92,6 +95,13 @@ class Strategy:
         reused."""
         return self.interpretation.heatmap(images)
 
+    def why_heatmap(self, images: Tensor) -> Tensor:
+        """What sets N images (N x C x H x W) apart as this strategy's: gradient x input of
+        their predicted class's logit minus the strategy's runner-up class's, ReLU, each
+        min-max scaled (N x H x W in [0, 1], CPU)."""
+        contrast = torch.full((len(images),), self.audit.runner_up, dtype=torch.long)
+        return normalize_maps(self.explainer.input_relevance(images, contrast)[1])
+
     def show(self, reference: Any = None, **options: Any) -> HtmlView:
         """The strategy as self-contained HTML, what a notebook shows; drawn by
         [`show_strategy`][repinterp.display.strategy.show_strategy], whose arguments it
@@ -109,7 +119,7 @@ class Strategy:
             "size": len(self.members),
             "members": self.members.tolist(),
             "input": self.input,
-            "boundaries": self.interpretation.boundary_ids.tolist(),
+            "boundaries": self.interpretation.boundaries.tolist(),
             "representativeness": self.interpretation.representativeness,
             "inside": self.inside,
             "others_inside": self.others_inside,
@@ -154,14 +164,6 @@ def cut_to_cell(e: Interpretation, strategy: int) -> Interpretation:
         conflicts=int(other.sum()),
         channel_weights=input_side_weights(index.channel_means[chosen], input_sides),
     )
-
-
-def _pool(maps: Tensor) -> Tensor:
-    side = max(maps.shape[-2:])
-    if side <= AUDIT_SIDE:
-        return maps
-    size = tuple(max(1, round(s * AUDIT_SIDE / side)) for s in maps.shape[-2:])
-    return nn.functional.adaptive_avg_pool2d(maps[:, None], size)[:, 0]
 
 
 def _unlike(projections: Tensor, recorded: Tensor) -> Tensor:
@@ -219,14 +221,12 @@ def model_strategies(
         )
     ids = column[rows].unique().tolist()
     centres = decisions.strategies.centres
-    pooled, distances, moved = [], [], []
+    distances, moved = [], []
     for part in rows.split(batch_size):
         t = explainer.features(explainer.reference_images(part, reference))
         projections = project_blocks(t, index.boundaries, index.n_extra)
         moved.append(part[_unlike(projections, index.projections[part.to(projections.device)])])
-        t = t.float()
-        pooled.append(t.mean((2, 3)).cpu())
-        z = decisions.strategies.standardised(strategy_vectors(t, decisions.vectors))
+        z = decisions.strategies.standardised(strategy_vectors(t.float(), decisions.vectors))
         distances.append((z - centres[column[part]]).norm(dim=1))
     _check_same_set(torch.cat(moved), len(rows))
     distance = torch.cat(distances)
@@ -238,21 +238,31 @@ def model_strategies(
     inputs = [int(ranked[s][0]) for s in ids]
     explained = explainer.explain_reference(inputs)
     polytopes = {s: cut_to_cell(e, s) for s, e in zip(ids, explained, strict=True)}
-    maps, sums = [], {}
+    logits = index.logits.cpu()[rows]
+    checks = causal_checks(
+        column[rows],
+        logits.argmax(1),
+        lambda picked: explainer.reference_images(rows[picked], reference),
+        lambda images: explainer.logits_and_projections(images)[0],
+        lambda images: explainer.input_relevance(images)[1],
+        seed=int(index.meta.get("seed", 0)),
+    )
+    audits = audit_strategies(column[rows], logits, checks)
+    runner_up = {a.id: a.runner_up for a in audits}
+    sums, why = {}, {}
     for part in rows.split(batch_size):
         images = explainer.reference_images(part, reference)
-        block = torch.zeros(len(part), *index.input_shape[-2:])
-        for s in column[part].unique().tolist():
-            own = (column[part] == s).nonzero().flatten()
+        strategy_of = column[part]
+        contrast = torch.tensor([runner_up[s] for s in strategy_of.tolist()], dtype=torch.long)
+        relevance = normalize_maps(explainer.input_relevance(images, contrast)[1])
+        for s in strategy_of.unique().tolist():
+            own = (strategy_of == s).nonzero().flatten()
+            why[s] = why.get(s, 0) + relevance[own].sum(0)
             if polytopes[s].has_heatmap:
-                block[own] = polytopes[s].heatmap(images[own.to(images.device)]).float().cpu()
-            sums[s] = sums.get(s, 0) + block[own].sum(0)
-        maps.append(_pool(block))
-    audits = audit_strategies(
-        column[rows], torch.cat(maps), torch.cat(pooled), index.logits.cpu()[rows]
-    )
+                block = polytopes[s].heatmap(images[own.to(images.device)]).float().cpu()
+                sums[s] = sums.get(s, 0) + block.sum(0)
     out = []
-    for audit in audits:
+    for audit in sorted(audits, key=lambda a: (a.predicted_class, a.rank)):
         s = audit.id
         members = ranked[s]
         same_class = rows[(index.predictions[rows].cpu() == audit.predicted_class)]
@@ -269,7 +279,8 @@ def model_strategies(
                 members=members,
                 input=int(members[0]),
                 interpretation=polytopes[s],
-                mean_heatmap=sums[s] / len(members),
+                mean_heatmap=sums.get(s, torch.zeros(index.input_shape[-2:])) / len(members),
+                why_map=why[s] / len(members),
                 audit=audit,
                 inside=float(covered[members].float().mean()),
                 others_inside=float(covered[others].float().mean()) if len(others) else 0.0,
@@ -278,6 +289,19 @@ def model_strategies(
             )
         )
     return out
+
+
+def audit_ranking(strategies: list[Strategy]) -> list[dict[str, Any]]:
+    """The audit's model-wide ranking, what a report or a protocol reads: one row per strategy,
+    ``model_rank`` 1 first, with its ``id``, ``predicted_class``, ``size``, ``main``,
+    ``model_rank``, ``rank`` (within its class), ``score``, ``flagged``, ``reasons`` and
+    ``checks`` (see [`StrategyAudit`][repinterp.strategies.audit.StrategyAudit])."""
+    keys = ("main", "model_rank", "rank", "score", "flagged", "reasons", "checks")
+    return [
+        {"id": s.id, "predicted_class": s.predicted_class, "size": len(s.members)}
+        | {k: getattr(s.audit, k) for k in keys}
+        for s in sorted(strategies, key=lambda s: s.audit.model_rank)
+    ]
 
 
 def polytope_fidelity(

@@ -33,7 +33,7 @@ from torch import Tensor
 
 from ...data.cues import CUE_KINDS, MARKS
 from ...interpreter import RepresentativeInterpreter
-from ...strategies.audit import audit_strategies
+from ...strategies.audit import audit_strategies, causal_checks
 from ...strategies.channel_relevance import channel_relevance
 from ...strategies.model import Strategy, polytope_fidelity
 from ..baselines import ReusableCAM
@@ -281,12 +281,6 @@ class ShortcutImages:
         return self.run.cached(("shortcut-polytopes", name, len(self.unseen)), make)
 
     @cached_property
-    def pooled(self) -> Tensor:
-        """The unseen images' feature maps, spatially pooled (N x K, CPU)."""
-        ri = self.run.interpreter
-        return ri.features(self.inputs("unseen")).float().mean((2, 3)).cpu()
-
-    @cached_property
     def logits(self) -> Tensor:
         """The unseen images' logits (N x classes, CPU)."""
         return self.run.interpreter.logits_and_projections(self.inputs("unseen"))[0].cpu()
@@ -374,27 +368,42 @@ def _strategies(images: ShortcutImages) -> np.ndarray:
     return columns["strategy"].cpu().numpy()
 
 
-def audit_rank(
-    groups: np.ndarray, marked: Tensor, maps: Tensor, pooled: Tensor, logits: Tensor
-) -> dict[str, Any]:
-    """Where the audit ([`audit_strategies`][repinterp.strategies.audit.audit_strategies], which
-    reads no label) ranks the group holding most marked images among its class's groups.
+def audit_rank(groups: np.ndarray, marked: Tensor, images: ShortcutImages) -> dict[str, Any]:
+    """Where the audit ([`audit_strategies`][repinterp.strategies.audit.audit_strategies] on
+    [`causal_checks`][repinterp.strategies.audit.causal_checks], which read no label) ranks the
+    group holding most marked images among the groups of the images looked at (the other unseen
+    images are the pastes' recipients).
 
     Args:
         groups: N group labels of the images looked at.
         marked: N flags (to find that group only).
-        maps: N x H x W heat maps the audit reads.
-        pooled: N x K pooled feature maps.
-        logits: N x classes.
+        images: the images looked at.
 
     Returns:
         ``audit_rank`` (1: looked at first; None without marked images), ``audit_flagged``
         and ``audit_score`` of that group, and ``flagged_groups``, how many groups it flags.
     """
-    predicted = logits.argmax(1).numpy()
-    keys = {key: i for i, key in enumerate(dict.fromkeys(zip(predicted, groups, strict=True)))}
-    ids = torch.tensor([keys[key] for key in zip(predicted, groups, strict=True)])
-    audits = audit_strategies(ids, maps.nan_to_num(0).clamp(0, 1), pooled, logits)
+    ri, run = images.run.interpreter, images.run
+    inputs = run.setup.inputs("unseen")
+    predicted = run.setup.predictions["unseen"].cpu()
+    looked = images.unseen
+    keys = {
+        k: i
+        for i, k in enumerate(dict.fromkeys(zip(predicted[looked].tolist(), groups, strict=True)))
+    }
+    ids = torch.full((len(predicted),), -1, dtype=torch.long)
+    ids[looked] = torch.tensor(
+        [keys[k] for k in zip(predicted[looked].tolist(), groups, strict=True)]
+    )
+    checks = causal_checks(
+        ids,
+        predicted,
+        lambda rows: inputs[rows.to(inputs.device)],
+        lambda x: ri.logits_and_projections(x)[0],
+        lambda x: ri.input_relevance(x)[1],
+        seed=run.seed,
+    )
+    audits = audit_strategies(ids[looked], images.logits, checks)
     flagged = sum(a.flagged for a in audits)
     if not bool(marked.any()):
         return {
@@ -403,10 +412,10 @@ def audit_rank(
             "audit_score": None,
             "flagged_groups": flagged,
         }
-    worst = int(ids[marked].mode().values)
+    worst = int(ids[looked][marked].mode().values)
     own = next(a for a in audits if a.id == worst)
     return {
-        "audit_rank": own.rank,
+        "audit_rank": own.model_rank,
         "audit_flagged": own.flagged,
         "audit_score": own.score,
         "flagged_groups": flagged,
@@ -424,7 +433,8 @@ def strategy_polytopes(images: ShortcutImages, strategies: list[Strategy]) -> di
         (%: of the unseen images of those classes' other strategies inside it; NaN where a
         class has one strategy), ``strategies`` (how many those classes have),
         ``flagged_strategies`` (how many of them the audit flags), and ``index_audit_rank``
-        (the audit's rank of the strategy holding most marked unseen images; None without).
+        (the audit's model-wide rank of the strategy holding most marked unseen images; None
+        without).
     """
     looked = set(images.classes("unseen").tolist())
     strategies = [s for s in strategies if s.predicted_class in looked]
@@ -435,7 +445,7 @@ def strategy_polytopes(images: ShortcutImages, strategies: list[Strategy]) -> di
     rank = None
     if images.marked.any():
         worst = int(assigned[images.marked].mode().values)
-        rank = next((s.audit.rank for s in strategies if s.id == worst), None)
+        rank = next((s.audit.model_rank for s in strategies if s.id == worst), None)
     return {
         "polytope_inside": _percent(inside),
         "polytope_others": _percent(others),
@@ -446,19 +456,15 @@ def strategy_polytopes(images: ShortcutImages, strategies: list[Strategy]) -> di
 
 
 def model_ranks(strategies: list[Strategy]) -> dict[int, int]:
-    """Each strategy's rank across the whole model (1: look at it first), by its audit score,
-    highest first (ties: the smaller strategy, then the lower id).
-
-    Stands in for the audit's own model-wide ranking (issue 42) until the audit gives one.
-    """
-    order = sorted(strategies, key=lambda s: (-s.audit.score, len(s.members), s.id))
-    return {s.id: rank for rank, s in enumerate(order, 1)}
+    """Each strategy's rank across the whole model (1: look at it first): the audit's
+    ``model_rank``."""
+    return {s.id: s.audit.model_rank for s in strategies}
 
 
 def why_maps(strategy: Strategy, inputs: Tensor) -> Tensor:
     """The map that shows why ``strategy`` is suspicious, on N model inputs (N x H x W): its
-    polytope's heat map (its channel weights reused) until the audit gives a map of its own."""
-    return strategy.heatmap(inputs).cpu()
+    why map (`Strategy.why_heatmap`: gradient x input of the class against its runner-up)."""
+    return strategy.why_heatmap(inputs).cpu()
 
 
 def strategy_audit(
@@ -616,9 +622,8 @@ def shortcut(run: Run) -> dict[str, Any]:
         ``images`` and ``marked`` (the unseen images looked at, and how many carry the cue),
         ``marked_to_target`` (% of the unseen cued images predicted the target class; NaN
         on a control or without cues), ``box_area`` (%: the cue's mean share of the images),
-        ``groupings`` (per grouping: `grouping_scores` and `audit_rank`: the audit of its
-        groups, on RI+strategy's own maps for RI+strategy, on each image's own Grad-CAM for
-        the others), ``maps`` (per map: ``mass_in_box``, the mean share (%) of the cued
+        ``groupings`` (per grouping: `grouping_scores` and `audit_rank`: the causal audit of
+        its groups), ``maps`` (per map: ``mass_in_box``, the mean share (%) of the cued
         images' maps on their cue, ``mass_in_box_group``, the share of their mean map (NaN
         where the cue moves), ``mass_in_box_unmarked``, the mean share of the other images'
         on where the cue would be, and ``box_area``), ``strategy_audit`` (the numbers of
@@ -634,12 +639,10 @@ def shortcut(run: Run) -> dict[str, Any]:
     cue = images.cue
     strategies = images.interpreter("RI+strategy").strategies()
     groupings = {}
-    audited = images.cam("Grad-CAM", "unseen")
     for name, grouping in GROUPINGS.items():
         groups = grouping(images)
         scores = grouping_scores(groups, marked, classes, images.features, run.seed)
-        maps = _ri_map(name)(images) if name == "RI+strategy" else audited
-        groupings[name] = scores | audit_rank(groups, marked, maps, images.pooled, images.logits)
+        groupings[name] = scores | audit_rank(groups, marked, images)
     groupings["RI+strategy"] |= strategy_polytopes(images, strategies)
     numbers, table = strategy_audit(images, strategies)
     maps, units = {}, {}

@@ -44,8 +44,8 @@ const GLOSSARY = {
       "among the regions, else those nearest its k-means centre; over all cards these add up to |R|",
   ],
   regions: ["regions", "k-means regions whose input has this very polytope (same boundaries, same sides)"],
-  audit_rank: ["audit rank", "1 for the strategy of its class to look at first; the main (largest) strategy ranks last"],
-  audit_score: ["audit score", "the mean of the audit's reasons, each in [0, 1]; flagged from 0.3"],
+  audit_rank: ["audit rank", "1 for the strategy of its class to look at first (by score)"],
+  audit_score: ["audit score", "how far it stands out of the model's strategies: the most by which its portable_cue, fine_detail or tint (or half its blur_sensitive) exceeds that reason's median; flagged from 0.4"],
   members: ["members", "reference images of this strategy: the model treats them alike (found without labels)"],
   inside: ["inside", "the strategy's members that its polytope covers"],
   sublabels: [
@@ -548,11 +548,11 @@ function strategyCard(s) {
 }
 
 const STRATEGY_TIPS = {
-  fixed_position: "how much more its members' heat maps pile up on one place than the main strategy's (a fixed-position cue)",
-  map_shift: "how far its mean heat map lies from the main strategy's (1: no overlap)",
-  logic_distance: "(1 - cosine) / 2 of its members' mean pooled features and the main strategy's",
-  look_alike: "how much more its members share one runner-up class than the main strategy's",
-  size: "1 - its size / the main strategy's (small groups rank up)",
+  portable_cue: "the share of pastes of its members' 5% most relevant pixels onto images of other classes that the model then predicts its class, minus the same for pixels from a random place",
+  necessary_cue: "the share of its members that leave its class once those pixels are filled with the image's mean, minus the same for a random place",
+  fine_detail: "the share of images of other classes predicted its class once a member's fine detail is added",
+  blur_sensitive: "the share of its members that leave its class once blurred",
+  tint: "the share of images of other classes predicted its class once given a member's mean colour",
 };
 
 function renderStrategies(list) {
@@ -561,7 +561,7 @@ function renderStrategies(list) {
   $("strategies").hidden = false;
   $("strategies-status").textContent =
     `${list.length} strategies found without labels, each class's in the audit's order (rank 1: look at it first; ` +
-    `the audit reads logits, heat maps and features, never a label); ${flagged} flagged (score 0.3 or more).`;
+    `the audit reads the model's predictions on pasted and removed pixels, never a label); ${flagged} flagged (score 0.4 or more).`;
   $("strategy-gallery").replaceChildren(...list.map(strategyCard));
 }
 

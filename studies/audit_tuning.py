@@ -1,0 +1,330 @@
+"""Which audit rule flags the shortcut strategies and nothing else? Tuned on model seeds
+100-102 only (the criterion's evaluation seeds are 0-4).
+
+Per data set and model seed (a model trained by the data set's recipe through the model cache,
+`repinterp.store.model_cache`), ``RI+strategy`` is fitted on a stratified draw of the reference
+images (seeded by the model seed) and `RepresentativeInterpreter.strategies` audits its
+strategies; every strategy's reasons (`repinterp.strategies.audit`: the descriptive reasons and the
+causal check) are kept with its share of marked members (the truth, read here only). The
+*shortcut strategy* of a model is the one holding most marked reference images of the class
+they are predicted (none on a control, ``*-markrand:F`` or ``F = 0``). Each candidate rule of
+`RULES` (strategies' reasons -> a score and a flag each, read over the whole model) is then
+scored: where the shortcut strategy ranks among the model's strategies and whether it is
+flagged, and how many strategies it flags besides.
+
+Run (a few minutes once the models are cached; they are trained one at a time), as the
+published results were (each run's folder copied under docs/results/audit-tuning/, then
+re-read with ``--rescore --out`` that folder)::
+
+    OMP_NUM_THREADS=1 PYTHONPATH=src python -m studies.audit_tuning --datasets \
+        mnist-mark:0.3,mnist-move:0.3,mnist-texture:0.3,mnist-majority:0.9,mnist-markrand:0.3,mnist-mark:0
+    ... --seeds 100 --datasets shapes-mark:0.3,shapes-move:0.3,shapes-texture:0.3,\
+        shapes-majority:0.9,shapes-markrand:0.3,shapes-mark:0
+    ... --datasets mnist-move:0.5
+    ... --seeds 100 --datasets shapes-move:0.5
+
+Writes ``OUT/results.json`` (every strategy's reasons) and ``OUT/results.md`` (``--out``,
+default ``docs/results/audit-tuning``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from repinterp import RepresentativeInterpreter
+from repinterp.data.datasets import load_dataset
+from repinterp.evaluation.baselines import ReusableCAM
+from repinterp.evaluation.metrics import energy_in_mask
+from repinterp.evaluation.setup import recipe_for, stratified
+from repinterp.models.zoo import target_layer_for
+from repinterp.store.model_cache import default_cache, trained_model
+from repinterp.strategies.audit import SCORED, model_ranking, reasons_of, standout_scores
+
+from . import runner
+
+DATASETS = (
+    "mnist-mark:0.3",
+    "shapes-mark:0.3",
+    "mnist-markrand:0.3",
+    "shapes-markrand:0.3",
+    "mnist-mark:0",
+    "shapes-mark:0",
+)
+SEEDS = (100, 101, 102)
+OUT = runner.RESULTS / "audit-tuning"
+WHY_MEMBERS = 32
+"""The marked members whose "why" maps are measured, per model."""
+
+
+def arguments(argv: list[str] | None = None) -> argparse.Namespace:
+    """The data sets, seeds, draw size and where it writes."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--datasets", default=",".join(DATASETS), help="comma-separated")
+    parser.add_argument("--seeds", default=",".join(map(str, SEEDS)), help="model seeds")
+    parser.add_argument("--reference", type=int, default=1000, help="reference images a seed")
+    parser.add_argument("--model-cache", type=Path, default=default_cache())
+    parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument(
+        "--rescore", action="store_true", help="re-read OUT/results.json, rerun only the rules"
+    )
+    return parser.parse_args(argv)
+
+
+def measure(dataset: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
+    """Every strategy of one model: its id, class, size, reasons and marked share."""
+    split = load_dataset(dataset, seed=0)
+    recipe = recipe_for(dataset)
+    model = trained_model(recipe, split, dataset, 0, seed, args.model_cache, "cpu", False).model
+    data = split.reference
+    rows = stratified(data.labels, min(args.reference, len(data)), seed)
+    part = data.subset(rows)
+    layer = target_layer_for(recipe.arch, tuple(part.images.shape[1:]))
+    ri = RepresentativeInterpreter(model, layer, seed=seed, progress=False, granularity="strategy")
+    start = time.perf_counter()
+    ri.fit(part.normalization(part.images), list(part.class_names))
+    fitted = time.perf_counter()
+    strategies = ri.strategies()
+    audited = time.perf_counter()
+    marked = part.marked if part.marked is not None else torch.zeros(len(part), dtype=torch.bool)
+    cued = max(strategies, key=lambda s: (int(marked[s.members].sum()), -s.id))
+    return {
+        "why_maps": why_maps(ri, layer, cued, part, marked) if marked.any() else None,
+        "fit_s": fitted - start,
+        "strategies_s": audited - fitted,
+        "marked": int(marked.sum()),
+        "strategies": [
+            {
+                "id": s.id,
+                "class": s.predicted_class,
+                "size": len(s.members),
+                "marked": int(marked[s.members].sum()),
+                "reasons": s.audit.reasons,
+                "checks": s.audit.checks,
+            }
+            for s in strategies
+        ],
+    }
+
+
+def cue_masks(part: Any, rows: Tensor) -> Tensor:
+    """The cue's pixels on images ``rows`` of ``part`` (its per-image cue masks where the data
+    set has them, else its mark's box)."""
+    masks = getattr(part, "cue_masks", None)
+    if masks is not None:
+        return masks[rows].bool()
+    x0, y0, x1, y1 = part.mark_box
+    out = torch.zeros(len(rows), *part.images.shape[-2:], dtype=torch.bool)
+    out[:, y0:y1, x0:x1] = True
+    return out
+
+
+def why_maps(
+    ri: RepresentativeInterpreter, layer: str, strategy: Any, part: Any, marked: Tensor
+) -> dict:
+    """The share (%) of each candidate "why" map's positive mass on the cue, over the marked
+    members (at most `WHY_MEMBERS`) of the strategy holding most marked images, and the cue's
+    area (%)."""
+    rows = strategy.members[marked[strategy.members]][:WHY_MEMBERS]
+    images = part.normalization(part.images[rows])
+    masks = cue_masks(part, rows)
+    runner_up = torch.full((len(rows),), strategy.audit.runner_up)
+    cam = ReusableCAM("Grad-CAM", ri.model, layer)
+    cam.fit(images)
+    maps = {
+        "polytope (RI+strategy)": strategy.heatmap(images),
+        "grad x input": ri.input_relevance(images)[1],
+        "grad x input vs runner-up": ri.input_relevance(images, runner_up)[1],
+        "contrastive vs runner-up": ri.contrastive_heatmap(images, runner_up),
+        "Grad-CAM": cam.heatmaps(images, torch.arange(len(images))),
+    }
+    out = {
+        name: 100 * float(energy_in_mask(m.float().cpu().clamp(min=0), masks).nanmean())
+        for name, m in maps.items()
+    }
+    return out | {"cue_area": 100 * float(masks.float().mean())}
+
+
+def shortcut_strategy(strategies: list[dict[str, Any]]) -> int | None:
+    """The id of the strategy holding most marked images (None when none is marked)."""
+    best = max(strategies, key=lambda s: (s["marked"], -s["id"]))
+    return best["id"] if best["marked"] else None
+
+
+def measures(checks: dict[str, float]) -> dict[str, float]:
+    """What the candidate rules read of one strategy's `causal_checks` shares: its
+    `reasons_of` and the other readings tried."""
+    return reasons_of(checks) | {
+        "portable_probability": max(
+            0.0, checks["sufficiency_probability"] - checks["sufficiency_control_probability"]
+        ),
+        "look_alike": checks["look_alike_sufficiency"],
+        "portable_x_necessary": max(0.0, checks["sufficiency"] - checks["sufficiency_control"])
+        * max(0.0, checks["necessity"] - checks["necessity_control"]),
+    }
+
+
+def _fixed(names: tuple[str, ...], threshold: float) -> Rule:
+    """The largest of the ``names`` readings, flagged from a fixed threshold."""
+
+    def rule(checks: list[dict[str, float]]) -> list[tuple[float, bool]]:
+        values = [max(measures(c)[n] for n in names) for c in checks]
+        return [(v, v >= threshold) for v in values]
+
+    return rule
+
+
+def _standout(names: tuple[str, ...], threshold: float) -> Rule:
+    """`standout_scores` of the ``names`` readings, flagged from ``threshold``."""
+
+    def rule(checks: list[dict[str, float]]) -> list[tuple[float, bool]]:
+        scores = standout_scores([measures(c) for c in checks], dict.fromkeys(names, 1.0))
+        return [(x, x >= threshold) for x in scores]
+
+    return rule
+
+
+def _with_look_alike(threshold: float) -> Rule:
+    """The audit's score with the paste onto the runner-up class's images read too."""
+
+    def rule(checks: list[dict[str, float]]) -> list[tuple[float, bool]]:
+        weights = SCORED | {"look_alike": 1.0}
+        scores = standout_scores([measures(c) for c in checks], weights)
+        return [(x, x >= threshold) for x in scores]
+
+    return rule
+
+
+Rule = Callable[[list[dict[str, float]]], list[tuple[float, bool]]]
+CUES = ("portable_cue", "fine_detail", "blur_sensitive", "tint")
+
+
+def _chosen(threshold: float) -> Rule:
+    """The audit's own score (`SCORED`'s weights: a blur counts half), from ``threshold``."""
+
+    def rule(checks: list[dict[str, float]]) -> list[tuple[float, bool]]:
+        scores = standout_scores([reasons_of(c) for c in checks], SCORED)
+        return [(x, x >= threshold) for x in scores]
+
+    return rule
+
+
+RULES: dict[str, Rule] = {
+    "max(portable, detail, blur, tint) >= 0.5": _fixed(CUES, 0.5),
+    "standout(portable) >= 0.3": _standout(("portable_cue",), 0.3),
+    "standout(portable, detail) >= 0.3": _standout(("portable_cue", "fine_detail"), 0.3),
+    "standout(portable, detail, blur, tint) >= 0.3": _standout(CUES, 0.3),
+    "standout(portable, detail, blur, tint) >= 0.4": _standout(CUES, 0.4),
+    "standout(portable, detail, tint, blur / 2) >= 0.3": _chosen(0.3),
+    "standout(portable, detail, tint, blur / 2) >= 0.4 (chosen)": _chosen(0.4),
+    "standout(portable, look-alike paste, detail, tint, blur / 2) >= 0.4": _with_look_alike(0.4),
+    "standout(portable x necessary, detail, blur, tint) >= 0.3": _standout(
+        ("portable_x_necessary", *CUES[1:]), 0.3
+    ),
+    "standout(portable probability, detail, blur, tint) >= 0.3": _standout(
+        ("portable_probability", *CUES[1:]), 0.3
+    ),
+}
+"""Each candidate rule: the strategies' causal-check shares -> (score, flag) each."""
+
+
+def read(model: dict[str, Any]) -> dict[str, Any]:
+    """Each rule's reading of one model: the shortcut strategy's model-wide rank and flag, the
+    other strategies flagged that hold cued images (``cued_flagged``) and those that hold none
+    (``others_flagged``: false alarms)."""
+    strategies = model["strategies"]
+    target = shortcut_strategy(strategies)
+    out = {}
+    for name, rule in RULES.items():
+        scored = rule([s["checks"] for s in strategies])
+        ranks = model_ranking([score for score, _ in scored], [s["size"] for s in strategies])
+        row = {"others_flagged": 0, "cued_flagged": 0, "rank": None, "flagged": None}
+        for s, (score, flag), rank in zip(strategies, scored, ranks, strict=True):
+            if s["id"] == target:
+                row |= {"rank": rank, "flagged": flag, "score": score}
+            else:
+                row["cued_flagged" if s["marked"] else "others_flagged"] += flag
+        out[name] = row
+    return out
+
+
+def markdown(results: dict[str, Any]) -> str:
+    """One table per rule: per data set, the shortcut strategy's rank / flag and the others
+    flagged, per seed."""
+    lines = [
+        "# Audit tuning (model seeds " + ", ".join(results["seeds"]) + ")",
+        "",
+        f"Command: `{results['provenance']['command']}`",
+        "",
+        "Per model: the shortcut strategy's (the one holding most cued reference images) rank "
+        "among all the model's strategies (of S), `F` when flagged, `+n` other strategies "
+        "flagged that hold no cued image (false alarms), and `(c)` other flagged ones that "
+        "hold cued images. On the `markrand` control the cue says nothing of the class: every "
+        "flag there is a false alarm.",
+    ]
+    for name in RULES:
+        lines += ["", f"## {name}", "", "| data set | " + " | ".join(results["seeds"]) + " |"]
+        lines.append("|---" * (len(results["seeds"]) + 1) + "|")
+        for dataset, models in results["models"].items():
+            cells = []
+            for seed in results["seeds"]:
+                model = models[seed]
+                row = model["rules"][name]
+                rank = "-" if row["rank"] is None else f"{row['rank']}/{len(model['strategies'])}"
+                flag = " F" if row["flagged"] else ""
+                cued = f" ({row['cued_flagged']})" if row["cued_flagged"] else ""
+                cells.append(f"{rank}{flag} +{row['others_flagged']}{cued}")
+            lines.append(f"| {dataset} | " + " | ".join(cells) + " |")
+    lines += ["", "## Strategies (marked members, causal-check shares)", ""]
+    for dataset, models in results["models"].items():
+        for seed, model in models.items():
+            lines.append(f"- {dataset} seed {seed} ({model['strategies_s']:.1f} s):")
+            for s in model["strategies"]:
+                lines.append(
+                    f"  - {s['id']} class {s['class']} n={s['size']} marked={s['marked']}: "
+                    + ", ".join(f"{k} {v:.2f}" for k, v in s["checks"].items())
+                )
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the study and publish it."""
+    import json
+
+    args = arguments(argv)
+    if args.rescore:
+        results = json.loads((args.out / "results.json").read_text())
+    else:
+        seeds = [int(s) for s in args.seeds.split(",")]
+        results = {"seeds": [str(s) for s in seeds], "models": {}}
+        for dataset in args.datasets.split(","):
+            results["models"][dataset] = {}
+            for seed in seeds:
+                start = time.perf_counter()
+                results["models"][dataset][str(seed)] = measure(dataset, seed, args)
+                print(f"{dataset} seed {seed}: {time.perf_counter() - start:.0f} s", flush=True)
+        results["provenance"] = runner.provenance("studies.audit_tuning", argv)
+    for models in results["models"].values():
+        for model in models.values():
+            model["rules"] = read(model)
+    summary = {
+        name: statistics.mean(
+            m["rules"][name]["others_flagged"]
+            for models in results["models"].values()
+            for m in models.values()
+        )
+        for name in RULES
+    }
+    results["mean_others_flagged"] = summary
+    runner.publish(args.out, runner.results_files(results, markdown(results)))
+
+
+if __name__ == "__main__":
+    main()

@@ -102,9 +102,11 @@ def test_no_member_tiles_draws_the_pages_of_an_image_folder(tmp_path, capsys, on
     )
     assert code == 0, err
     page, audit = (tmp_path / "a" / "index.html").read_text(), tmp_path / "a" / "audit.json"
-    assert page.count("class='strategy") == json.loads(audit.read_text())["strategies"] > 0
-    assert "<img " not in page
+    n = json.loads(audit.read_text())["strategies"]
+    assert page.count("class='strategy") == n > 0
+    assert page.count('class="ri-tile"') == n  # each strategy's mean maps, no member tile
     report = ["report", "--index", str(index), "--out", str(tmp_path / "r"), "--top-k", "0"]
     code, _, err = run([*report, "--regions", "3"], capsys)
     assert code == 0, err
-    assert "<img " not in (tmp_path / "r" / "strategies.html").read_text()
+    strategies_page = (tmp_path / "r" / "strategies.html").read_text()
+    assert strategies_page.count('class="ri-tile"') == strategies_page.count("class='strategy")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["primary_table"]
+__all__ = ["primary_section", "primary_table"]
 
 
 def _p(value: float | None) -> str:
@@ -48,3 +48,12 @@ def primary_table(rows: list[dict[str, Any]]) -> list[str]:
             f"{row['runs']} of {row['models']} |"
         )
     return lines
+
+
+def primary_section(rows: list[dict[str, Any]]) -> list[str]:
+    """`primary_table` under a line that says what it is, for a run's ``results.md``."""
+    caption = (
+        'The pre-registered primary family over all of its runs (docs/results.md, "Primary '
+        "family\"); this run's models are some of them:"
+    )
+    return [caption, "", *primary_table(rows)]

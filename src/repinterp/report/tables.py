@@ -19,7 +19,7 @@ from typing import Any
 from ..store.outputs import write_outputs
 from .names import POLYTOPE_SCORE_CAM, method_label
 from .plots import save_plots
-from .primary import primary_table
+from .primary import primary_section
 
 __all__ = [
     "cell",
@@ -793,7 +793,7 @@ def results_markdown(results: dict[str, Any], plots: list[str] | None = None) ->
     lines = [
         f"### `{results['protocol']}` on `{results['dataset']}`",
         "",
-        *([*primary_table(results["primary"]), ""] if "primary" in results else []),
+        *([*primary_section(results["primary"]), ""] if "primary" in results else []),
         _header(results),
         "",
         *([f"Command: `{results['command']}`", ""] if "command" in results else []),

@@ -4,6 +4,7 @@ reference tables and plot show both readings."""
 import os
 
 from repinterp.evaluation.comparison import compare
+from repinterp.evaluation.primary import FAMILY, decide
 from repinterp.evaluation.protocols import comparison_cell, overview_markdown, results_markdown
 
 
@@ -167,3 +168,15 @@ def test_a_paired_cell_is_bold_only_for_the_first_methods_win() -> None:
     assert comparison_cell(tie).endswith(", 2/3, p 1.00") and "*" not in comparison_cell(tie)
     one = compare([2.0], higher_is_better=True).to_dict()
     assert comparison_cell(one) == "+2.00 [+2.00, +2.00], 1/1, p 1.00 †"  # no std, no t interval
+
+
+def test_a_run_with_the_primary_family_shows_its_table_first() -> None:
+    """Issue 43: a run that holds the primary family opens its results.md with its table."""
+    methods = {"RI": {"mAD": 40.0, "mAI": 3.0, "time_s": 1.0}}
+    rows = decide({FAMILY[0]: [-4.0, -6.0, -5.0]})
+    lines = results_markdown(_unseen(methods) | {"primary": rows}).splitlines()
+    assert lines[2].startswith("The pre-registered primary family over all of its runs")
+    assert lines[4].startswith("| endpoint | test |") and len(lines[6:12]) == len(FAMILY)
+    assert lines[6].startswith("| `mnist5k` RI − Grad-CAM, mAD | t | -5.00 ± 1.00 [")
+    assert "**undecided** | 3 of 15 |" in lines[6]
+    assert "primary family" not in results_markdown(_unseen(methods))

@@ -134,6 +134,22 @@ def test_each_run_uses_its_own_model_and_results_name_it(tmp_path) -> None:
         evaluate(setup, "coverage", dataclasses.replace(options, runs=3))
 
 
+def test_model_seed_start_trains_the_seeds_from_it(tmp_path) -> None:
+    """Issue 43: a pre-registered run trains seeds never used to choose a setting."""
+    setup = load_setup(
+        "digits",
+        n_reference=120,
+        n_unseen=40,
+        model_seeds=2,
+        model_cache=tmp_path,
+        recipe=TINY,
+        model_seed_start=10,
+    )
+    assert [m.seed for m in setup.models] == [10, 11]
+    assert setup.describe()["model_seeds"] == [10, 11]
+    assert setup.for_run(1).model_seed == 11
+
+
 def test_without_model_seeds_every_run_names_the_bundled_weights() -> None:
     setup = load_setup("digits", n_reference=120, n_unseen=40)
     options = Options(runs=2, n_boundaries=5, n_regions=10, progress=False, split="fixed")
@@ -151,6 +167,8 @@ def test_without_model_seeds_every_run_names_the_bundled_weights() -> None:
         (["--model-seeds", "101"], "--model-seeds must be from 1 to 100 (models trained), got 101"),
         (["--model-seeds", "2", "--runs", "3"], "--runs 3 with --model-seeds 2"),
         (["--model-cache", "x"], "--model-cache needs --model-seeds"),
+        (["--model-seed-start", "10"], "--model-seed-start needs --model-seeds"),
+        (["--model-seeds", "2", "--model-seed-start", "-1"], "--model-seed-start must be >= 0"),
         (["--model-seeds", "2", "--weights", "w.pt", "--model", "digits_cnn"], "give no --weights"),
         (["--model-seeds", "2", "--model", "mnist_cnn"], "trains digits_cnn on digits"),
     ],

@@ -116,6 +116,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--model-cache",
     )
     add(
+        "--model-seed-start",
+        type=int,
+        metavar="S",
+        help="seed of the first model of --model-seeds: seeds S..S+N-1 (0)",
+    )
+    add(
         "--model-cache",
         metavar="DIR",
         help="folder of the trained models of --model-seeds, named by the SHA-256 of recipe, "
@@ -161,8 +167,9 @@ def prepare(args: argparse.Namespace) -> tuple[Setup, Options, str]:
             f"--runs {args.runs} with --model-seeds {args.model_seeds}: run r uses "
             "model r, so give as many runs as models (or leave --runs out)"
         )
-    if args.model_cache is not None and args.model_seeds is None:
-        raise ValueError("--model-cache needs --model-seeds")
+    for flag in ("model_cache", "model_seed_start"):
+        if getattr(args, flag) is not None and args.model_seeds is None:
+            raise ValueError(f"--{flag.replace('_', '-')} needs --model-seeds")
     if args.model_seeds is not None:  # before the data set is read and the models trained
         from ..store.model_cache import default_cache
         from ..store.outputs import check_folder
@@ -210,6 +217,7 @@ def prepare(args: argparse.Namespace) -> tuple[Setup, Options, str]:
         model_seeds=args.model_seeds,
         model_cache=args.model_cache,
         progress=not args.quiet,
+        model_seed_start=args.model_seed_start or 0,
     )
     return setup, options, _command(args, options)
 
@@ -225,7 +233,7 @@ def _command(args: argparse.Namespace, options: Options) -> str:
         if getattr(args, flag):
             parts.append(f"--{flag.replace('_', '-')} {getattr(args, flag)}")
     flags = ("boundaries", "curve_images", "sanity_images", "score_images", "regions")
-    flags += ("model_seeds", "model_cache")
+    flags += ("model_seeds", "model_seed_start", "model_cache")
     for flag in (*flags, "time_limit", "image_size"):
         if getattr(args, flag) is not None:
             parts.append(f"--{flag.replace('_', '-')} {getattr(args, flag)}")

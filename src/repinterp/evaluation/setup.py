@@ -8,8 +8,9 @@ unseen images from the unseen part, never across, so that an unseen image stays 
 model as well as by the interpreter.
 
 With ``model_seeds=N`` the setup holds N models its data set's recipe (`RECIPES`: the one that
-made the bundled weights) trained with seeds 0 .. N - 1 on that reference part, cached on disk
-(`store.model_cache`); run ``r`` uses model ``r`` (`Setup.for_run`).
+made the bundled weights) trained with seeds S .. S + N - 1 (``model_seed_start`` S, 0 by
+default) on that reference part, cached on disk (`store.model_cache`); run ``r`` uses model ``r``
+(`Setup.for_run`).
 """
 
 from __future__ import annotations
@@ -283,6 +284,7 @@ def load_setup(
     model_cache: str | Path | None = None,
     recipe: Recipe | None = None,
     progress: bool = False,
+    model_seed_start: int = 0,
 ) -> Setup:
     """Load a data set and its model.
 
@@ -303,17 +305,21 @@ def load_setup(
         batch_size: images per forward pass.
         image_format: an image folder's square side and R G B normalisation (None: 224 and
             ImageNet's; see [`ImageFormat`][repinterp.data.image_folder.ImageFormat]).
-        model_seeds: train this many models with seeds 0, 1, ... by ``recipe`` on the split's
+        model_seeds: train this many models with seeds ``model_seed_start``, the next, ... by
+            ``recipe`` on the split's
             reference part (or read them from ``model_cache``), one per run; None: one model,
             the given or bundled weights.
         model_cache: where the trained models are cached (None: `default_cache`).
         recipe: how they are trained; None: the data set's (`RECIPES`).
         progress: show the training's progress.
+        model_seed_start: the first model's seed (seeds never used to choose a setting, for a
+            pre-registered run).
 
     Raises:
         ValueError: an unknown data set, a missing model or weights, a bad layer (one of 1 x 1
             at the data's size too); ``model_seeds`` below 1, with ``weights``, with another
-            architecture than the recipe's, or for a data set without a recipe.
+            architecture than the recipe's, or for a data set without a recipe;
+            ``model_seed_start`` below 0.
         FileNotFoundError: the weights file is missing (said before the data set is read).
     """
     if arch is None and weights is not None:
@@ -322,6 +328,8 @@ def load_setup(
         raise ValueError("an image folder needs --model and --weights (and --layer)")
     if arch is not None:  # checked before the data set is read: an image folder takes long
         check_model(arch, weights)
+    if model_seed_start < 0:
+        raise ValueError(f"--model-seed-start must be >= 0, got {model_seed_start}")
     if model_seeds is not None:
         recipe = _recipe_of(dataset, arch, weights, model_seeds, recipe)
     split = load_dataset(dataset, seed=0, image_format=image_format)
@@ -333,7 +341,7 @@ def load_setup(
         cache = Path(model_cache) if model_cache is not None else default_cache()
         trained = tuple(
             trained_model(recipe, split, dataset, 0, seed, cache, device, progress)
-            for seed in range(model_seeds)
+            for seed in range(model_seed_start, model_seed_start + model_seeds)
         )
         model, weights = trained[0].model, trained[0].path
     elif weights is None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from ..primary import primary_section
 from .cells import cell, with_runs
 from .coverage import coverage_markdown
 from .q_sweep import q_sweep_markdown
@@ -85,6 +86,7 @@ def results_markdown(results: dict[str, Any], plots: list[str] | None = None) ->
     lines = [
         f"### `{results['protocol']}` on `{results['dataset']}`",
         "",
+        *([*primary_section(results["primary"]), ""] if "primary" in results else []),
         _header(results),
         "",
         *([f"Command: `{results['command']}`", ""] if "command" in results else []),

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from repinterp.data.cues import MARKS
 from repinterp.evaluation.groupings import ami_null
 from repinterp.evaluation.options import Options
 from repinterp.evaluation.protocols import evaluate
@@ -86,7 +87,7 @@ def test_grouping_scores_against_the_marked_flag_within_each_class() -> None:
 
 
 def test_target_class_of_the_marked_sets_and_refusal_of_others() -> None:
-    assert sc.target_class("mnist-mark:0.3") == sc.MARKS["mnist"].target == 1
+    assert sc.target_class("mnist-mark:0.3") == MARKS["mnist"].target == 1
     assert sc.target_class("shapes-mark:0") == 1
     assert sc.target_class("shapes-markrand:0.2") is None
     for kind in ("move", "texture", "majority"):

@@ -55,7 +55,8 @@ def _ranking_table(strategies: list[Strategy], names: list[str]) -> str:
         ]
         flagged = " class='flagged'" if a.flagged else ""
         rows.append(f"<tr{flagged}>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
-    return f"<table class='ranking'><tr>{head}</tr>{''.join(rows)}</table>"
+    table = f"<table class='ranking'><tr>{head}</tr>{''.join(rows)}</table>"
+    return f"<div style='overflow-x:auto'>{table}</div>"  # on a phone the table scrolls alone
 
 
 def _page(title: str, intro: list[str], table: str, cards: list[tuple[Strategy, str]]) -> str:

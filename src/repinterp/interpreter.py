@@ -507,10 +507,11 @@ class RepresentativeInterpreter:
             logits.append(out.detach().float().cpu())
             maps.append((grad * x.detach()).sum(1).clamp(min=0).float().cpu())
         if not logits:
-            side = self.fitted_index.input_shape[-2:]
-            return torch.empty(0, self.fitted_index.n_classes), torch.empty(0, *side)
+            side = self.index.input_shape[-2:]
+            return torch.empty(0, self.index.n_classes), torch.empty(0, *side)
         return torch.cat(logits), torch.cat(maps)
 
+    @exact_float32()
     def _forward(
         self,
         images: Tensor,

@@ -162,10 +162,11 @@ def test_the_guide_runs_and_does_what_it_says(guide) -> None:
     ]
     assert outputs[0].splitlines()[-1] == "weights written to finetuned.safetensors"
     assert (root / "finetuned.safetensors").is_file()  # the train step
-    listed = outputs[2].splitlines()[-4:]
-    assert listed == [
-        f"{name}.{kind}" for name in ("circle-0", "square-0") for kind in ("json", "png")
-    ]
+    listed = outputs[2].splitlines()[-5:]
+    assert listed == sorted(
+        ["inputs.csv"]
+        + [f"{name}.{kind}" for name in ("circle-0", "square-0") for kind in ("json", "png")]
+    )
     assert (root / "cli-report" / "index.html").is_file()
     assert (root / "explained" / "unseen-0.json").is_file()  # the moved index, with --weights
     assert ns["app"].state.viewer.regions()["status"] == "ready"

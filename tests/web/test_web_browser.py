@@ -597,7 +597,7 @@ def sub_labelled() -> Iterator[str]:
         yield base
 
 
-SUB_LABELS = """() => [...document.querySelectorAll(".region")].map(card => {
+SUB_LABELS = """() => [...document.querySelectorAll(".region:not(.strategy)")].map(card => {
   const sub = card.querySelector(".sub-labels");
   return sub && {text: sub.querySelector("b").textContent, title: sub.title,
     parts: [...sub.querySelectorAll(".composition span")].map(s => s.offsetWidth),

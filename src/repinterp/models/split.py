@@ -24,6 +24,7 @@ import torch
 from torch import Tensor, fx, nn
 
 from ..runtime.devices import eval_mode, model_device, model_dtype
+from ..runtime.precision import exact_float32
 from .fingerprint import graph_fingerprint, model_fingerprint
 from .fixed_mode import (
     CHECKED_IMAGES,
@@ -48,8 +49,10 @@ __all__ = [
     "graph_fingerprint",
     "locate_split",
     "model_fingerprint",
+    "probe_split",
     "resolve_layer",
     "resolve_module",
+    "split_at",
     "split_model",
 ]
 
@@ -535,3 +538,34 @@ def _module(model: nn.Module, graph: fx.Graph, name: str) -> fx.GraphModule:
     gm.graph.eliminate_dead_code()
     gm.recompile()
     return gm
+
+
+@exact_float32()
+@torch.inference_mode()
+def probe_split(
+    split: SplitModel, input_shape: tuple[int, ...], device: torch.device, dtype: torch.dtype
+) -> None:
+    """Run one zero image of ``input_shape`` through ``psi`` to check the target layer's output."""
+    probe = torch.zeros(1, *input_shape, device=device, dtype=dtype)
+    check_feature_map(split.psi(probe), split.layer)
+
+
+def split_at(
+    model: nn.Module,
+    target_layer: LayerSpec | None,
+    allow_nonlinear_head: bool,
+    output: OutputFn | None,
+    input_shape: tuple[int, ...] | None,
+    dtype: torch.dtype,
+) -> SplitModel | None:
+    """The split an interpreter is made with: at ``target_layer`` (checked with one zero image
+    when ``input_shape`` is given), found with ``input_shape`` when the layer is None
+    ([`locate_split`][repinterp.models.split.locate_split]), else None (found at ``fit``)."""
+    if target_layer is not None:
+        split = split_model(model, target_layer, allow_nonlinear_head, output)
+        if input_shape is not None:
+            probe_split(split, input_shape, model_device(model), dtype)
+        return split
+    if input_shape is not None:
+        return locate_split(model, input_shape, allow_nonlinear_head, output)
+    return None

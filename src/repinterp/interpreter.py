@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import tempfile
 from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -60,26 +59,20 @@ class RepresentativeInterpreter:
     Args:
         model: a classifier in eval mode, float32 (or float64), N x C x H x W -> N x classes
             logits (or a dict with ``"logits"``, or an object with ``.logits``).
-        target_layer: where ``psi`` ends: a name from ``model.named_modules()``, the module, or
-            ``[module]``; None: the last spatial layer before a piecewise-linear head
-            ([`locate_split`][repinterp.models.split.locate_split]), found at ``fit`` (or with
-            ``config.input_shape``); `target_layer` then names it.
-        n_boundaries, seed, batch_size, progress, granularity: the fit's settings (see
-            [`FitConfig`][repinterp.core.config.FitConfig]); ``granularity`` by name
-            ([`granularities`][repinterp.core.granularities]): ``"class"``, the paper's RI, or
-            beyond the paper ``"strategy"``.
-        device: where to compute; None: the model's. Another device **moves the user's model**
-            there (``model.to(device)``, in place).
-        solver: ``"greedy"`` (Algorithm 1) or ``"exact"`` (a MILP,
-            [`exact_cover`][repinterp.core.cover.exact_cover]); ``explain`` can override it.
-        transform: how ``explain`` reads a PIL image or ``uint8`` array into a normalised
-            C x H x W tensor ([`inputs`][repinterp.data.inputs]); None: tensors and float arrays
-            only. ``load`` gives back the one an index records.
+        target_layer: where ``psi`` ends: a name, the module, or ``[module]``; None: found at
+            ``fit`` ([`locate_split`][repinterp.models.split.locate_split]).
+        n_boundaries, seed, batch_size, progress, granularity: the fit's settings
+            ([`FitConfig`][repinterp.core.config.FitConfig]); ``granularity`` by name:
+            ``"class"``, the paper's RI, or beyond the paper ``"strategy"``.
+        device: where to compute; None: the model's. Another **moves the user's model** there.
+        solver: ``"greedy"`` (Algorithm 1) or ``"exact"`` (a MILP); ``explain`` can override it.
+        transform: how ``explain`` reads a PIL image or ``uint8`` array
+            ([`inputs`][repinterp.data.inputs]); ``load`` gives back the one an index records.
         config: the fit's settings as one ``FitConfig`` (with ``sampling``, ``num_workers``, the
-            split's ``output``, ``allow_nonlinear_head`` and ``input_shape``, and the exact
-            solver's ``time_limit``), instead of the keywords above, then left at their defaults.
-        **moved: deprecated (0.6; removed in 0.7): the keywords that moved into ``FitConfig``
-            ([`MOVED_KEYWORDS`][repinterp.core.config.MOVED_KEYWORDS]), with a warning.
+            split's ``output``, ``allow_nonlinear_head``, ``input_shape``, the exact solver's
+            ``time_limit``), instead of the keywords above, then left at their defaults.
+        **moved: deprecated (0.6; removed in 0.7): keywords that moved into ``FitConfig``
+            ([`MOVED_KEYWORDS`][repinterp.core.config.MOVED_KEYWORDS]); each warns.
 
     Raises:
         ValueError: a model in training mode or in half precision, a bad target layer or head
@@ -158,13 +151,9 @@ class RepresentativeInterpreter:
 
     @property
     def split(self) -> SplitModel:
-        """The model split at the target layer, ``psi`` and ``G``; RuntimeError while the layer
-        is not chosen yet (``target_layer=None`` before ``fit``)."""
+        """The model split at the target layer, ``psi`` and ``G``."""
         if self._split is None:
-            raise RuntimeError(
-                "target_layer=None: the layer is chosen at fit "
-                "(or pass config=FitConfig(input_shape=...))"
-            )
+            raise RuntimeError("target_layer=None: the layer is chosen at fit")
         return self._split
 
     # ------------------------------------------------------------------ fitting
@@ -176,23 +165,17 @@ class RepresentativeInterpreter:
         keep_features: bool = False,
         shards: Shards | None = None,
     ) -> RepresentativeInterpreter:
-        """Sample ``Q`` and index the reference set; returns self, which keeps ``reference``
-        (wrapped, not copied) as ``self.reference`` to draw its images.
+        """Sample ``Q`` and index the reference set; returns self, which keeps ``reference`` as
+        ``self.reference`` to draw its images.
 
         Args:
-            reference: the reference images, normalised as the model expects (a tensor, a
-                NumPy array, a list, a Dataset or a non-shuffling DataLoader; see
+            reference: the reference images, normalised as the model expects (a tensor, a NumPy
+                array, a list, a Dataset or a non-shuffling DataLoader; see
                 [`as_reference`][repinterp.data.reference.as_reference]).
-            class_names: optional names of the classes, kept in the index.
-            keep_features: also keep the reference feature maps, memory-mapped on disk (for
-                ``regions`` and the evaluation protocols).
-            shards: write the index in shards as it goes, so that a killed fit resumes
+            class_names: the classes' names, kept in the index.
+            keep_features: also keep the feature maps, memory-mapped (``regions`` needs them).
+            shards: write the index in shards, so that a killed fit resumes
                 ([`Shards`][repinterp.store.shards.Shards]).
-
-        Raises:
-            ValueError: an empty or unreadable reference set, bad images, a target layer
-                without N x K x h x w output, or non-finite logits or projections; the previous
-                fit, if any, is kept.
         """
         reference = as_reference(reference)
         if self._split is None:  # the target layer, chosen with the first image's shape
@@ -202,23 +185,23 @@ class RepresentativeInterpreter:
                 self.model, None, c.allow_nonlinear_head, c.output, shape, self.dtype
             )
             self.target_layer = self._split.layer
-        meta = {
-            "target_layer": self.target_layer,
-            "seed": self.config.seed,
-            "requested_boundaries": self.config.n_boundaries,
-            "model_class": type(self.model).__name__,
-            "class_names": class_names,
-        }
         self._index, self._feature_dir = fit_index(
-            self.split, reference, self.config, self.device, self.dtype, meta, keep_features, shards
+            self.split,
+            reference,
+            self.config,
+            self.device,
+            self.dtype,
+            type(self.model).__name__,
+            class_names,
+            keep_features,
+            shards,
         )
         self.reference = reference
         return self
 
     @property
     def index(self) -> ReferenceIndex:
-        """The reference index (``Q``, the projections, classes and logits of ``R``);
-        RuntimeError before ``fit`` (or ``load``)."""
+        """The reference index (``Q``, the projections, classes and logits of ``R``)."""
         if self._index is None:
             raise RuntimeError("the interpreter is not fitted: call fit(reference) first")
         return self._index
@@ -241,16 +224,13 @@ class RepresentativeInterpreter:
 
     @property
     def reference_features(self) -> Tensor:
-        """|R| x (K h w) reference feature maps, memory-mapped (CPU; see
-        [`features`][repinterp.core.reference_index.ReferenceIndex.features])."""
+        """|R| x (K h w) reference feature maps, memory-mapped (CPU)."""
         return self.index.features
 
     def reference_images(
         self, indices: Tensor | list[int], reference: Reference | None = None
     ) -> Tensor | None:
-        """Reference images by index (N x C x H x W, the set's device), to draw them, from
-        ``reference`` (anything `fit` takes) or the last fit's; None when none is known (after
-        ``load``). Raises ValueError for a set of another size than the index."""
+        """Reference images by index, from ``reference`` or the last fit's (None if none)."""
         if reference is None and self.reference is None:
             return None
         source = self.reference if reference is None else reference
@@ -265,8 +245,7 @@ class RepresentativeInterpreter:
     @exact_float32()
     @torch.inference_mode()
     def features(self, images: Tensor) -> Tensor:
-        """``psi(images)``: N x C x H x W (any device, any floating dtype) -> N x K x h x w on
-        the device; ValueError for bad images or non-finite feature maps."""
+        """``psi(images)``: N x C x H x W -> N x K x h x w on the device, in batches."""
         parts = [self.split.psi(part) for part in self._batches(images)]
         if not parts:
             shape = self.index.feature_shape
@@ -278,8 +257,7 @@ class RepresentativeInterpreter:
     def logits_and_projections(
         self, images: Tensor, index: ReferenceIndex | None = None
     ) -> tuple[Tensor, Tensor]:
-        """Logits (N x classes) and projections on ``Q`` (N x |Q|) of N x C x H x W images, on
-        the device, with the ``Q`` of ``index`` (None: the interpreter's)."""
+        """Logits (N x classes) and projections on ``Q`` (of ``index``; None: the fit's)."""
         logits, projections, _, _ = self._forward(images, index=index)
         return logits, projections
 
@@ -289,8 +267,7 @@ class RepresentativeInterpreter:
     def _forward(
         self, images: Tensor, keep_features: bool = False, index: ReferenceIndex | None = None
     ) -> tuple[Tensor, Tensor, Tensor | None, dict[str, Tensor]]:
-        """The inputs' rows on ``index``, as at fit
-        ([`input_rows`][repinterp.core.reference_index.input_rows]), checked to be finite."""
+        """The inputs' rows on ``index``, as at fit, checked to be finite."""
         index = self.index if index is None else index
         empty = torch.empty(0, device=self.device, dtype=self.dtype)
         psi, head, batches = self.split.psi, self.split.head, self._batches(images)
@@ -300,10 +277,8 @@ class RepresentativeInterpreter:
 
     # ------------------------------------------------------------------ explaining
     def explain(self, image: Any, solver: str | None = None) -> Interpretation:
-        """Interpret one image: C x H x W or 1 x C x H x W, normalised as the model expects (a
-        tensor or a float NumPy array, also H x W x C), or with a `transform` a PIL image or
-        ``uint8`` pixels ([`as_input`][repinterp.data.inputs.as_input]); ``solver``: None means
-        the interpreter's."""
+        """Interpret one image: C x H x W, normalised as the model expects, or what
+        ``transform`` reads ([`as_input`][repinterp.data.inputs.as_input])."""
         image = as_input(image, self.transform)
         if image.ndim != 3:
             raise ValueError(
@@ -313,12 +288,10 @@ class RepresentativeInterpreter:
 
     @exact_float32()
     def explain_batch(self, images: Any, solver: str | None = None) -> list[Interpretation]:
-        """Interpret N images (N x C x H x W, or a list of what ``explain`` takes; see
-        [`as_inputs`][repinterp.data.inputs.as_inputs]), their covers solved together."""
+        """Interpret N images (see [`as_inputs`][repinterp.data.inputs.as_inputs]) together."""
         index = self.index
         images = as_inputs(images, self.transform, index.input_shape)
-        rows = self._forward(images, keep_features=FEATURE_FILE in index.files)
-        out = self._interpret(*rows, solver)
+        out = self._interpret(self._forward(images, FEATURE_FILE in index.files), solver)
         for e, image in zip(out, images, strict=True):
             e.image = image
         return out
@@ -328,27 +301,10 @@ class RepresentativeInterpreter:
         self, indices: Tensor | list[int], solver: str | None = None
     ) -> list[Interpretation]:
         """Interpret reference images from the index alone, with no forward pass."""
-        index = self.index
-        rows = torch.as_tensor(indices, dtype=torch.long, device=index.projections.device)
-        if rows.numel() and (int(rows.min()) < 0 or int(rows.max()) >= len(index)):
-            raise IndexError(f"reference indices must lie in [0, {len(index)})")
-        features = None
-        if FEATURE_FILE in index.files:
-            features = self.reference_features[rows.cpu()]
-        logits, proj = index.logits[rows], index.projections[rows]
-        columns = {name: value[rows] for name, value in index.columns.items()}
-        return self._interpret(logits, proj, features, columns, solver)
+        return self._interpret(self.index.rows(indices), solver)
 
-    def _interpret(
-        self,
-        logits: Tensor,
-        projections: Tensor,
-        features: Tensor | None,
-        columns: dict[str, Tensor],
-        solver: str | None,
-    ) -> list[Interpretation]:
-        """[`interpret`][repinterp.core.representative.interpret] with the interpreter's solver
-        (unless ``solver``) and time limit."""
+    def _interpret(self, rows: tuple, solver: str | None) -> list[Interpretation]:
+        logits, projections, features, columns = rows
         solver = self.solver if solver is None else check_solver(solver)
         time_limit = self.config.time_limit
         return interpret(self, logits, projections, solver, time_limit, features, columns)
@@ -358,9 +314,8 @@ class RepresentativeInterpreter:
     def contrastive_boundaries(
         self, images: Any, contrast: int | Sequence[int] | Tensor
     ) -> Boundaries:
-        """Beyond the paper: each image's boundary between its predicted class ``c`` and the
-        class ``c'`` of ``contrast`` (one for all, or one per image) at its own feature map
-        ([`contrastive_boundaries`][repinterp.maps.contrastive.contrastive_boundaries])."""
+        """Beyond the paper: each image's boundary between ``c`` and ``c'`` (``contrast``), see
+        [`contrastive_boundaries`][repinterp.maps.contrastive.contrastive_boundaries]."""
         index = self.index
         images = as_inputs(images, self.transform, index.input_shape)
         features = self.features(images)
@@ -368,18 +323,15 @@ class RepresentativeInterpreter:
 
     @exact_float32()
     def contrastive_heatmap(self, images: Any, contrast: int | Sequence[int] | Tensor) -> Tensor:
-        """Beyond the paper: why ``c`` rather than ``c'``: N x H x W in [0, 1], §5.1's drawing of
-        each image's ``contrastive_boundaries``
+        """Beyond the paper: why ``c`` rather than ``c'``: N x H x W maps in [0, 1]
         ([`contrastive_heatmaps`][repinterp.maps.contrastive.contrastive_heatmaps])."""
         images = as_inputs(images, self.transform, self.index.input_shape)
         boundaries = self.contrastive_boundaries(images, contrast)
         return contrastive_heatmaps(self.features(images), boundaries, tuple(images.shape[-2:]))
 
     def strategies(self, reference: Reference | None = None) -> list[Strategy]:
-        """Beyond the paper: the model's strategies of an index fitted with
-        ``granularity="strategy"``, found once per fit and kept (``save`` writes them); see
-        [`kept_strategies`][repinterp.strategies.model.kept_strategies]. ``reference``: the set
-        the index was fitted on, None: the last fit's (not needed once they are kept)."""
+        """Beyond the paper: the strategies of a ``granularity="strategy"`` index, found once
+        and kept ([`kept_strategies`][repinterp.strategies.model.kept_strategies])."""
         return kept_strategies(self, reference, self.config.batch_size)
 
     @exact_float32()
@@ -390,10 +342,8 @@ class RepresentativeInterpreter:
 
     # ------------------------------------------------------------------ persistence
     def save(self, path: str | Path, overwrite: bool = False) -> None:
-        """Save the index to the folder ``path`` (a new or empty folder, or an index, replaced
-        atomically) with the model's fingerprints, so that ``load`` refuses another model (see
-        [`save_with_model`][repinterp.store.index_model.save_with_model]); ``overwrite``: also
-        into a folder of other files, touching only the index's own."""
+        """Save the index to the folder ``path`` with the model's fingerprints
+        ([`save_with_model`][repinterp.store.index_model.save_with_model])."""
         model, graph = self.model, self.split.fingerprint
         save_with_model(self.index, path, model, graph, self.transform, overwrite)
 
@@ -406,24 +356,11 @@ class RepresentativeInterpreter:
         granularity: str | None = None,
         **kwargs: Any,
     ) -> RepresentativeInterpreter:
-        """The interpreter of the index saved at ``path`` for ``model``, checked to be the model
-        it was made with ([`open_saved`][repinterp.store.index_model.open_saved]).
-
-        Args:
-            granularity: the granularity the index must have; None: the index's own.
-            kwargs: the constructor's other arguments (``solver``, ``config``, ...; the index's
-                fit settings win); without ``transform``, the one the index records, if any.
-
-        Raises:
-            IndexLoadError: a damaged folder, or another model's (weights, graph, layer) or
-                granularity's index; the message says which.
-        """
-        index, layer, settings, transform = open_saved(path, model, granularity)
-        if "transform" not in kwargs and transform is not None:
-            kwargs["transform"] = transform
-        base = kwargs.pop("config", None) or FitConfig()
-        own = {name: kwargs.pop(name) for name in ("batch_size", "progress") if name in kwargs}
-        ri = cls(model, layer, device=device, config=replace(base, **own, **settings), **kwargs)
+        """The interpreter of the index saved at ``path`` for ``model`` (the one it was made
+        with, checked); ``granularity``: the one it must have; ``kwargs``: the constructor's
+        (see [`open_saved`][repinterp.store.index_model.open_saved])."""
+        index, layer, kwargs = open_saved(path, model, granularity, kwargs)
+        ri = cls(model, layer, device=device, **kwargs)
         check_model(index, path, ri.model, ri.split.fingerprint)
         restore_granularity(index, path, ri.config.granularity)
         ri._index = index.to(ri.device)

@@ -2,6 +2,7 @@
 the keywords give."""
 
 import dataclasses
+import warnings
 
 import pytest
 import torch
@@ -28,8 +29,9 @@ def test_bad_settings_give_one_line(settings, message) -> None:
         FitConfig(**settings)
     assert str(error.value) == message
     model, _ = random_setup(n=10)
-    with pytest.raises(ValueError) as error:  # the interpreter's keywords say the same
-        RepresentativeInterpreter(model, "relu2", **settings)
+    with pytest.raises(ValueError) as error, warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # the keywords that moved
+        RepresentativeInterpreter(model, "relu2", **settings)  # say the same
     assert str(error.value) == message
 
 
@@ -89,5 +91,6 @@ def test_a_moved_keyword_still_works_and_names_its_new_spelling(moved, field) ->
 
 
 def test_an_unknown_keyword_is_refused() -> None:
-    with pytest.raises(TypeError, match="^RepresentativeInterpreter got unexpected keyword "):
+    with pytest.raises(TypeError) as error:
         RepresentativeInterpreter(random_setup(n=10)[0], "relu2", gamma=0.5)
+    assert str(error.value) == "RepresentativeInterpreter got unexpected keyword arguments: gamma"

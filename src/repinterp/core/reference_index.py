@@ -143,6 +143,22 @@ class ReferenceIndex:
             )
         return self.mapped_features
 
+    def rows(self, indices: Tensor | list[int]) -> tuple[Tensor, Tensor, Tensor | None, dict]:
+        """The rows of reference images by index, as `input_rows` gives an input's: logits,
+        projections, flattened feature maps (None when they are not kept) and columns.
+
+        Raises:
+            IndexError: an index outside ``[0, |R|)``.
+        """
+        rows = torch.as_tensor(indices, dtype=torch.long, device=self.projections.device)
+        if rows.numel() and (int(rows.min()) < 0 or int(rows.max()) >= len(self)):
+            raise IndexError(f"reference indices must lie in [0, {len(self)})")
+        features = None
+        if FEATURE_FILE in self.files:
+            features = self.features[rows.cpu()]
+        columns = {name: value[rows] for name, value in self.columns.items()}
+        return self.logits[rows], self.projections[rows], features, columns
+
     def map_features(self, file: BinaryIO | None = None) -> None:
         """Memory-map the feature file now (nothing if the index has none, or has mapped it).
 

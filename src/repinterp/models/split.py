@@ -154,7 +154,7 @@ class _LeafTracer(fx.Tracer):
             raise TypeError(
                 f"its forward passes or returns an object of class {type(a).__name__}, which "
                 "torch.fx cannot record: return the logits as a tensor, or in a dict, a tuple, "
-                "a dataclass or a SimpleNamespace (with output= to select them)"
+                "a dataclass or a SimpleNamespace (with FitConfig's output= to select them)"
             ) from None
 
 
@@ -211,7 +211,7 @@ class _Head(nn.Module):
         if not isinstance(logits, Tensor):
             raise ValueError(
                 f"the model's output is a {type(logits).__name__}, not a tensor of logits: pass "
-                "output=lambda out: ... (the logits) to RepresentativeInterpreter"
+                "config=FitConfig(output=lambda out: ...) (the logits) to RepresentativeInterpreter"
             )
         return logits
 
@@ -285,19 +285,19 @@ def _default_logits(value: Any) -> Any:
             return value["logits"]
         raise ValueError(
             f"the model returns a dict with keys {sorted(map(str, value))} and no 'logits': pass "
-            "output=lambda out: out[KEY] to RepresentativeInterpreter"
+            "config=FitConfig(output=lambda out: out[KEY]) to RepresentativeInterpreter"
         )
     if isinstance(value, (tuple, list)):
         raise ValueError(
-            f"the model returns a {type(value).__name__} of {len(value)}: pass output=lambda "
-            "out: out[I] (the logits) to RepresentativeInterpreter"
+            f"the model returns a {type(value).__name__} of {len(value)}: pass "
+            "config=FitConfig(output=lambda out: out[I]) (the logits) to RepresentativeInterpreter"
         )
     node = value.node if isinstance(value, fx.Proxy) else None
     if node is not None and node.op == "call_function" and isinstance(node.target, type):
         if _field(node, "logits") is None:
             raise ValueError(
                 f"the model returns a {node.target.__name__} without a 'logits' field: pass "
-                "output=lambda out: out.FIELD to RepresentativeInterpreter"
+                "config=FitConfig(output=lambda out: out.FIELD) to RepresentativeInterpreter"
             )
         return value.logits
     return value

@@ -477,19 +477,20 @@ def fit_index(
     config: FitConfig,
     device: torch.device,
     dtype: torch.dtype,
-    meta: dict[str, Any],
+    model_class: str,
+    class_names: list[str] | None = None,
     keep_features: bool = False,
     shards: Shards | None = None,
 ) -> tuple[ReferenceIndex, tempfile.TemporaryDirectory | None]:
     """``RepresentativeInterpreter.fit``'s work: a few images checked to be a fixed function of
-    the model, the index built, warnings for a short ``Q`` or one predicted class, and ``meta``
-    (the target layer, seed, model class, class names) recorded with the fit's settings.
+    the model, the index built, warnings for a short ``Q`` or one predicted class, and its
+    ``meta`` (the target layer, the fit's settings, ``model_class``, ``class_names``).
 
     Returns:
         The index, and the temporary folder of its feature maps (kept without ``shards``).
 
     Raises:
-        ValueError: see ``fit``, and ``meta["class_names"]`` of another number than the classes.
+        ValueError: see ``fit``, and ``class_names`` of another number than the classes.
     """
     if len(reference) > 0:  # a few images: the same twice, and alone as in a batch
         few = reference.gather(torch.arange(min(CHECKED_IMAGES, len(reference))))
@@ -518,12 +519,17 @@ def fit_index(
             "(is the normalisation the one the model was trained with?)",
             stacklevel=4,
         )
-    class_names = meta.get("class_names")
     if class_names is not None and len(class_names) != index.n_classes:
         raise ValueError(
             f"{len(class_names)} class names given for a model with {index.n_classes} classes"
         )
-    index.meta = dict(meta)
+    index.meta = {
+        "target_layer": split.layer,
+        "seed": config.seed,
+        "requested_boundaries": config.n_boundaries,
+        "model_class": model_class,
+        "class_names": class_names,
+    }
     if config.sampling != "uniform":  # the paper's sampling is the default, left unsaid
         index.meta["sampling"] = config.sampling
     index.meta.update(index.granularity.state()[0])  # the paper's granularity: nothing

@@ -8,11 +8,13 @@ of ``repinterp fit`` given back, and the fitted granularity restored.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from torch import nn
 
+from ..core.config import FitConfig
 from ..core.granularities import granularity, granularity_class
 from ..core.granularity import Granularity
 from ..core.reference_index import ReferenceIndex
@@ -156,19 +158,27 @@ def save_with_model(
 
 
 def open_saved(
-    path: str | Path, model: nn.Module, plug: str | None
-) -> tuple[ReferenceIndex, str, dict[str, Any], ImageTransform | None]:
-    """The saved index at ``path`` opened for ``model`` (`check_opening`): the index, its
-    target layer, the fit settings it was made with (``n_boundaries``, ``seed``, ``sampling``,
-    ``granularity``, as [`FitConfig`][repinterp.core.config.FitConfig] takes them) and the
-    transform it records (`saved_transform`), if any."""
+    path: str | Path, model: nn.Module, plug: str | None, keywords: dict[str, Any]
+) -> tuple[ReferenceIndex, str, dict[str, Any]]:
+    """The saved index at ``path`` opened for ``model`` (`check_opening`), its target layer,
+    and the interpreter's ``keywords`` (``RepresentativeInterpreter.load``'s) completed from
+    it: ``config`` with the fit settings the index was made with (``n_boundaries``, ``seed``,
+    ``sampling``, ``granularity``; ``batch_size`` and ``progress`` from ``keywords``) and,
+    without ``transform``, the one it records (`saved_transform`), if any."""
     index = load_index(path)
     meta = index.meta
     layer = check_opening(index, path, model, plug)
-    settings = {
-        "n_boundaries": meta.get("requested_boundaries", len(index.boundaries)),
-        "seed": meta.get("seed", 0),
-        "sampling": meta.get("sampling", "uniform"),
-        "granularity": granularity(index.granularity.name),
-    }
-    return index, layer, settings, saved_transform(index, path)
+    keywords = dict(keywords)
+    transform = saved_transform(index, path)
+    if "transform" not in keywords and transform is not None:
+        keywords["transform"] = transform
+    own = {name: keywords.pop(name) for name in ("batch_size", "progress") if name in keywords}
+    keywords["config"] = replace(
+        keywords.pop("config", None) or FitConfig(),
+        **own,
+        n_boundaries=meta.get("requested_boundaries", len(index.boundaries)),
+        seed=meta.get("seed", 0),
+        sampling=meta.get("sampling", "uniform"),
+        granularity=granularity(index.granularity.name),
+    )
+    return index, layer, keywords

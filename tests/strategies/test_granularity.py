@@ -108,7 +108,7 @@ def test_a_strategys_polytope_is_cut_to_its_cell(one_thread) -> None:
     assigned = index.granularity.columns(ri.split.head, ri.features(new), logits)["strategy"]
     for s in ri.strategies():
         cell = first + (pairs == s.id).any(1).nonzero().flatten()
-        assert set(cell.tolist()) <= set(s.interpretation.boundaries.tolist())
+        assert set(cell.tolist()) <= set(s.interpretation.boundary_ids.tolist())
         sign = torch.where(pairs[cell - first, 0] == s.id, 1, -1).to(torch.int8)
         assert bool((index.sides[s.members][:, cell] == sign).all())  # members: its side
         rivals = (index.predictions == s.predicted_class) & (column != s.id)

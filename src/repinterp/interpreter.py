@@ -1,13 +1,9 @@
-"""``RepresentativeInterpreter``: fit on a reference set, then explain inputs.
-
-It returns [`Interpretation`][repinterp.core.interpretation.Interpretation] objects (re-exported
-here) and builds region sets ([`RegionSet`][repinterp.core.regions.RegionSet]).
-"""
+"""``RepresentativeInterpreter``: fit on a reference set, then explain inputs as
+[`Interpretation`][repinterp.core.interpretation.Interpretation]s (re-exported here)."""
 
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -16,9 +12,8 @@ from torch import Tensor, nn
 
 from . import display  # noqa: F401  (importing it registers the views of core.views)
 from .core.boundaries import Boundaries
-from .core.config import FitConfig, with_moved_keywords
+from .core.config import FitConfig, interpreter_config
 from .core.granularities import PAPERS
-from .core.granularities import granularity as make_granularity
 from .core.interpretation import Interpretation, check_solver
 from .core.reference_index import FEATURE_FILE, ReferenceIndex, input_rows
 from .core.regions import RegionSet
@@ -33,7 +28,7 @@ from .data.reference import (
     first_image,
     gather_images,
 )
-from .maps.contrastive import contrastive_boundaries, contrastive_heatmaps
+from .maps.contrastive import Contrast, contrastive_boundaries, contrastive_heatmaps
 from .models.split import LayerSpec, SplitModel, split_at
 from .runtime.deprecation import renamed
 from .runtime.devices import model_device, resolve_device
@@ -51,10 +46,8 @@ class RepresentativeInterpreter:
 
     ``fit`` samples ``|Q|`` linear boundaries of the head ``G`` from the reference set and indexes
     every reference image's side of them; ``explain`` solves the cover problem (Eq. 3) for an
-    input and returns its polytope ``P(x)`` as an
-    [`Interpretation`][repinterp.core.interpretation.Interpretation]. It computes in full float32
-    ([`exact_float32`][repinterp.runtime.precision.exact_float32], the user's settings
-    restored); images of any floating dtype and device are converted to the model's.
+    input and returns its polytope ``P(x)``. It computes in full float32 (`exact_float32`, the
+    user's settings restored); images of any floating dtype and device are converted.
 
     Args:
         model: a classifier in eval mode, float32 (or float64), N x C x H x W -> N x classes
@@ -68,16 +61,13 @@ class RepresentativeInterpreter:
         solver: ``"greedy"`` (Algorithm 1) or ``"exact"`` (a MILP); ``explain`` can override it.
         transform: how ``explain`` reads a PIL image or ``uint8`` array
             ([`inputs`][repinterp.data.inputs]); ``load`` gives back the one an index records.
-        config: the fit's settings as one ``FitConfig`` (with ``sampling``, ``num_workers``, the
-            split's ``output``, ``allow_nonlinear_head``, ``input_shape``, the exact solver's
-            ``time_limit``), instead of the keywords above, then left at their defaults.
-        **moved: deprecated (0.6; removed in 0.7): keywords that moved into ``FitConfig``
-            ([`MOVED_KEYWORDS`][repinterp.core.config.MOVED_KEYWORDS]); each warns.
+        config: the fit's settings as one ``FitConfig`` (also ``sampling``, ``num_workers``,
+            ``output``, ``allow_nonlinear_head``, ``input_shape``, ``time_limit``) instead of
+            the keywords above; ``**moved``: those as keywords, deprecated (0.6; until 0.7).
 
     Raises:
-        ValueError: a model in training mode or in half precision, a bad target layer or head
-            ([`split_model`][repinterp.models.split.split_model]), a device not available, bad
-            numbers, or fit settings given both as keywords and as ``config``.
+        ValueError: a model in training mode or in half precision, a bad target layer or head,
+            a device not available, bad numbers, or fit settings as keywords and ``config``.
     """
 
     def __init__(
@@ -97,25 +87,15 @@ class RepresentativeInterpreter:
     ) -> None:
         if model.training:
             raise ValueError("the model is in training mode: call model.eval() first")
-        keywords = FitConfig(
-            n_boundaries=n_boundaries,
-            seed=seed,
-            batch_size=batch_size,
-            progress=progress,
-            granularity=make_granularity(granularity),
+        self.config = interpreter_config(
+            config, moved, n_boundaries, seed, batch_size, progress, granularity
         )
-        if config is not None and keywords != FitConfig():
-            raise ValueError("give the fit settings either as keywords or as config=, not both")
-        self.config = with_moved_keywords(config if config is not None else keywords, moved)
         self.solver = check_solver(solver)
         self.dtype = engine_dtype(model)
         self.device = resolve_device(device) if device is not None else model_device(model)
         self.model = model.to(self.device)
         self.transform = transform
-        c = self.config
-        self._split = split_at(
-            model, target_layer, c.allow_nonlinear_head, c.output, c.input_shape, self.dtype
-        )
+        self._split = split_at(model, target_layer, self.config, self.dtype)
         self.target_layer: str | None = self._split.layer if self._split is not None else None
         self._index: ReferenceIndex | None = None
         # the reference set of the last fit (wrapped, as as_reference gives it), to draw its
@@ -143,8 +123,7 @@ class RepresentativeInterpreter:
 
     @property
     def granularity_text(self) -> str:
-        """The granularity as every view names it, e.g. ``granularity class (the paper's RI)``,
-        with the settings in use (the fitted granularity's, once fitted)."""
+        """The granularity in words, as every view names it (the fitted one's, once fitted)."""
         if self._index is not None:
             return self._index.granularity.describe()
         return self.config.granularity.describe()
@@ -156,7 +135,6 @@ class RepresentativeInterpreter:
             raise RuntimeError("target_layer=None: the layer is chosen at fit")
         return self._split
 
-    # ------------------------------------------------------------------ fitting
     @exact_float32()
     def fit(
         self,
@@ -165,25 +143,15 @@ class RepresentativeInterpreter:
         keep_features: bool = False,
         shards: Shards | None = None,
     ) -> RepresentativeInterpreter:
-        """Sample ``Q`` and index the reference set; returns self, which keeps ``reference`` as
-        ``self.reference`` to draw its images.
-
-        Args:
-            reference: the reference images, normalised as the model expects (a tensor, a NumPy
-                array, a list, a Dataset or a non-shuffling DataLoader; see
-                [`as_reference`][repinterp.data.reference.as_reference]).
-            class_names: the classes' names, kept in the index.
-            keep_features: also keep the feature maps, memory-mapped (``regions`` needs them).
-            shards: write the index in shards, so that a killed fit resumes
-                ([`Shards`][repinterp.store.shards.Shards]).
-        """
+        """Sample ``Q`` and index the reference set (see
+        [`fit_index`][repinterp.store.index_build.fit_index]); returns self, which keeps
+        ``reference`` (anything [`as_reference`][repinterp.data.reference.as_reference] takes)
+        as ``self.reference``. ``keep_features``: keep the feature maps (``regions`` needs them);
+        ``shards``: write in [`Shards`][repinterp.store.shards.Shards], to resume a killed fit."""
         reference = as_reference(reference)
         if self._split is None:  # the target layer, chosen with the first image's shape
             shape = tuple(first_image(reference, self.dtype, self.device).shape[1:])
-            c = self.config
-            self._split = split_at(
-                self.model, None, c.allow_nonlinear_head, c.output, shape, self.dtype
-            )
+            self._split = split_at(self.model, None, self.config, self.dtype, shape)
             self.target_layer = self._split.layer
         self._index, self._feature_dir = fit_index(
             self.split,
@@ -231,12 +199,9 @@ class RepresentativeInterpreter:
         self, indices: Tensor | list[int], reference: Reference | None = None
     ) -> Tensor | None:
         """Reference images by index, from ``reference`` or the last fit's (None if none)."""
-        if reference is None and self.reference is None:
-            return None
         source = self.reference if reference is None else reference
         return gather_images(source, indices, len(self.index))
 
-    # ------------------------------------------------------------------ the model on inputs
     def _batches(self, images: Tensor) -> list[Tensor]:
         """``images`` checked, in the model's dtype, in batches on the device."""
         images = as_batch(images, self.dtype, shape=self.index.input_shape)
@@ -258,8 +223,7 @@ class RepresentativeInterpreter:
         self, images: Tensor, index: ReferenceIndex | None = None
     ) -> tuple[Tensor, Tensor]:
         """Logits (N x classes) and projections on ``Q`` (of ``index``; None: the fit's)."""
-        logits, projections, _, _ = self._forward(images, index=index)
-        return logits, projections
+        return self._forward(images, index=index)[:2]
 
     forward = renamed("RepresentativeInterpreter", "forward", "logits_and_projections")
 
@@ -275,7 +239,6 @@ class RepresentativeInterpreter:
         check_finite_rows("logits or projections", rows[0], rows[1])
         return rows
 
-    # ------------------------------------------------------------------ explaining
     def explain(self, image: Any, solver: str | None = None) -> Interpretation:
         """Interpret one image: C x H x W, normalised as the model expects, or what
         ``transform`` reads ([`as_input`][repinterp.data.inputs.as_input])."""
@@ -309,11 +272,8 @@ class RepresentativeInterpreter:
         time_limit = self.config.time_limit
         return interpret(self, logits, projections, solver, time_limit, features, columns)
 
-    # ------------------------------------------------------------------ beyond the paper
     @exact_float32()
-    def contrastive_boundaries(
-        self, images: Any, contrast: int | Sequence[int] | Tensor
-    ) -> Boundaries:
+    def contrastive_boundaries(self, images: Any, contrast: Contrast) -> Boundaries:
         """Beyond the paper: each image's boundary between ``c`` and ``c'`` (``contrast``), see
         [`contrastive_boundaries`][repinterp.maps.contrastive.contrastive_boundaries]."""
         index = self.index
@@ -322,7 +282,7 @@ class RepresentativeInterpreter:
         return contrastive_boundaries(self.split.head, features, contrast, index.n_classes)
 
     @exact_float32()
-    def contrastive_heatmap(self, images: Any, contrast: int | Sequence[int] | Tensor) -> Tensor:
+    def contrastive_heatmap(self, images: Any, contrast: Contrast) -> Tensor:
         """Beyond the paper: why ``c`` rather than ``c'``: N x H x W maps in [0, 1]
         ([`contrastive_heatmaps`][repinterp.maps.contrastive.contrastive_heatmaps])."""
         images = as_inputs(images, self.transform, self.index.input_shape)
@@ -340,7 +300,6 @@ class RepresentativeInterpreter:
         [`RegionSet`][repinterp.core.regions.RegionSet]); needs ``fit(..., keep_features=True)``."""
         return RegionSet.build(self, n_regions=n_regions, seed=seed)
 
-    # ------------------------------------------------------------------ persistence
     def save(self, path: str | Path, overwrite: bool = False) -> None:
         """Save the index to the folder ``path`` with the model's fingerprints
         ([`save_with_model`][repinterp.store.index_model.save_with_model])."""

@@ -10,9 +10,10 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .boundaries import SAMPLINGS
+from .granularities import PAPERS, granularity
 from .granularity import Granularity
 
-__all__ = ["MOVED_KEYWORDS", "FitConfig", "with_moved_keywords"]
+__all__ = ["MOVED_KEYWORDS", "FitConfig", "interpreter_config"]
 
 
 @dataclass(frozen=True)
@@ -88,24 +89,40 @@ MOVED_KEYWORDS = (
 accepted, with a ``DeprecationWarning``, until 0.7."""
 
 
-def with_moved_keywords(config: FitConfig, moved: dict[str, Any]) -> FitConfig:
-    """``config`` with the settings given as keywords that moved into it (`MOVED_KEYWORDS`),
-    each one warned of with its new spelling.
+def interpreter_config(
+    config: FitConfig | None,
+    moved: dict[str, Any],
+    n_boundaries: int = 50,
+    seed: int = 0,
+    batch_size: int = 64,
+    progress: bool = True,
+    name: str = PAPERS,
+) -> FitConfig:
+    """The fit's settings of ``RepresentativeInterpreter``: ``config``, or else its fit
+    keywords (the granularity by ``name``), with the keywords of before 0.6 that moved into
+    `FitConfig` (`MOVED_KEYWORDS`), each warned of with its new spelling.
 
     Raises:
+        ValueError: fit keywords other than the defaults given with ``config``.
         TypeError: a keyword that is neither a constructor's nor a moved one.
     """
+    plug = granularity(name)
+    given = FitConfig(
+        n_boundaries, seed, batch_size=batch_size, progress=progress, granularity=plug
+    )
+    if config is not None and given != FitConfig():
+        raise ValueError("give the fit settings either as keywords or as config=, not both")
     unknown = sorted(set(moved) - set(MOVED_KEYWORDS))
     if unknown:
         raise TypeError(
             f"RepresentativeInterpreter got unexpected keyword arguments: {', '.join(unknown)}"
         )
     if moved:
-        given = ", ".join(f"{name}=..." for name in moved)
+        names = ", ".join(f"{name}=..." for name in moved)
         warnings.warn(
-            f"RepresentativeInterpreter({given}) is deprecated and will be removed in 0.7: "
-            f"pass config=FitConfig({given}) (with the fit's other settings)",
+            f"RepresentativeInterpreter({names}) is deprecated and will be removed in 0.7: "
+            f"pass config=FitConfig({names}) (with the fit's other settings)",
             DeprecationWarning,
             stacklevel=3,
         )
-    return replace(config, **moved)
+    return replace(config if config is not None else given, **moved)

@@ -380,14 +380,16 @@ def first_image(reference: ReferenceSet, dtype: torch.dtype, device: torch.devic
 
 
 def gather_images(
-    reference: Reference | ReferenceSet, indices: Tensor | list[int], n: int
-) -> Tensor:
+    reference: Reference | ReferenceSet | None, indices: Tensor | list[int], n: int
+) -> Tensor | None:
     """Images of ``reference`` (anything `as_reference` takes) by index, checked to be a set of
-    ``n`` images (the index's).
+    ``n`` images (the index's); None for no reference set.
 
     Raises:
         ValueError: ``reference`` holds another number of images than ``n``.
     """
+    if reference is None:
+        return None
     source = as_reference(reference)
     if len(source) != n:
         raise ValueError(

@@ -18,12 +18,13 @@ from torch import Tensor
 from ..core.boundaries import Boundaries, compute_boundaries
 from ..core.heatmap import channel_means, polytope_heatmaps
 
-__all__ = ["contrast_pairs", "contrastive_boundaries", "contrastive_heatmaps"]
+__all__ = ["Contrast", "contrast_pairs", "contrastive_boundaries", "contrastive_heatmaps"]
+
+Contrast = int | Sequence[int] | Tensor
+"""The class ``c'`` to contrast with: one for every image, or one per image."""
 
 
-def contrast_pairs(
-    predicted: Tensor, contrast: int | Sequence[int] | Tensor, n_classes: int
-) -> Tensor:
+def contrast_pairs(predicted: Tensor, contrast: Contrast, n_classes: int) -> Tensor:
     """The ``(c, c')`` pair of each image, checked.
 
     Args:
@@ -82,7 +83,7 @@ def contrastive_heatmaps(features: Tensor, boundaries: Boundaries, size: tuple[i
 def contrastive_boundaries(
     head: Callable[[Tensor], Tensor],
     features: Tensor,
-    contrast: int | Sequence[int] | Tensor,
+    contrast: Contrast,
     n_classes: int,
 ) -> Boundaries:
     """Each image's boundary between its predicted class ``c`` (by ``head`` at its feature map)

@@ -18,7 +18,7 @@ import operator
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from torch import Tensor, fx, nn
@@ -42,6 +42,7 @@ __all__ = [
     "LayerSpec",
     "NonlinearHeadError",
     "SplitModel",
+    "SplitOptions",
     "UnfixedModelError",
     "check_feature_map",
     "check_fixed",
@@ -550,17 +551,29 @@ def probe_split(
     check_feature_map(split.psi(probe), split.layer)
 
 
+class SplitOptions(Protocol):
+    """How a model is split (a [`FitConfig`][repinterp.core.config.FitConfig] is one): see
+    [`split_model`][repinterp.models.split.split_model]; ``input_shape``: C x H x W of the
+    images, or None."""
+
+    output: OutputFn | None
+    allow_nonlinear_head: bool
+    input_shape: tuple[int, int, int] | None
+
+
 def split_at(
     model: nn.Module,
     target_layer: LayerSpec | None,
-    allow_nonlinear_head: bool,
-    output: OutputFn | None,
-    input_shape: tuple[int, ...] | None,
+    options: SplitOptions,
     dtype: torch.dtype,
+    input_shape: tuple[int, ...] | None = None,
 ) -> SplitModel | None:
     """The split an interpreter is made with: at ``target_layer`` (checked with one zero image
-    when ``input_shape`` is given), found with ``input_shape`` when the layer is None
+    when the input shape is known: ``input_shape``, else ``options.input_shape``), found with
+    the input shape when the layer is None
     ([`locate_split`][repinterp.models.split.locate_split]), else None (found at ``fit``)."""
+    allow_nonlinear_head, output = options.allow_nonlinear_head, options.output
+    input_shape = options.input_shape if input_shape is None else input_shape
     if target_layer is not None:
         split = split_model(model, target_layer, allow_nonlinear_head, output)
         if input_shape is not None:

@@ -25,7 +25,6 @@ from .data.reference import (
     as_batch,
     as_reference,
     check_finite_rows,
-    first_image,
     gather_images,
 )
 from .maps.contrastive import Contrast, contrastive_boundaries, contrastive_heatmaps
@@ -143,27 +142,23 @@ class RepresentativeInterpreter:
         keep_features: bool = False,
         shards: Shards | None = None,
     ) -> RepresentativeInterpreter:
-        """Sample ``Q`` and index the reference set (see
-        [`fit_index`][repinterp.store.index_build.fit_index]); returns self, which keeps
+        """Choose the layer if it is None, sample ``Q`` and index the reference set
+        ([`fit_index`][repinterp.store.index_build.fit_index]); returns self, which keeps
         ``reference`` (anything [`as_reference`][repinterp.data.reference.as_reference] takes)
         as ``self.reference``. ``keep_features``: keep the feature maps (``regions`` needs them);
         ``shards``: write in [`Shards`][repinterp.store.shards.Shards], to resume a killed fit."""
         reference = as_reference(reference)
-        if self._split is None:  # the target layer, chosen with the first image's shape
-            shape = tuple(first_image(reference, self.dtype, self.device).shape[1:])
-            self._split = split_at(self.model, None, self.config, self.dtype, shape)
-            self.target_layer = self._split.layer
-        self._index, self._feature_dir = fit_index(
-            self.split,
+        self._split, self._index, self._feature_dir = fit_index(
+            self.model,
+            self._split,
             reference,
             self.config,
             self.device,
-            self.dtype,
-            type(self.model).__name__,
             class_names,
             keep_features,
             shards,
         )
+        self.target_layer = self._split.layer
         self.reference = reference
         return self
 

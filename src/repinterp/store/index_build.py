@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from ..core.boundaries import Boundaries, eq2_boundaries, sample_sources
 from ..core.config import FitConfig
@@ -30,13 +30,14 @@ from ..data.reference import (
     ReferenceSet,
     as_batch,
     check_finite_rows,
+    first_image,
 )
 from ..models.fingerprint import model_fingerprint
 from ..models.fixed_mode import CHECKED_IMAGES, check_image_function
-from ..models.split import SplitModel, check_feature_map
+from ..models.split import SplitModel, check_feature_map, split_at
 from ..runtime.checksums import tensor_bytes, tensor_sha256
 from ..runtime.distributed import broadcast, gather, rank_and_world
-from ..runtime.precision import exact_float32
+from ..runtime.precision import engine_dtype, exact_float32
 from ..runtime.progress import progress_bar
 from .index_folder import FORMAT_VERSION
 from .outputs import claim, record
@@ -472,26 +473,31 @@ def _build(
 
 
 def fit_index(
-    split: SplitModel,
+    model: nn.Module,
+    split: SplitModel | None,
     reference: ReferenceSet,
     config: FitConfig,
     device: torch.device,
-    dtype: torch.dtype,
-    model_class: str,
     class_names: list[str] | None = None,
     keep_features: bool = False,
     shards: Shards | None = None,
-) -> tuple[ReferenceIndex, tempfile.TemporaryDirectory | None]:
-    """``RepresentativeInterpreter.fit``'s work: a few images checked to be a fixed function of
-    the model, the index built, warnings for a short ``Q`` or one predicted class, and its
-    ``meta`` (the target layer, the fit's settings, ``model_class``, ``class_names``).
+) -> tuple[SplitModel, ReferenceIndex, tempfile.TemporaryDirectory | None]:
+    """``RepresentativeInterpreter.fit``'s work: the target layer found with the first image's
+    shape when ``split`` is None, a few images checked to be a fixed function of the model, the
+    index built, warnings for a short ``Q`` or one predicted class, and its ``meta`` (the target
+    layer, the fit's settings, the model's class, ``class_names``).
 
     Returns:
-        The index, and the temporary folder of its feature maps (kept without ``shards``).
+        The split, the index, and the temporary folder of its feature maps (kept without
+        ``shards``).
 
     Raises:
         ValueError: see ``fit``, and ``class_names`` of another number than the classes.
     """
+    dtype = engine_dtype(model)
+    if split is None:
+        shape = tuple(first_image(reference, dtype, device).shape[1:])
+        split = split_at(model, None, config, dtype, shape)
     if len(reference) > 0:  # a few images: the same twice, and alone as in a batch
         few = reference.gather(torch.arange(min(CHECKED_IMAGES, len(reference))))
         check_image_function(split.psi, split.head, split.layer, as_batch(few, dtype, device))
@@ -527,10 +533,10 @@ def fit_index(
         "target_layer": split.layer,
         "seed": config.seed,
         "requested_boundaries": config.n_boundaries,
-        "model_class": model_class,
+        "model_class": type(model).__name__,
         "class_names": class_names,
     }
     if config.sampling != "uniform":  # the paper's sampling is the default, left unsaid
         index.meta["sampling"] = config.sampling
     index.meta.update(index.granularity.state()[0])  # the paper's granularity: nothing
-    return index, feature_dir
+    return split, index, feature_dir

@@ -18,7 +18,7 @@ from .core.interpretation import Interpretation, check_solver
 from .core.reference_index import FEATURE_FILE, ReferenceIndex, input_rows
 from .core.regions import RegionSet
 from .core.representative import interpret
-from .data.inputs import Transform, as_input, as_inputs
+from .data.inputs import Transform, as_inputs, one_input
 from .data.reference import (
     Reference,
     ReferenceSet,
@@ -43,10 +43,9 @@ __all__ = ["FEATURE_FILE", "Interpretation", "RepresentativeInterpreter"]
 class RepresentativeInterpreter:
     """Finds representative interpretations of a CNN classifier (Lam, Chu et al., ICCV 2021).
 
-    ``fit`` samples ``|Q|`` linear boundaries of the head ``G`` from the reference set and indexes
-    every reference image's side of them; ``explain`` solves the cover problem (Eq. 3) for an
-    input and returns its polytope ``P(x)``. It computes in full float32 (`exact_float32`, the
-    user's settings restored); images of any floating dtype and device are converted.
+    ``fit`` samples ``|Q|`` boundaries of the head ``G`` and indexes the reference set's sides of
+    them; ``explain`` solves Eq. 3 for an input and returns its polytope ``P(x)``. It computes in
+    full float32 (`exact_float32`); images of any floating dtype and device are converted.
 
     Args:
         model: a classifier in eval mode, float32 (or float64), N x C x H x W -> N x classes
@@ -64,9 +63,8 @@ class RepresentativeInterpreter:
             ``output``, ``allow_nonlinear_head``, ``input_shape``, ``time_limit``) instead of
             the keywords above; ``**moved``: those as keywords, deprecated (0.6; until 0.7).
 
-    Raises:
-        ValueError: a model in training mode or in half precision, a bad target layer or head,
-            a device not available, bad numbers, or fit settings as keywords and ``config``.
+    Raises ValueError for a model in training mode or in half precision, a bad target layer or
+    head, a device not available, bad numbers, or fit settings as keywords and ``config``.
     """
 
     def __init__(
@@ -142,11 +140,9 @@ class RepresentativeInterpreter:
         keep_features: bool = False,
         shards: Shards | None = None,
     ) -> RepresentativeInterpreter:
-        """Choose the layer if it is None, sample ``Q`` and index the reference set
-        ([`fit_index`][repinterp.store.index_build.fit_index]); returns self, which keeps
-        ``reference`` (anything [`as_reference`][repinterp.data.reference.as_reference] takes)
-        as ``self.reference``. ``keep_features``: keep the feature maps (``regions`` needs them);
-        ``shards``: write in [`Shards`][repinterp.store.shards.Shards], to resume a killed fit."""
+        """Sample ``Q`` and index ``reference`` (see
+        [`fit_index`][repinterp.store.index_build.fit_index]), kept as ``self.reference``;
+        ``keep_features`` for ``regions``; ``shards`` to resume a killed fit. Returns self."""
         reference = as_reference(reference)
         self._split, self._index, self._feature_dir = fit_index(
             self.model,
@@ -206,11 +202,8 @@ class RepresentativeInterpreter:
     @torch.inference_mode()
     def features(self, images: Tensor) -> Tensor:
         """``psi(images)``: N x C x H x W -> N x K x h x w on the device, in batches."""
-        parts = [self.split.psi(part) for part in self._batches(images)]
-        if not parts:
-            shape = self.index.feature_shape
-            return torch.empty(0, *shape, device=self.device, dtype=self.dtype)
-        features = torch.cat(parts)
+        empty = torch.empty(0, *self.index.feature_shape, device=self.device, dtype=self.dtype)
+        features = torch.cat([empty, *(self.split.psi(part) for part in self._batches(images))])
         check_finite_rows("feature maps", features)
         return features
 
@@ -236,13 +229,8 @@ class RepresentativeInterpreter:
 
     def explain(self, image: Any, solver: str | None = None) -> Interpretation:
         """Interpret one image: C x H x W, normalised as the model expects, or what
-        ``transform`` reads ([`as_input`][repinterp.data.inputs.as_input])."""
-        image = as_input(image, self.transform)
-        if image.ndim != 3:
-            raise ValueError(
-                f"explain takes one C x H x W (or 1 x C x H x W) image, got {tuple(image.shape)}"
-            )
-        return self.explain_batch(image.unsqueeze(0), solver)[0]
+        ``transform`` reads ([`one_input`][repinterp.data.inputs.one_input])."""
+        return self.explain_batch(one_input(image, self.transform).unsqueeze(0), solver)[0]
 
     @exact_float32()
     def explain_batch(self, images: Any, solver: str | None = None) -> list[Interpretation]:
@@ -262,19 +250,15 @@ class RepresentativeInterpreter:
         return self._interpret(self.index.rows(indices), solver)
 
     def _interpret(self, rows: tuple, solver: str | None) -> list[Interpretation]:
-        logits, projections, features, columns = rows
         solver = self.solver if solver is None else check_solver(solver)
-        time_limit = self.config.time_limit
-        return interpret(self, logits, projections, solver, time_limit, features, columns)
+        return interpret(self, *rows[:2], solver, self.config.time_limit, *rows[2:])
 
     @exact_float32()
     def contrastive_boundaries(self, images: Any, contrast: Contrast) -> Boundaries:
         """Beyond the paper: each image's boundary between ``c`` and ``c'`` (``contrast``), see
         [`contrastive_boundaries`][repinterp.maps.contrastive.contrastive_boundaries]."""
-        index = self.index
-        images = as_inputs(images, self.transform, index.input_shape)
-        features = self.features(images)
-        return contrastive_boundaries(self.split.head, features, contrast, index.n_classes)
+        features = self.features(as_inputs(images, self.transform, self.index.input_shape))
+        return contrastive_boundaries(self.split.head, features, contrast, self.index.n_classes)
 
     @exact_float32()
     def contrastive_heatmap(self, images: Any, contrast: Contrast) -> Tensor:

@@ -48,8 +48,7 @@ class RepresentativeInterpreter:
     full float32 (`exact_float32`); images of any floating dtype and device are converted.
 
     Args:
-        model: a classifier in eval mode, float32 (or float64), N x C x H x W -> N x classes
-            logits (or a dict with ``"logits"``, or an object with ``.logits``).
+        model: a classifier in eval mode, float32 or float64: images -> logits (or ``.logits``).
         target_layer: where ``psi`` ends: a name, the module, or ``[module]``; None: found at
             ``fit`` ([`locate_split`][repinterp.models.split.locate_split]).
         n_boundaries, seed, batch_size, progress, granularity: the fit's settings
@@ -95,8 +94,7 @@ class RepresentativeInterpreter:
         self._split = split_at(model, target_layer, self.config, self.dtype)
         self.target_layer: str | None = self._split.layer if self._split is not None else None
         self._index: ReferenceIndex | None = None
-        # the reference set of the last fit (wrapped, as as_reference gives it), to draw its
-        # images; None after load: set it to the set the index was fitted on to draw them again
+        # the last fit's reference set, to draw its images (after load: None, or set it here)
         self.reference: Reference | ReferenceSet | None = None
         self._feature_dir: tempfile.TemporaryDirectory | None = None
 
@@ -121,9 +119,8 @@ class RepresentativeInterpreter:
     @property
     def granularity_text(self) -> str:
         """The granularity in words, as every view names it (the fitted one's, once fitted)."""
-        if self._index is not None:
-            return self._index.granularity.describe()
-        return self.config.granularity.describe()
+        plug = self.config.granularity if self._index is None else self._index.granularity
+        return plug.describe()
 
     @property
     def split(self) -> SplitModel:
@@ -269,19 +266,16 @@ class RepresentativeInterpreter:
         return contrastive_heatmaps(self.features(images), boundaries, tuple(images.shape[-2:]))
 
     def strategies(self, reference: Reference | None = None) -> list[Strategy]:
-        """Beyond the paper: the strategies of a ``granularity="strategy"`` index, found once
-        and kept ([`kept_strategies`][repinterp.strategies.model.kept_strategies])."""
+        """Beyond the paper: a strategy index's strategies (`strategies.model.kept_strategies`)."""
         return kept_strategies(self, reference, self.config.batch_size)
 
     @exact_float32()
     def regions(self, n_regions: int | None = None, seed: int = 0) -> RegionSet:
-        """k-means regions over the reference set (see
-        [`RegionSet`][repinterp.core.regions.RegionSet]); needs ``fit(..., keep_features=True)``."""
+        """k-means regions (`RegionSet.build`); needs ``fit(..., keep_features=True)``."""
         return RegionSet.build(self, n_regions=n_regions, seed=seed)
 
     def save(self, path: str | Path, overwrite: bool = False) -> None:
-        """Save the index to the folder ``path`` with the model's fingerprints
-        ([`save_with_model`][repinterp.store.index_model.save_with_model])."""
+        """Save to the folder ``path`` with the model's fingerprints (`save_with_model`)."""
         model, graph = self.model, self.split.fingerprint
         save_with_model(self.index, path, model, graph, self.transform, overwrite)
 
@@ -294,9 +288,8 @@ class RepresentativeInterpreter:
         granularity: str | None = None,
         **kwargs: Any,
     ) -> RepresentativeInterpreter:
-        """The interpreter of the index saved at ``path`` for ``model`` (the one it was made
-        with, checked); ``granularity``: the one it must have; ``kwargs``: the constructor's
-        (see [`open_saved`][repinterp.store.index_model.open_saved])."""
+        """The interpreter of the index at ``path`` for ``model``, checked to be the one it was
+        made with (`open_saved`); ``kwargs``: the constructor's."""
         index, layer, kwargs = open_saved(path, model, granularity, kwargs)
         ri = cls(model, layer, device=device, **kwargs)
         check_model(index, path, ri.model, ri.split.fingerprint)

@@ -43,17 +43,20 @@ __all__ = ["FEATURE_FILE", "Interpretation", "RepresentativeInterpreter"]
 class RepresentativeInterpreter:
     """Finds representative interpretations of a CNN classifier (Lam, Chu et al., ICCV 2021).
 
-    ``fit`` samples ``|Q|`` boundaries of the head ``G`` and indexes the reference set's sides of
-    them; ``explain`` solves Eq. 3 for an input and returns its polytope ``P(x)``. It computes in
-    full float32 (`exact_float32`); images of any floating dtype and device are converted.
+    ``fit`` samples ``|Q|`` boundaries of the head ``G`` and indexes the reference set's sides;
+    ``explain`` solves Eq. 3 for an input and returns its polytope ``P(x)``. It computes in full
+    float32 (`exact_float32`); images of any floating dtype and device are converted.
 
     Args:
         model: a classifier in eval mode, float32 or float64: images -> logits (or ``.logits``).
         target_layer: where ``psi`` ends: a name, the module, or ``[module]``; None: found at
             ``fit`` ([`locate_split`][repinterp.models.split.locate_split]).
-        n_boundaries, seed, batch_size, progress, granularity: the fit's settings
-            ([`FitConfig`][repinterp.core.config.FitConfig]); ``granularity`` by name:
-            ``"class"``, the paper's RI, or beyond the paper ``"strategy"``.
+        n_boundaries: ``|Q|``; it and the three below are the fit's settings (see
+            [`FitConfig`][repinterp.core.config.FitConfig]).
+        seed: seeds the sample of ``Q``.
+        batch_size: images per forward pass.
+        progress: show progress bars.
+        granularity: by name: ``"class"``, the paper's RI, or beyond the paper ``"strategy"``.
         device: where to compute; None: the model's. Another **moves the user's model** there.
         solver: ``"greedy"`` (Algorithm 1) or ``"exact"`` (a MILP); ``explain`` can override it.
         transform: how ``explain`` reads a PIL image or ``uint8`` array
@@ -62,8 +65,7 @@ class RepresentativeInterpreter:
             ``output``, ``allow_nonlinear_head``, ``input_shape``, ``time_limit``) instead of
             the keywords above; ``**moved``: those as keywords, deprecated (0.6; until 0.7).
 
-    Raises ValueError for a model in training mode or in half precision, a bad target layer or
-    head, a device not available, bad numbers, or fit settings as keywords and ``config``.
+    Raises ValueError: a model in training mode or half precision, a bad layer, head or number.
     """
 
     def __init__(

@@ -118,7 +118,7 @@ def interpreter_config(
             f"RepresentativeInterpreter got unexpected keyword arguments: {', '.join(unknown)}"
         )
     if moved:
-        names = ", ".join(f"{name}=..." for name in moved)
+        names = ", ".join(f"{key}=..." for key in moved)
         warnings.warn(
             f"RepresentativeInterpreter({names}) is deprecated and will be removed in 0.7: "
             f"pass config=FitConfig({names}) (with the fit's other settings)",

@@ -143,7 +143,9 @@ class ReferenceIndex:
             )
         return self.mapped_features
 
-    def rows(self, indices: Tensor | list[int]) -> tuple[Tensor, Tensor, Tensor | None, dict]:
+    def rows(
+        self, indices: Tensor | list[int]
+    ) -> tuple[Tensor, Tensor, Tensor | None, dict[str, Tensor]]:
         """The rows of reference images by index, as `input_rows` gives an input's: logits,
         projections, flattened feature maps (None when they are not kept) and columns.
 

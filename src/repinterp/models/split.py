@@ -556,9 +556,12 @@ class SplitOptions(Protocol):
     [`split_model`][repinterp.models.split.split_model]; ``input_shape``: C x H x W of the
     images, or None."""
 
-    output: OutputFn | None
-    allow_nonlinear_head: bool
-    input_shape: tuple[int, int, int] | None
+    @property
+    def output(self) -> OutputFn | None: ...
+    @property
+    def allow_nonlinear_head(self) -> bool: ...
+    @property
+    def input_shape(self) -> tuple[int, int, int] | None: ...
 
 
 def split_at(

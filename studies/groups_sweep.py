@@ -45,6 +45,7 @@ import torch
 from sklearn.cluster import KMeans
 from torch import Tensor, nn
 
+from repinterp.core.config import FitConfig
 from repinterp.core.groups import polytope_key
 from repinterp.core.nearest import nearest_rows
 from repinterp.core.regions import RegionSet
@@ -156,14 +157,10 @@ def measure(setup: Setup, point: Point, seed: int, full_kmeans: bool) -> dict[st
     """One seed of one point: fit, explain the unseen images, group, cover, carve."""
     start = time.perf_counter()
     drawn = setup.draw(seed, DRAW)
-    ri = RepresentativeInterpreter(
-        drawn.model,
-        drawn.target_layer,
-        n_boundaries=point.n_boundaries,
-        seed=seed,
-        sampling=point.sampling,
-        progress=False,
+    config = FitConfig(
+        n_boundaries=point.n_boundaries, seed=seed, sampling=point.sampling, progress=False
     )
+    ri = RepresentativeInterpreter(drawn.model, drawn.target_layer, config=config)
     ri.fit(drawn.reference.inputs(), list(drawn.reference.class_names), keep_features=True)
     unseen = drawn.unseen.inputs()
     explanations = ri.explain_batch(unseen)

@@ -217,7 +217,7 @@ def test_the_quoted_errors_are_the_real_ones(guide, monkeypatch) -> None:
     with torch.device("meta"):
         convnext = torchvision.models.convnext_tiny(num_classes=3).eval()
     produced += [
-        _error(lambda: ri_class(convnext, input_shape=(3, 224, 224))),
+        _error(lambda: ri_class(convnext, config=repinterp.FitConfig(input_shape=(3, 224, 224)))),
         _error(lambda: ri_class(model, "fc")),
         _error(lambda: ri_class(model, "layer4.1.conv2")),
         _error(lambda: ri_class(model, "layer4").fit(DataLoader(train, shuffle=True))),

@@ -13,16 +13,16 @@ from ..commandline import FIT, run
 def test_fit_explain_and_audit_of_a_strategy_index(
     tmp_path, capsys, one_thread, monkeypatch
 ) -> None:
-    import repinterp.interpreter as interpreter_module
+    import repinterp.strategies.model as strategies_module
 
     calls = []
-    found_once = interpreter_module.model_strategies
+    found_once = strategies_module.model_strategies
 
     def counted(*args, **kwargs):
         calls.append(1)
         return found_once(*args, **kwargs)
 
-    monkeypatch.setattr(interpreter_module, "model_strategies", counted)
+    monkeypatch.setattr(strategies_module, "model_strategies", counted)
     index, out = tmp_path / "index", tmp_path / "explained"
     code, stdout, err = run([*FIT, "--granularity", "strategy", "--out", str(index)], capsys)
     assert code == 0, err

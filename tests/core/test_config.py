@@ -2,6 +2,7 @@
 the keywords give."""
 
 import dataclasses
+import warnings
 
 import pytest
 import torch
@@ -28,8 +29,9 @@ def test_bad_settings_give_one_line(settings, message) -> None:
         FitConfig(**settings)
     assert str(error.value) == message
     model, _ = random_setup(n=10)
-    with pytest.raises(ValueError) as error:  # the interpreter's keywords say the same
-        RepresentativeInterpreter(model, "relu2", **settings)
+    with pytest.raises(ValueError) as error, warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # the keywords that moved
+        RepresentativeInterpreter(model, "relu2", **settings)  # say the same
     assert str(error.value) == message
 
 
@@ -47,7 +49,8 @@ def test_keywords_and_config_together_are_refused() -> None:
 def test_a_config_gives_the_index_the_keywords_give() -> None:
     model, images = random_setup(n=150)
     settings = {"n_boundaries": 12, "seed": 3, "sampling": "pairs", "batch_size": 16}
-    by_keywords = RepresentativeInterpreter(model, "relu2", progress=False, **settings)
+    with pytest.warns(DeprecationWarning, match=r"pass config=FitConfig\(sampling=...\)"):
+        by_keywords = RepresentativeInterpreter(model, "relu2", progress=False, **settings)
     config = FitConfig(progress=False, **settings)
     by_config = RepresentativeInterpreter(model, "relu2", config=config)
     assert by_config.config == by_keywords.config == config
@@ -66,3 +69,28 @@ def test_a_config_gives_the_index_the_keywords_give() -> None:
         assert len(sources) == other.n_boundaries and not torch.equal(sources[:5], a.sources[:5])
     again = build_index(by_config.split, reference, config, torch.device("cpu"))
     assert torch.equal(again.sources, a.sources)
+
+
+@pytest.mark.parametrize(
+    ("moved", "field"),
+    [
+        ({"sampling": "pairs"}, "sampling"),
+        ({"time_limit": 2.0}, "time_limit"),
+        ({"allow_nonlinear_head": True}, "allow_nonlinear_head"),
+    ],
+)
+def test_a_moved_keyword_still_works_and_names_its_new_spelling(moved, field) -> None:
+    model, _ = random_setup(n=10)
+    with pytest.warns(DeprecationWarning) as caught:
+        ri = RepresentativeInterpreter(model, "relu2", n_boundaries=7, **moved)
+    assert str(caught[0].message) == (
+        f"RepresentativeInterpreter({field}=...) is deprecated and will be removed in 0.7: "
+        f"pass config=FitConfig({field}=...) (with the fit's other settings)"
+    )
+    assert getattr(ri.config, field) == moved[field] and ri.config.n_boundaries == 7
+
+
+def test_an_unknown_keyword_is_refused() -> None:
+    with pytest.raises(TypeError) as error:
+        RepresentativeInterpreter(random_setup(n=10)[0], "relu2", gamma=0.5)
+    assert str(error.value) == "RepresentativeInterpreter got unexpected keyword arguments: gamma"

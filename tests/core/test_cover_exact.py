@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from repinterp import RepresentativeInterpreter
+from repinterp import FitConfig, RepresentativeInterpreter
 from repinterp.core.cover import exact_cover, greedy_cover, sides
 
 from ..networks import random_setup
@@ -178,9 +178,8 @@ def test_interpreter_exact_solver(fitted) -> None:
 
 def test_interpreter_default_solver_and_bad_names(fitted) -> None:
     ri, inputs = fitted
-    exact_ri = RepresentativeInterpreter(
-        ri.model, "relu2", n_boundaries=12, solver="exact", time_limit=2.0, progress=False
-    )
+    config = FitConfig(n_boundaries=12, time_limit=2.0, progress=False)
+    exact_ri = RepresentativeInterpreter(ri.model, "relu2", solver="exact", config=config)
     exact_ri.fit(ri.reference)  # the same reference set and Q as ri
     assert exact_ri.explain(inputs[1]).solver == "exact"
     assert exact_ri.explain(inputs[1], solver="greedy").solver == "greedy"
@@ -190,5 +189,5 @@ def test_interpreter_default_solver_and_bad_names(fitted) -> None:
     with pytest.raises(ValueError, match="greedy, exact"):
         RepresentativeInterpreter(ri.model, "relu2", solver="optimal")
     with pytest.raises(ValueError, match="time_limit"):
-        RepresentativeInterpreter(ri.model, "relu2", time_limit=0)
+        RepresentativeInterpreter(ri.model, "relu2", config=FitConfig(time_limit=0))
     assert math.isfinite(exact_ri.explain(inputs[2]).gap)

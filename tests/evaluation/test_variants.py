@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from repinterp import RepresentativeInterpreter
+from repinterp import FitConfig, RepresentativeInterpreter
 from repinterp.core.boundaries import sample_sources
 from repinterp.core.cover import exact_cover, fewest_boundaries, greedy_cover
 from repinterp.core.heatmap import heatmaps
@@ -30,7 +30,8 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 def test_interpreters_fit_and_reload_with_their_sampling(tmp_path):
     model = tiny_gap_cnn().eval()
     x = images(40, seed=1)
-    ri = RepresentativeInterpreter(model, "3", n_boundaries=6, progress=False, sampling="pairs")
+    config = FitConfig(n_boundaries=6, progress=False, sampling="pairs")
+    ri = RepresentativeInterpreter(model, "3", config=config)
     ri.fit(x)
     with torch.no_grad():
         logits = model(x)
@@ -38,7 +39,7 @@ def test_interpreters_fit_and_reload_with_their_sampling(tmp_path):
     ri.save(tmp_path / "index")
     assert RepresentativeInterpreter.load(tmp_path / "index", model).config.sampling == "pairs"
     with pytest.raises(ValueError, match="unknown sampling"):
-        RepresentativeInterpreter(model, "3", sampling="near")
+        RepresentativeInterpreter(model, "3", config=FitConfig(sampling="near"))
 
 
 def _brute_force(sep: np.ndarray, other: np.ndarray, delta: int) -> tuple[int, int, int]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from repinterp import RepresentativeInterpreter
+from repinterp import FitConfig, RepresentativeInterpreter
 from repinterp.models import zoo
 from repinterp.models.split import NonlinearHeadError
 
@@ -47,7 +47,7 @@ def test_convnext_layernorm_head_is_refused_by_name() -> None:
     with pytest.raises(NonlinearHeadError, match=r"layer_norm in 'head.norm' \(LayerNorm2d\)"):
         RepresentativeInterpreter(model, "stages.3")
     with pytest.raises(NonlinearHeadError, match=r"'head.norm' \(LayerNorm2d\)"):
-        RepresentativeInterpreter(model, None, input_shape=(3, SIDE, SIDE))
+        RepresentativeInterpreter(model, None, config=FitConfig(input_shape=(3, SIDE, SIDE)))
 
 
 def test_timm_weights_come_from_a_local_file(tmp_path) -> None:

@@ -12,7 +12,7 @@ import torch
 import torchvision
 from torch import Tensor, nn
 
-from repinterp import RepresentativeInterpreter
+from repinterp import FitConfig, RepresentativeInterpreter
 from repinterp.models.split import NonlinearHeadError, locate_split
 from repinterp.models.zoo import default_target_layer
 
@@ -80,9 +80,8 @@ def test_outputs_other_than_a_tensor(reference, kind, output) -> None:
     model, images, expected = reference
     wrapped = Wrapped(kind).eval()
     wrapped.net.load_state_dict(model.state_dict())
-    ri = RepresentativeInterpreter(
-        wrapped, "net.relu2", n_boundaries=10, progress=False, output=output
-    )
+    config = FitConfig(n_boundaries=10, progress=False, output=output)
+    ri = RepresentativeInterpreter(wrapped, "net.relu2", config=config)
     _same_as(ri.fit(images), expected, images)
 
 
@@ -115,15 +114,21 @@ class Plain(NoLogits):
 @pytest.mark.parametrize(
     ("model", "message"),
     [
-        (Wrapped("tuple"), r"returns a tuple of 2: pass output=lambda out: out\[I\]"),
+        (
+            Wrapped("tuple"),
+            r"returns a tuple of 2: pass config=FitConfig\(output=lambda out: out\[I\]\)",
+        ),
         (
             Wrapped("dict", field="scores"),
-            r"a dict with keys \['early', 'scores'\] and no 'logits': pass output=",
+            r"a dict with keys \['early', 'scores'\] and no 'logits': pass config=FitConfig\(",
         ),
-        (NoLogits(), "returns a Scores without a 'logits' field: pass output=lambda out: out."),
+        (
+            NoLogits(),
+            r"returns a Scores without a 'logits' field: pass config=FitConfig\(output=lambda ",
+        ),
         (
             Wrapped("namespace", field="scores"),
-            "returns a SimpleNamespace without a 'logits' field: pass output=lambda out: out.",
+            r"returns a SimpleNamespace without a 'logits' field: pass config=FitConfig\(output=",
         ),
         (
             Plain(),
@@ -139,7 +144,7 @@ def test_outputs_without_logits_say_what_to_pass(model, message) -> None:
 
 def test_output_must_select_a_tensor() -> None:
     with pytest.raises(ValueError, match="output= must select the logits tensor"):
-        RepresentativeInterpreter(tiny_mlp_cnn(), "relu2", output=lambda out: 3)
+        RepresentativeInterpreter(tiny_mlp_cnn(), "relu2", config=FitConfig(output=lambda out: 3))
 
 
 def test_target_layer_as_module_list_name_or_none(reference) -> None:
@@ -153,7 +158,8 @@ def test_target_layer_as_module_list_name_or_none(reference) -> None:
         located.split  # noqa: B018
     _same_as(located.fit(images), expected, images)
     assert located.target_layer == "relu2" and located.index.meta["target_layer"] == "relu2"
-    early = RepresentativeInterpreter(model, input_shape=(1, 12, 12), progress=False)
+    config = FitConfig(input_shape=(1, 12, 12), progress=False)
+    early = RepresentativeInterpreter(model, config=config)
     assert early.target_layer == "relu2"
 
 
@@ -186,7 +192,7 @@ def test_a_layer_with_flat_output_is_refused_before_any_work() -> None:
     model.eval()
     message = r"'flat' gives outputs of shape \(1, 288\), not N x K x h x w"
     with pytest.raises(ValueError, match=message):
-        RepresentativeInterpreter(model, "flat", input_shape=(1, 12, 12))
+        RepresentativeInterpreter(model, "flat", config=FitConfig(input_shape=(1, 12, 12)))
     ri = RepresentativeInterpreter(model, "flat", progress=False)
     with pytest.raises(ValueError, match=r"'flat' gives outputs of shape \(10, 288\)"):
         ri.fit(images[:10])
@@ -264,10 +270,9 @@ def test_located_layer_skips_global_pools_and_names_a_nonlinear_head() -> None:
         )
     ).eval()
     with pytest.raises(NonlinearHeadError, match=r"last spatial layer is 'relu', .*'act' \(GELU\)"):
-        RepresentativeInterpreter(model, input_shape=(1, 8, 8))
-    ri = RepresentativeInterpreter(
-        model, input_shape=(1, 8, 8), allow_nonlinear_head=True, progress=False
-    )
+        RepresentativeInterpreter(model, config=FitConfig(input_shape=(1, 8, 8)))
+    config = FitConfig(input_shape=(1, 8, 8), allow_nonlinear_head=True, progress=False)
+    ri = RepresentativeInterpreter(model, config=config)
     assert ri.target_layer == "relu"
 
 

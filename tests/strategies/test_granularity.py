@@ -175,16 +175,16 @@ def test_strategies_refuse_a_set_other_than_the_indexed_one(one_thread, tmp_path
 def test_strategies_are_found_once_and_saved_with_the_index(
     one_thread, tmp_path, monkeypatch
 ) -> None:
-    import repinterp.interpreter as interpreter_module
+    import repinterp.strategies.model as strategies_module
 
     calls = []
-    found_once = interpreter_module.model_strategies
+    found_once = strategies_module.model_strategies
 
     def counted(*args, **kwargs):
         calls.append(1)
         return found_once(*args, **kwargs)
 
-    monkeypatch.setattr(interpreter_module, "model_strategies", counted)
+    monkeypatch.setattr(strategies_module, "model_strategies", counted)
     images, _ = _blobs(300, seed=0)
     ri = _fit("strategy", images)
     first = ri.strategies()

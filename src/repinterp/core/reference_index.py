@@ -8,6 +8,7 @@ kept. Its folder on disk is [`index_folder`][repinterp.store.index_folder]'s.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -23,7 +24,7 @@ from .cover import CoverIndex, sides
 from .granularity import FittedGranularity, extra_count, project_blocks
 from .heatmap import channel_means
 
-__all__ = ["FEATURE_FILE", "INDEX_ROWS", "ReferenceIndex", "index_rows"]
+__all__ = ["FEATURE_FILE", "INDEX_ROWS", "ReferenceIndex", "index_rows", "input_rows"]
 
 FEATURE_FILE = "features.npy"
 INDEX_ROWS = ("projections", "logits", "predictions", "labels")
@@ -142,6 +143,24 @@ class ReferenceIndex:
             )
         return self.mapped_features
 
+    def rows(
+        self, indices: Tensor | list[int]
+    ) -> tuple[Tensor, Tensor, Tensor | None, dict[str, Tensor]]:
+        """The rows of reference images by index, as `input_rows` gives an input's: logits,
+        projections, flattened feature maps (None when they are not kept) and columns.
+
+        Raises:
+            IndexError: an index outside ``[0, |R|)``.
+        """
+        rows = torch.as_tensor(indices, dtype=torch.long, device=self.projections.device)
+        if rows.numel() and (int(rows.min()) < 0 or int(rows.max()) >= len(self)):
+            raise IndexError(f"reference indices must lie in [0, {len(self)})")
+        features = None
+        if FEATURE_FILE in self.files:
+            features = self.features[rows.cpu()]
+        columns = {name: value[rows] for name, value in self.columns.items()}
+        return self.logits[rows], self.projections[rows], features, columns
+
     def map_features(self, file: BinaryIO | None = None) -> None:
         """Memory-map the feature file now (nothing if the index has none, or has mapped it).
 
@@ -247,3 +266,45 @@ def _memory_map(file: BinaryIO, path: Path) -> Tensor:
         file, dtype=dtype, mode="c", shape=shape, order="F" if fortran else "C", offset=file.tell()
     )
     return torch.from_numpy(array)
+
+
+def input_rows(
+    psi: Callable[[Tensor], Tensor],
+    head: nn.Module,
+    batches: Iterable[Tensor],
+    index: ReferenceIndex,
+    empty: Tensor,
+    keep_features: bool = False,
+) -> tuple[Tensor, Tensor, Tensor | None, dict[str, Tensor]]:
+    """Inputs' rows on ``index``, batch by batch, as at fit (`index_rows`).
+
+    Args:
+        psi: the model up to the index's target layer.
+        head: ``G``.
+        batches: the inputs, in batches on the model's device, in its dtype.
+        index: whose ``Q`` and granularity.
+        empty: an empty tensor of the model's device and dtype (the rows of no batch).
+        keep_features: also return the inputs' feature maps.
+
+    Returns:
+        Logits (N x classes), projections on ``Q`` (N x |Q|), the flattened feature maps
+        (N x K h w, float32 on the CPU; None without ``keep_features`` or batches) and the
+        columns of the index's granularity (N rows each; none without batches).
+    """
+    logits = [empty.new_empty(0, index.n_classes)]
+    proj = [empty.new_empty(0, len(index.boundaries))]
+    features: list[Tensor] = []
+    parts: list[dict[str, Tensor]] = []
+    for part in batches:
+        with torch.inference_mode():
+            t = psi(part)
+        rows = index_rows(head, t, index.boundaries, index.granularity)
+        logits.append(rows.pop("logits"))
+        proj.append(rows.pop("projections"))
+        del rows["predictions"]
+        if keep_features:
+            features.append(t.flatten(1).float().cpu())
+        parts.append(rows)
+    columns = {name: torch.cat([p[name] for p in parts]) for name in parts[0]} if parts else {}
+    kept = torch.cat(features) if features else None
+    return torch.cat(logits), torch.cat(proj), kept, columns

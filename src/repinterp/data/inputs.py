@@ -24,7 +24,7 @@ from torch import Tensor
 
 from .image_files import upright
 
-__all__ = ["Transform", "as_input", "as_inputs", "channels_first", "check_dense"]
+__all__ = ["Transform", "as_input", "as_inputs", "channels_first", "check_dense", "one_input"]
 
 Transform = Callable[[Image.Image], Tensor]
 """A PIL image -> its normalised C x H x W float tensor, as the model takes it."""
@@ -115,6 +115,17 @@ def as_input(image: Any, transform: Transform | None = None) -> Tensor:
     raise ValueError(
         f"an image to explain is a tensor, a NumPy array or a PIL image, got {type(image).__name__}"
     )
+
+
+def one_input(image: Any, transform: Transform | None = None) -> Tensor:
+    """[`as_input`][repinterp.data.inputs.as_input], checked to be one C x H x W image (what
+    ``explain`` takes)."""
+    image = as_input(image, transform)
+    if image.ndim != 3:
+        raise ValueError(
+            f"explain takes one C x H x W (or 1 x C x H x W) image, got {tuple(image.shape)}"
+        )
+    return image
 
 
 def as_inputs(images: Any, transform: Transform | None, shape: Sequence[int]) -> Tensor:

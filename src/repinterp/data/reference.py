@@ -60,6 +60,8 @@ __all__ = [
     "as_reference",
     "check_finite_rows",
     "check_images",
+    "first_image",
+    "gather_images",
 ]
 
 Reference = Tensor | np.ndarray | Dataset | DataLoader | Sequence[Any]
@@ -362,3 +364,35 @@ class ReferenceSet:
         if not len(indices):
             return self.gather(torch.zeros(1, dtype=torch.long))[:0]
         return _split_item(self._collate([self._dataset[int(i)] for i in indices]))[0]
+
+
+def first_image(reference: ReferenceSet, dtype: torch.dtype, device: torch.device) -> Tensor:
+    """The first image of a reference set, as a checked 1 x C x H x W batch (to find the target
+    layer with its shape).
+
+    Raises:
+        ValueError: the reference set is empty, or its first image is bad.
+    """
+    if len(reference) == 0:
+        raise ValueError("the reference set is empty")
+    first = reference.gather(torch.zeros(1, dtype=torch.long))
+    return as_batch(first, dtype, device, what="reference images")
+
+
+def gather_images(
+    reference: Reference | ReferenceSet | None, indices: Tensor | list[int], n: int
+) -> Tensor | None:
+    """Images of ``reference`` (anything `as_reference` takes) by index, checked to be a set of
+    ``n`` images (the index's); None for no reference set.
+
+    Raises:
+        ValueError: ``reference`` holds another number of images than ``n``.
+    """
+    if reference is None:
+        return None
+    source = as_reference(reference)
+    if len(source) != n:
+        raise ValueError(
+            f"the reference set holds {len(source)} images; the index was fitted on {n}"
+        )
+    return source.gather(torch.as_tensor(indices, dtype=torch.long))

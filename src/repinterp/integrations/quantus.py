@@ -131,10 +131,7 @@ def refit(
         ri.model if model is None else model,
         ri.target_layer,
         device=ri.device,
-        allow_nonlinear_head=ri.allow_nonlinear_head,
         solver=ri.solver,
-        time_limit=ri.time_limit,
-        output=ri.output,
         config=config,
     )
     return other.fit(ri.reference)

@@ -10,20 +10,21 @@ each channel's positions. The interpreter's ``contrastive_boundaries`` and
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import Tensor
 
-from ..core.boundaries import Boundaries
+from ..core.boundaries import Boundaries, compute_boundaries
 from ..core.heatmap import channel_means, polytope_heatmaps
 
-__all__ = ["contrast_pairs", "contrastive_heatmaps"]
+__all__ = ["Contrast", "contrast_pairs", "contrastive_boundaries", "contrastive_heatmaps"]
+
+Contrast = int | Sequence[int] | Tensor
+"""The class ``c'`` to contrast with: one for every image, or one per image."""
 
 
-def contrast_pairs(
-    predicted: Tensor, contrast: int | Sequence[int] | Tensor, n_classes: int
-) -> Tensor:
+def contrast_pairs(predicted: Tensor, contrast: Contrast, n_classes: int) -> Tensor:
     """The ``(c, c')`` pair of each image, checked.
 
     Args:
@@ -77,3 +78,27 @@ def contrastive_heatmaps(features: Tensor, boundaries: Boundaries, size: tuple[i
     alphas = list(channel_means(boundaries).unsqueeze(1))
     which = torch.arange(len(alphas), device=features.device)
     return polytope_heatmaps(features, alphas, which, size)
+
+
+def contrastive_boundaries(
+    head: Callable[[Tensor], Tensor],
+    features: Tensor,
+    contrast: Contrast,
+    n_classes: int,
+) -> Boundaries:
+    """Each image's boundary between its predicted class ``c`` (by ``head`` at its feature map)
+    and the ``c'`` of ``contrast``, with Eq. 2's weights at its feature map.
+
+    Args:
+        head: ``G``, N x K x h x w feature maps -> N x classes logits.
+        features: N x K x h x w, the images' feature maps.
+        contrast: ``c'``: one class for every image, or one per image.
+        n_classes: the number of classes.
+
+    Returns:
+        N boundaries; ``top_classes`` holds each ``(c, c')``.
+    """
+    with torch.inference_mode():
+        predicted = head(features).argmax(1).cpu()
+    classes = contrast_pairs(predicted, contrast, n_classes)
+    return compute_boundaries(head, features, classes)

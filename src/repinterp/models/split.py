@@ -18,12 +18,13 @@ import operator
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from torch import Tensor, fx, nn
 
 from ..runtime.devices import eval_mode, model_device, model_dtype
+from ..runtime.precision import exact_float32
 from .fingerprint import graph_fingerprint, model_fingerprint
 from .fixed_mode import (
     CHECKED_IMAGES,
@@ -41,6 +42,7 @@ __all__ = [
     "LayerSpec",
     "NonlinearHeadError",
     "SplitModel",
+    "SplitOptions",
     "UnfixedModelError",
     "check_feature_map",
     "check_fixed",
@@ -48,8 +50,10 @@ __all__ = [
     "graph_fingerprint",
     "locate_split",
     "model_fingerprint",
+    "probe_split",
     "resolve_layer",
     "resolve_module",
+    "split_at",
     "split_model",
 ]
 
@@ -151,7 +155,7 @@ class _LeafTracer(fx.Tracer):
             raise TypeError(
                 f"its forward passes or returns an object of class {type(a).__name__}, which "
                 "torch.fx cannot record: return the logits as a tensor, or in a dict, a tuple, "
-                "a dataclass or a SimpleNamespace (with output= to select them)"
+                "a dataclass or a SimpleNamespace (with FitConfig's output= to select them)"
             ) from None
 
 
@@ -208,7 +212,7 @@ class _Head(nn.Module):
         if not isinstance(logits, Tensor):
             raise ValueError(
                 f"the model's output is a {type(logits).__name__}, not a tensor of logits: pass "
-                "output=lambda out: ... (the logits) to RepresentativeInterpreter"
+                "config=FitConfig(output=lambda out: ...) (the logits) to RepresentativeInterpreter"
             )
         return logits
 
@@ -282,19 +286,19 @@ def _default_logits(value: Any) -> Any:
             return value["logits"]
         raise ValueError(
             f"the model returns a dict with keys {sorted(map(str, value))} and no 'logits': pass "
-            "output=lambda out: out[KEY] to RepresentativeInterpreter"
+            "config=FitConfig(output=lambda out: out[KEY]) to RepresentativeInterpreter"
         )
     if isinstance(value, (tuple, list)):
         raise ValueError(
-            f"the model returns a {type(value).__name__} of {len(value)}: pass output=lambda "
-            "out: out[I] (the logits) to RepresentativeInterpreter"
+            f"the model returns a {type(value).__name__} of {len(value)}: pass "
+            "config=FitConfig(output=lambda out: out[I]) (the logits) to RepresentativeInterpreter"
         )
     node = value.node if isinstance(value, fx.Proxy) else None
     if node is not None and node.op == "call_function" and isinstance(node.target, type):
         if _field(node, "logits") is None:
             raise ValueError(
                 f"the model returns a {node.target.__name__} without a 'logits' field: pass "
-                "output=lambda out: out.FIELD to RepresentativeInterpreter"
+                "config=FitConfig(output=lambda out: out.FIELD) to RepresentativeInterpreter"
             )
         return value.logits
     return value
@@ -535,3 +539,49 @@ def _module(model: nn.Module, graph: fx.Graph, name: str) -> fx.GraphModule:
     gm.graph.eliminate_dead_code()
     gm.recompile()
     return gm
+
+
+@exact_float32()
+@torch.inference_mode()
+def probe_split(
+    split: SplitModel, input_shape: tuple[int, ...], device: torch.device, dtype: torch.dtype
+) -> None:
+    """Run one zero image of ``input_shape`` through ``psi`` to check the target layer's output."""
+    probe = torch.zeros(1, *input_shape, device=device, dtype=dtype)
+    check_feature_map(split.psi(probe), split.layer)
+
+
+class SplitOptions(Protocol):
+    """How a model is split (a [`FitConfig`][repinterp.core.config.FitConfig] is one): see
+    [`split_model`][repinterp.models.split.split_model]; ``input_shape``: C x H x W of the
+    images, or None."""
+
+    @property
+    def output(self) -> OutputFn | None: ...
+    @property
+    def allow_nonlinear_head(self) -> bool: ...
+    @property
+    def input_shape(self) -> tuple[int, int, int] | None: ...
+
+
+def split_at(
+    model: nn.Module,
+    target_layer: LayerSpec | None,
+    options: SplitOptions,
+    dtype: torch.dtype,
+    input_shape: tuple[int, ...] | None = None,
+) -> SplitModel | None:
+    """The split an interpreter is made with: at ``target_layer`` (checked with one zero image
+    when the input shape is known: ``input_shape``, else ``options.input_shape``), found with
+    the input shape when the layer is None
+    ([`locate_split`][repinterp.models.split.locate_split]), else None (found at ``fit``)."""
+    allow_nonlinear_head, output = options.allow_nonlinear_head, options.output
+    input_shape = options.input_shape if input_shape is None else input_shape
+    if target_layer is not None:
+        split = split_model(model, target_layer, allow_nonlinear_head, output)
+        if input_shape is not None:
+            probe_split(split, input_shape, model_device(model), dtype)
+        return split
+    if input_shape is not None:
+        return locate_split(model, input_shape, allow_nonlinear_head, output)
+    return None

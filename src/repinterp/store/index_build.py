@@ -10,6 +10,8 @@ keeping per image its projections on ``Q``, logits, prediction and label; option
 from __future__ import annotations
 
 import hashlib
+import tempfile
+import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -18,28 +20,30 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from ..core.boundaries import Boundaries, eq2_boundaries, sample_sources
 from ..core.config import FitConfig
 from ..core.granularity import FitContext, FittedGranularity
-from ..core.reference_index import INDEX_ROWS, ReferenceIndex, index_rows
+from ..core.reference_index import FEATURE_FILE, INDEX_ROWS, ReferenceIndex, index_rows
 from ..data.reference import (
     ReferenceSet,
     as_batch,
     check_finite_rows,
+    first_image,
 )
 from ..models.fingerprint import model_fingerprint
-from ..models.split import SplitModel, check_feature_map
+from ..models.fixed_mode import CHECKED_IMAGES, check_image_function
+from ..models.split import SplitModel, check_feature_map, split_at
 from ..runtime.checksums import tensor_bytes, tensor_sha256
 from ..runtime.distributed import broadcast, gather, rank_and_world
-from ..runtime.precision import exact_float32
+from ..runtime.precision import engine_dtype, exact_float32
 from ..runtime.progress import progress_bar
 from .index_folder import FORMAT_VERSION
 from .outputs import claim, record
 from .shards import DEFAULT_SHARD_SIZE, FeatureFile, PartialBuild, ShardPlan, Shards, partial_files
 
-__all__ = ["build_index"]
+__all__ = ["build_index", "fit_index"]
 
 
 def _feature_stream(
@@ -466,3 +470,73 @@ def _build(
         with open(feature_file, "rb") as file:
             index.map_features(file)
     return index
+
+
+def fit_index(
+    model: nn.Module,
+    split: SplitModel | None,
+    reference: ReferenceSet,
+    config: FitConfig,
+    device: torch.device,
+    class_names: list[str] | None = None,
+    keep_features: bool = False,
+    shards: Shards | None = None,
+) -> tuple[SplitModel, ReferenceIndex, tempfile.TemporaryDirectory | None]:
+    """``RepresentativeInterpreter.fit``'s work: the target layer found with the first image's
+    shape when ``split`` is None, a few images checked to be a fixed function of the model, the
+    index built, warnings for a short ``Q`` or one predicted class, and its ``meta`` (the target
+    layer, the fit's settings, the model's class, ``class_names``).
+
+    Returns:
+        The split, the index, and the temporary folder of its feature maps (kept without
+        ``shards``).
+
+    Raises:
+        ValueError: see ``fit``, and ``class_names`` of another number than the classes.
+    """
+    dtype = engine_dtype(model)
+    if split is None:
+        shape = tuple(first_image(reference, dtype, device).shape[1:])
+        split = split_at(model, None, config, dtype, shape)
+    if len(reference) > 0:  # a few images: the same twice, and alone as in a batch
+        few = reference.gather(torch.arange(min(CHECKED_IMAGES, len(reference))))
+        check_image_function(split.psi, split.head, split.layer, as_batch(few, dtype, device))
+    feature_dir = None
+    if keep_features and shards is None:
+        feature_dir = tempfile.TemporaryDirectory(prefix="repinterp-")
+    feature_file = None
+    if keep_features:
+        folder = shards.directory if shards is not None else Path(feature_dir.name)
+        feature_file = folder / FEATURE_FILE
+    index = build_index(
+        split, reference, config, device, feature_file=feature_file, shards=shards, dtype=dtype
+    )
+    if len(index.boundaries) < config.n_boundaries:
+        warnings.warn(
+            f"n_boundaries={config.n_boundaries} > |R|={len(index)}: Q has "
+            f"{len(index.boundaries)} boundaries, one per reference image",
+            stacklevel=4,
+        )
+    predicted = index.predictions.unique()
+    if len(predicted) == 1 and index.n_classes > 1:
+        warnings.warn(
+            f"the model predicts class {int(predicted[0])} for all {len(index)} reference "
+            "images: every other class is empty, so no explanation has a boundary to draw "
+            "(is the normalisation the one the model was trained with?)",
+            stacklevel=4,
+        )
+    if class_names is not None and len(class_names) != index.n_classes:
+        raise ValueError(
+            f"{len(class_names)} class names given for a model with {index.n_classes} classes"
+        )
+    index.meta = {
+        "target_layer": split.layer,
+        "seed": config.seed,
+        "requested_boundaries": config.n_boundaries,
+        "model_class": type(model).__name__,
+        "class_names": class_names,
+    }
+    if config.sampling != "uniform":  # the paper's sampling is the default, left unsaid
+        index.meta["sampling"] = config.sampling
+    index.meta.update(index.granularity.state()[0])  # the paper's granularity: nothing
+    return split, index, feature_dir

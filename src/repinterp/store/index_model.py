@@ -8,20 +8,30 @@ of ``repinterp fit`` given back, and the fitted granularity restored.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from torch import nn
 
-from ..core.granularities import granularity_class
+from ..core.config import FitConfig
+from ..core.granularities import granularity, granularity_class
 from ..core.granularity import Granularity
 from ..core.reference_index import ReferenceIndex
 from ..data.datasets import ImageTransform
 from ..models.fingerprint import model_fingerprint
 from ..runtime.version import VERSION
-from .index_folder import IndexLoadError
+from .index_folder import IndexLoadError, load_index, save_index
 
-__all__ = ["check_model", "check_opening", "record_model", "restore_granularity", "saved_transform"]
+__all__ = [
+    "check_model",
+    "check_opening",
+    "open_saved",
+    "record_model",
+    "restore_granularity",
+    "save_with_model",
+    "saved_transform",
+]
 
 
 def record_model(index: ReferenceIndex, model: nn.Module, graph: str, transform: Any) -> None:
@@ -129,3 +139,46 @@ def restore_granularity(index: ReferenceIndex, path: str | Path, plug: Granulari
         index.granularity = plug.load(index.meta, state)
     except ValueError as exc:
         raise IndexLoadError(f"{path} is damaged: {exc}") from None
+
+
+def save_with_model(
+    index: ReferenceIndex,
+    path: str | Path,
+    model: nn.Module,
+    graph: str,
+    transform: Any,
+    overwrite: bool = False,
+) -> None:
+    """Save ``index`` to the folder ``path`` with what it records of ``model``
+    (`record_model`); its kept files (the feature maps) go with it and are read from there
+    afterwards."""
+    record_model(index, model, graph, transform)
+    save_index(index, path, extra_files=index.files, overwrite=overwrite)
+    index.files = {name: Path(path) / name for name in index.files}
+
+
+def open_saved(
+    path: str | Path, model: nn.Module, plug: str | None, keywords: dict[str, Any]
+) -> tuple[ReferenceIndex, str, dict[str, Any]]:
+    """The saved index at ``path`` opened for ``model`` (`check_opening`), its target layer,
+    and the interpreter's ``keywords`` (``RepresentativeInterpreter.load``'s) completed from
+    it: ``config`` with the fit settings the index was made with (``n_boundaries``, ``seed``,
+    ``sampling``, ``granularity``; ``batch_size`` and ``progress`` from ``keywords``) and,
+    without ``transform``, the one it records (`saved_transform`), if any."""
+    index = load_index(path)
+    meta = index.meta
+    layer = check_opening(index, path, model, plug)
+    keywords = dict(keywords)
+    transform = saved_transform(index, path)
+    if "transform" not in keywords and transform is not None:
+        keywords["transform"] = transform
+    own = {name: keywords.pop(name) for name in ("batch_size", "progress") if name in keywords}
+    keywords["config"] = replace(
+        keywords.pop("config", None) or FitConfig(),
+        **own,
+        n_boundaries=meta.get("requested_boundaries", len(index.boundaries)),
+        seed=meta.get("seed", 0),
+        sampling=meta.get("sampling", "uniform"),
+        granularity=granularity(index.granularity.name),
+    )
+    return index, layer, keywords

@@ -34,6 +34,7 @@ __all__ = [
     "Strategy",
     "audit_ranking",
     "cut_to_cell",
+    "kept_strategies",
     "model_strategies",
     "polytope_fidelity",
     "strategies_from_state",
@@ -415,3 +416,19 @@ def strategy_fields(explainer: Explainer, strategy: int | None) -> dict[str, Any
         kept = {int(entry["id"]): entry["audit"] for entry in decisions.summary[1]}
         audit = kept.get(strategy, {})
     return {"strategy_flagged": audit.get("flagged"), "strategy_rank": audit.get("rank")}
+
+
+def kept_strategies(explainer: Explainer, reference: Any, batch_size: int) -> list[Strategy]:
+    """The strategies of ``explainer``'s index (see
+    [`model_strategies`][repinterp.strategies.model.model_strategies]), found once per fit and
+    kept in its granularity (``save`` writes them): later calls solve only each strategy's
+    polytope again."""
+    decisions = explainer.index.granularity
+    if isinstance(decisions, StrategyDecisions) and decisions.summary is not None:
+        try:
+            return strategies_from_state(explainer, *decisions.summary)
+        except ValueError:  # kept by another version: found again
+            decisions.summary = None
+    found = model_strategies(explainer, reference, batch_size)
+    decisions.summary = strategies_state(found)
+    return found

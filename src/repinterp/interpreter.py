@@ -50,10 +50,11 @@ class RepresentativeInterpreter:
         model: a classifier in eval mode, float32 or float64: images -> logits (or ``.logits``).
         target_layer: where ``psi`` ends: a name, the module, or ``[module]``; None: found at
             ``fit`` ([`locate_split`][repinterp.models.split.locate_split]).
-        n_boundaries, seed, batch_size, progress, granularity: the fit's settings
-            ([`FitConfig`][repinterp.core.config.FitConfig]): ``|Q|``, the seed of its sample,
-            images per forward pass, progress bars, and by name ``"class"`` (the paper's RI) or
-            beyond the paper ``"strategy"``.
+        n_boundaries: ``|Q|``; it and the four below are the fit's settings (`FitConfig`).
+        seed: seeds the sample of ``Q``.
+        batch_size: images per forward pass.
+        progress: show progress bars.
+        granularity: by name: ``"class"``, the paper's RI, or beyond the paper ``"strategy"``.
         device: where to compute; None: the model's. Another **moves the user's model** there.
         solver: ``"greedy"`` (Algorithm 1) or ``"exact"`` (a MILP); ``explain`` can override it.
         transform: how ``explain`` reads a PIL image or ``uint8`` array

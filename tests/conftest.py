@@ -59,3 +59,20 @@ def browser() -> Iterator[Any]:
             _unavailable(f"{CHROMIUM} does not start: {exc.message.splitlines()[0]}")
         yield chromium
         chromium.close()
+
+
+@pytest.fixture
+def strategy_searches(monkeypatch) -> list[int]:
+    """A list that grows by one at each search of a model's strategies
+    (`repinterp.strategies.model.model_strategies`), for tests that they are found once."""
+    import repinterp.strategies.model as strategies_module
+
+    calls: list[int] = []
+    found = strategies_module.model_strategies
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        return found(*args, **kwargs)
+
+    monkeypatch.setattr(strategies_module, "model_strategies", counted)
+    return calls

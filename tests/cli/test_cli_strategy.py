@@ -11,18 +11,8 @@ from ..commandline import FIT, run
 
 
 def test_fit_explain_and_audit_of_a_strategy_index(
-    tmp_path, capsys, one_thread, monkeypatch
+    tmp_path, capsys, one_thread, strategy_searches
 ) -> None:
-    import repinterp.strategies.model as strategies_module
-
-    calls = []
-    found_once = strategies_module.model_strategies
-
-    def counted(*args, **kwargs):
-        calls.append(1)
-        return found_once(*args, **kwargs)
-
-    monkeypatch.setattr(strategies_module, "model_strategies", counted)
     index, out = tmp_path / "index", tmp_path / "explained"
     code, stdout, err = run([*FIT, "--granularity", "strategy", "--out", str(index)], capsys)
     assert code == 0, err
@@ -51,7 +41,7 @@ def test_fit_explain_and_audit_of_a_strategy_index(
     assert code == 0, err
     page = (report / "index.html").read_text()
     assert page.count("on an index of granularity strategy: the strategy the input") > 0
-    assert len(calls) == 1  # found at fit, read back by explain, audit and report
+    assert len(strategy_searches) == 1  # found at fit, read back by explain, audit and report
 
 
 @pytest.mark.parametrize(

@@ -173,18 +173,8 @@ def test_strategies_refuse_a_set_other_than_the_indexed_one(one_thread, tmp_path
 
 
 def test_strategies_are_found_once_and_saved_with_the_index(
-    one_thread, tmp_path, monkeypatch
+    one_thread, tmp_path, strategy_searches
 ) -> None:
-    import repinterp.strategies.model as strategies_module
-
-    calls = []
-    found_once = strategies_module.model_strategies
-
-    def counted(*args, **kwargs):
-        calls.append(1)
-        return found_once(*args, **kwargs)
-
-    monkeypatch.setattr(strategies_module, "model_strategies", counted)
     images, _ = _blobs(300, seed=0)
     ri = _fit("strategy", images)
     first = ri.strategies()
@@ -192,18 +182,18 @@ def test_strategies_are_found_once_and_saved_with_the_index(
     ri.save(tmp_path / "index")
     loaded = RepresentativeInterpreter.load(tmp_path / "index", _two_strategy_model())
     kept = loaded.strategies()  # no reference set: read from the index folder
-    assert len(calls) == 1
+    assert len(strategy_searches) == 1
     for a, b, c in zip(first, again, kept, strict=True):
         assert a.to_dict() == b.to_dict() == c.to_dict()
         assert torch.equal(a.mean_heatmap, c.mean_heatmap) and torch.equal(a.members, c.members)
         assert a.audit == c.audit and type(c.audit) is type(a.audit)
     ri.fit(images)  # a new fit finds them again
     ri.strategies()
-    assert len(calls) == 2
+    assert len(strategy_searches) == 2
     entries = loaded.index.granularity.summary[1]
     for entry in entries:  # kept by another version: found again, not refused
         entry["audit"]["retired"] = 1.0
-    assert len(loaded.strategies(images)) == 3 and len(calls) == 3
+    assert len(loaded.strategies(images)) == 3 and len(strategy_searches) == 3
 
 
 def test_strategies_of_another_granularity_are_refused(one_thread) -> None:

@@ -91,16 +91,14 @@ def grouping_scores(
 def _kmeans(images: ShortcutImages) -> np.ndarray:
     """k-means on the feature maps, k = 2 in a class holding marked images (matched to the
     marked / unmarked count; the flag gives the count only), else 1."""
-    k = matched_k(images.marked.long(), images.classes("unseen"))
-    grouping = kmeans_groups(
-        images.reference_features,
-        images.classes("reference"),
-        images.features,
-        images.classes("unseen"),
-        k,
-        images.run.seed,
-    )
-    return grouping.unseen
+    return _kmeans_at(images, matched_k(images.marked.long(), images.classes("unseen")))
+
+
+def _kmeans_at(images: ShortcutImages, k: int | dict[int, int]) -> np.ndarray:
+    """The unseen images' k-means groups on the feature maps, ``k`` per class (or for all)."""
+    reference, unseen = images.classes("reference"), images.classes("unseen")
+    features = (images.reference_features, reference, images.features, unseen)
+    return kmeans_groups(*features, k, images.run.seed).unseen
 
 
 def _spray(images: ShortcutImages) -> np.ndarray:
@@ -129,16 +127,7 @@ def _pcx(images: ShortcutImages) -> np.ndarray:
 
 def _kmeans_rule_k(images: ShortcutImages) -> np.ndarray:
     """k-means on the feature maps at the k RI+strategy's rule chose per class (no label)."""
-    k = images.interpreter("RI+strategy").index.granularity.strategies.k
-    grouping = kmeans_groups(
-        images.reference_features,
-        images.classes("reference"),
-        images.features,
-        images.classes("unseen"),
-        k,
-        images.run.seed,
-    )
-    return grouping.unseen
+    return _kmeans_at(images, images.interpreter("RI+strategy").index.granularity.strategies.k)
 
 
 def _label_free(groups: Callable[..., Grouping]) -> Callable[[ShortcutImages], np.ndarray]:

@@ -319,3 +319,15 @@ def test_explain_writes_which_input_each_name_stands_for(index, tmp_path, capsys
     with open(out / "inputs.csv", newline="") as f:
         names = [r["name"] for r in csv.DictReader(f)]
     assert names == ["imgs-coffee-0000-1", "imgs-coffee-0000-2", "reference-3", "reference-5"]
+
+
+def test_explain_keeps_a_users_own_inputs_csv(index, tmp_path, capsys) -> None:
+    """``explain --overwrite`` into a folder whose ``inputs.csv`` is the user's replaced it:
+    refused in one line before any work, the file kept."""
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    (theirs / "inputs.csv").write_text("user data\n")
+    code, _, err = run([*explain(index, theirs, "reference:0"), "--overwrite"], capsys)
+    assert_one_line_error(code, err, "inputs.csv was not written by repinterp and is kept")
+    assert (theirs / "inputs.csv").read_text() == "user data\n"
+    assert sorted(p.name for p in theirs.iterdir() if not p.name.startswith(".")) == ["inputs.csv"]

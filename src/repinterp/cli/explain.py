@@ -111,7 +111,7 @@ def run(args: argparse.Namespace) -> None:
     """Run ``repinterp explain`` with its parsed arguments."""
     from ..report.explanations import explain_to_files
     from ..store.files import refuse_folders
-    from ..store.outputs import claim, refuse_inputs, write_outputs
+    from ..store.outputs import claim, listed, refuse_inputs, write_outputs
     from ..workspace import resolve_images
     from .strategy_notes import explain_note
 
@@ -123,6 +123,11 @@ def run(args: argparse.Namespace) -> None:
         ws = open_workspace(args)
         refuse_inputs(out, inputs_of(data=ws.recipe.get("dataset")))
         refuse_folders([out / INPUTS_FILE])
+        if (out / INPUTS_FILE).exists() and INPUTS_FILE not in listed(out):
+            raise ValueError(
+                f"{out / INPUTS_FILE} was not written by repinterp and is kept: move it or give "
+                "another --out (explain writes which input each name stands for there)"
+            )
         pixels, names = resolve_images(ws, args.images)
         own = [_number(n) if p == "reference" else None for p, _, n in parts]
         contrast = None

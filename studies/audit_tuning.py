@@ -46,7 +46,13 @@ from repinterp.evaluation.metrics import energy_in_mask
 from repinterp.evaluation.setup import recipe_for, stratified
 from repinterp.models.zoo import target_layer_for
 from repinterp.store.model_cache import default_cache, trained_model
-from repinterp.strategies.audit import SCORED, model_ranking, reasons_of, standout_scores
+from repinterp.strategies.audit import (
+    CLASS_SCORED,
+    SCORED,
+    model_ranking,
+    reasons_of,
+    standout_scores,
+)
 
 from . import runner
 
@@ -161,75 +167,63 @@ def shortcut_strategy(strategies: list[dict[str, Any]]) -> int | None:
 def measures(checks: dict[str, float]) -> dict[str, float]:
     """What the candidate rules read of one strategy's `causal_checks` shares: its
     `reasons_of` and the other readings tried."""
-    return reasons_of(checks) | {
-        "portable_probability": max(
-            0.0, checks["sufficiency_probability"] - checks["sufficiency_control_probability"]
-        ),
-        "look_alike": checks["look_alike_sufficiency"],
-        "portable_x_necessary": max(0.0, checks["sufficiency"] - checks["sufficiency_control"])
-        * max(0.0, checks["necessity"] - checks["necessity_control"]),
-    }
+    return reasons_of(checks) | {"look_alike": checks["look_alike_sufficiency"]}
 
 
 def _fixed(names: tuple[str, ...], threshold: float) -> Rule:
     """The largest of the ``names`` readings, flagged from a fixed threshold."""
 
-    def rule(checks: list[dict[str, float]]) -> list[tuple[float, bool]]:
-        values = [max(measures(c)[n] for n in names) for c in checks]
+    def rule(strategies: list[dict[str, Any]]) -> list[tuple[float, bool]]:
+        values = [max(measures(s["checks"])[n] for n in names) for s in strategies]
         return [(v, v >= threshold) for v in values]
 
     return rule
 
 
-def _standout(names: tuple[str, ...], threshold: float) -> Rule:
-    """`standout_scores` of the ``names`` readings, flagged from ``threshold``."""
+def _standout(
+    weights: dict[str, float], threshold: float, within: dict[str, float] | None = None
+) -> Rule:
+    """`standout_scores` of the ``weights`` readings over the model (and of the ``within``
+    readings over the strategy's class), flagged from ``threshold``."""
 
-    def rule(checks: list[dict[str, float]]) -> list[tuple[float, bool]]:
-        scores = standout_scores([measures(c) for c in checks], dict.fromkeys(names, 1.0))
+    def rule(strategies: list[dict[str, Any]]) -> list[tuple[float, bool]]:
+        scores = standout_scores(
+            [measures(s["checks"]) for s in strategies],
+            weights,
+            [s["class"] for s in strategies] if within else None,
+            within or {},
+        )
         return [(x, x >= threshold) for x in scores]
 
     return rule
 
 
-def _with_look_alike(threshold: float) -> Rule:
-    """The audit's score with the paste onto the runner-up class's images read too."""
-
-    def rule(checks: list[dict[str, float]]) -> list[tuple[float, bool]]:
-        weights = SCORED | {"look_alike": 1.0}
-        scores = standout_scores([measures(c) for c in checks], weights)
-        return [(x, x >= threshold) for x in scores]
-
-    return rule
-
-
-Rule = Callable[[list[dict[str, float]]], list[tuple[float, bool]]]
+Rule = Callable[[list[dict[str, Any]]], list[tuple[float, bool]]]
 CUES = ("portable_cue", "fine_detail", "blur_sensitive", "tint")
-
-
-def _chosen(threshold: float) -> Rule:
-    """The audit's own score (`SCORED`'s weights: a blur counts half), from ``threshold``."""
-
-    def rule(checks: list[dict[str, float]]) -> list[tuple[float, bool]]:
-        scores = standout_scores([reasons_of(c) for c in checks], SCORED)
-        return [(x, x >= threshold) for x in scores]
-
-    return rule
+BEFORE = {"portable_cue": 1.0, "fine_detail": 1.0, "tint": 1.0, "blur_sensitive": 0.5}
+"""0.6.0's rule: the model-wide standout of these, flagged from 0.4."""
 
 
 RULES: dict[str, Rule] = {
     "max(portable, detail, blur, tint) >= 0.5": _fixed(CUES, 0.5),
-    "standout(portable) >= 0.3": _standout(("portable_cue",), 0.3),
-    "standout(portable, detail) >= 0.3": _standout(("portable_cue", "fine_detail"), 0.3),
-    "standout(portable, detail, blur, tint) >= 0.3": _standout(CUES, 0.3),
-    "standout(portable, detail, blur, tint) >= 0.4": _standout(CUES, 0.4),
-    "standout(portable, detail, tint, blur / 2) >= 0.3": _chosen(0.3),
-    "standout(portable, detail, tint, blur / 2) >= 0.4 (chosen)": _chosen(0.4),
-    "standout(portable, look-alike paste, detail, tint, blur / 2) >= 0.4": _with_look_alike(0.4),
-    "standout(portable x necessary, detail, blur, tint) >= 0.3": _standout(
-        ("portable_x_necessary", *CUES[1:]), 0.3
+    "standout(portable, detail, blur, tint) >= 0.4": _standout(dict.fromkeys(CUES, 1.0), 0.4),
+    "0.6.0: standout(portable, detail, tint, blur / 2) >= 0.4": _standout(BEFORE, 0.4),
+    "0.6.0 + look-alike paste >= 0.4": _standout(BEFORE | {"look_alike": 1.0}, 0.4),
+    "0.6.0 + moved pattern >= 0.4": _standout(BEFORE | {"moved_pattern": 1.0}, 0.4),
+    "0.6.0 + shared pattern, moved pattern >= 0.4": _standout(
+        BEFORE | {"shared_pattern": 1.0, "moved_pattern": 1.0}, 0.4
     ),
-    "standout(portable probability, detail, blur, tint) >= 0.3": _standout(
-        ("portable_probability", *CUES[1:]), 0.3
+    "0.6.0 + shared pattern, moved pattern, wide paste >= 0.4": _standout(
+        SCORED | {"wide_portable_cue": 1.0}, 0.4
+    ),
+    "0.6.0 + shared pattern, moved pattern | class: wide paste >= 0.3": _standout(
+        SCORED, 0.3, CLASS_SCORED
+    ),
+    "0.6.0 + shared pattern, moved pattern | class: wide paste >= 0.4 (chosen)": _standout(
+        SCORED, 0.4, CLASS_SCORED
+    ),
+    "0.6.0 + shared pattern, moved pattern | class: wide paste >= 0.5": _standout(
+        SCORED, 0.5, CLASS_SCORED
     ),
 }
 """Each candidate rule: the strategies' causal-check shares -> (score, flag) each."""
@@ -243,7 +237,7 @@ def read(model: dict[str, Any]) -> dict[str, Any]:
     target = shortcut_strategy(strategies)
     out = {}
     for name, rule in RULES.items():
-        scored = rule([s["checks"] for s in strategies])
+        scored = rule(strategies)
         ranks = model_ranking([score for score, _ in scored], [s["size"] for s in strategies])
         row = {"others_flagged": 0, "cued_flagged": 0, "rank": None, "flagged": None}
         for s, (score, flag), rank in zip(strategies, scored, ranks, strict=True):

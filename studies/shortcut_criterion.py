@@ -1,15 +1,19 @@
-"""The pass/fail table of the shortcut audit criterion (docs/results.md, "Shortcut audit
-criterion, pre-registered 2026-11-28"), read from the runs of
-``docs/results/shortcut_suite_runs.sh``.
+"""The pass/fail table of the shortcut audit criteria (docs/results.md, "Shortcut audit
+criterion, pre-registered 2026-11-28" and "... second criterion, pre-registered
+2026-11-28"), read from the runs of ``docs/results/shortcut_suite_runs.sh``.
 
 Each data set's run (``repinterp evaluate --protocol shortcut --model-seeds 5``) is a
 ``results.json`` whose ``per_run[r]["strategy_audit"]`` holds model r's audit over the whole
 model (`repinterp.evaluation.protocols.shortcut.strategy_audit`). A row holds on a model when
 its condition (`ROWS`) does, and passes on a data set when it holds on at least `NEEDED` of its
-models; the criterion passes when every row passes on every data set it names.
+models; the criterion passes when every row passes on every data set it names. The first
+criterion (`ROWS`) reads the one shortcut strategy (holding most cued images); the second
+(`SECOND`) reads every *cued* strategy (at least half of its unseen images cued), as a cue the
+discovery splits over several strategies makes several.
 
-Run: ``python -m studies.shortcut_criterion [--runs DIR] [--out FILE]`` (DIR:
-docs/results/shortcut-suite); prints the table as Markdown (and writes it to a new ``--out``).
+Run: ``python -m studies.shortcut_criterion [--criterion first|second] [--runs DIR] [--out
+FILE]`` (DIR: docs/results/shortcut-suite); prints the table as Markdown (and writes it to a
+new ``--out``).
 """
 
 from __future__ import annotations
@@ -59,7 +63,16 @@ def _told(audit: dict[str, Any]) -> bool:
     return _finite(audit["shortcut_flagged"]) == 1 and _finite(audit["told"]) >= 90
 
 
-ROWS: list[tuple[str, tuple[str, ...], Callable[[dict[str, Any]], bool], str]] = [
+def _cued_first(audit: dict[str, Any]) -> bool:
+    return _finite(audit["first_cued"]) == 1 and _finite(audit["shortcut_flagged"]) == 1
+
+
+def _told_flagged(audit: dict[str, Any]) -> bool:
+    return _finite(audit["told_flagged"]) >= 90
+
+
+Row = tuple[str, tuple[str, ...], Callable[[dict[str, Any]], bool], str]
+ROWS: list[Row] = [
     (
         "flagged and first",
         SHORTCUTS,
@@ -80,8 +93,27 @@ ROWS: list[tuple[str, tuple[str, ...], Callable[[dict[str, Any]], bool], str]] =
         ">= 90% of the unseen cued images are assigned the shortcut strategy, which is flagged",
     ),
 ]
-"""Each row: its name, its data sets, its condition on one model's ``strategy_audit``, and the
-condition in words."""
+"""The first criterion's rows: each its name, its data sets, its condition on one model's
+``strategy_audit``, and the condition in words."""
+SECOND: list[Row] = [
+    (
+        "flagged and first",
+        SHORTCUTS,
+        _cued_first,
+        "the first strategy of the whole model is flagged and cued, and the shortcut strategy "
+        "is flagged",
+    ),
+    ROWS[1],
+    ROWS[2],
+    (
+        "told",
+        SHORTCUTS,
+        _told_flagged,
+        ">= 90% of the unseen cued images are assigned a flagged cued strategy",
+    ),
+]
+"""The second criterion's rows (see the module's docstring)."""
+CRITERIA = {"first": ROWS, "second": SECOND}
 
 
 def folder(dataset: str) -> str:
@@ -98,7 +130,7 @@ def _audits(runs: Path, dataset: str) -> list[dict[str, Any]] | None:
     return [run["strategy_audit"] for run in json.loads(path.read_text())["per_run"]]
 
 
-def _shown(audit: dict[str, Any], row: str) -> str:
+def _shown(audit: dict[str, Any], row: str, criterion: str = "first") -> str:
     """What a model measured for a row, in a few characters."""
     if row == "why map on the cue":
         return (
@@ -108,19 +140,25 @@ def _shown(audit: dict[str, Any], row: str) -> str:
     if row == "no false alarm":
         return f"{audit['flagged']}/{audit['strategies']}"
     flag = {1.0: "F", 0.0: "-"}.get(_finite(audit["shortcut_flagged"]), "?")
+    if row == "told" and criterion == "second":
+        return f"{_finite(audit['told_flagged']):.0f}%"
     if row == "told":
         return f"{_finite(audit['told']):.0f}%{flag}"
+    if criterion == "second":
+        first = {1.0: "cued", 0.0: "not"}.get(_finite(audit["first_cued"]), "?")
+        return f"{first}/#{_finite(audit['shortcut_model_rank']):.0f}{flag}"
     return f"#{_finite(audit['shortcut_model_rank']):.0f}{flag}"
 
 
-def table(runs: Path) -> list[str]:
-    """The criterion's table in Markdown: one line per row and data set, and the verdict."""
+def table(runs: Path, criterion: str = "first") -> list[str]:
+    """A criterion's table in Markdown: one line per row and data set, and the verdict."""
     lines = [
         "| Row | Data set | Per model | Models holding | Verdict |",
         "|---|---|---|---|---|",
     ]
     verdicts = []
-    for name, datasets, holds, _ in ROWS:
+    rows = CRITERIA[criterion]
+    for name, datasets, holds, _ in rows:
         for dataset in datasets:
             audits = _audits(runs, dataset)
             if audits is None:
@@ -130,30 +168,38 @@ def table(runs: Path) -> list[str]:
             held = sum(holds(a) for a in audits)
             ok = held >= NEEDED and len(audits) == MODELS
             verdicts.append(ok)
-            shown = ", ".join(_shown(a, name) for a in audits)
+            shown = ", ".join(_shown(a, name, criterion) for a in audits)
             verdict = "pass" if ok else "fail"
             lines.append(f"| {name} | `{dataset}` | {shown} | {held} / {len(audits)} | {verdict} |")
     passed = sum(verdicts)
     lines += ["", f"{passed} of {len(verdicts)} lines pass; the criterion "]
     lines[-1] += "passes." if passed == len(verdicts) else "fails."
-    legend = "; ".join(f"*{name}*: {words}" for name, _, _, words in ROWS)
+    legend = "; ".join(f"*{name}*: {words}" for name, _, _, words in rows)
     lines += [
         "",
         f"A line passes when its condition holds on at least {NEEDED} of {MODELS} models "
-        f"({legend}). Per model: `#rank` and `F` (flagged) or `-`; why map / Grad-CAM / cue "
-        "area (%); flagged / all strategies; told (%) and the flag.",
+        f"({legend}). Per model: "
+        + (
+            "whether the first strategy is flagged and cued, then the shortcut strategy's "
+            "`#rank` and `F` (flagged) or `-`; why map / Grad-CAM / cue area (%); flagged / all "
+            "strategies; told (%), to a flagged cued strategy."
+            if criterion == "second"
+            else "`#rank` and `F` (flagged) or `-`; why map / Grad-CAM / cue area (%); flagged / "
+            "all strategies; told (%) and the flag."
+        ),
     ]
     return lines
 
 
 def main(argv: list[str] | None = None) -> list[str]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--criterion", choices=sorted(CRITERIA), default="first")
     parser.add_argument("--runs", type=Path, default=Path("docs/results/shortcut-suite"))
     parser.add_argument("--out", type=Path, help="also write the table to this new file")
     args = parser.parse_args(argv)
     if args.out is not None and args.out.exists():
         raise SystemExit(f"--out {args.out} exists; give a new file")
-    lines = table(args.runs)
+    lines = table(args.runs, args.criterion)
     print("\n".join(lines))
     if args.out is not None:
         args.out.write_text("\n".join(lines) + "\n")

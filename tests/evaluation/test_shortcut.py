@@ -159,6 +159,15 @@ def test_protocol_scores_every_grouping_and_map_and_takes_one_line_registrations
     assert len(shortcut) == 1 and shortcut[0]["cued"] == max(row["cued"] for row in table)
     assert audit["shortcut_model_rank"] == shortcut[0]["model_rank"]
     assert audit["told"] == pytest.approx(100 * shortcut[0]["cued"] / int(marked.sum()))
+    cued = [row for row in table if row["cued_strategy"]]
+    assert all(2 * row["cued"] >= row["unseen"] > 0 for row in cued)
+    assert all(
+        2 * row["cued"] < row["unseen"] or not row["unseen"] for row in table if row not in cued
+    )
+    told = sum(row["cued"] for row in cued if row["flagged"])
+    assert audit["told_flagged"] == pytest.approx(100 * told / int(marked.sum()))
+    assert audit["flagged_uncued"] == sum(r["flagged"] and r not in cued for r in table)
+    assert audit["first_cued"] == float(table[0]["flagged"] and table[0]["cued_strategy"])
     assert {row["class"] for row in table} <= set(setup.unseen.class_names)
     files = {path.name for path in write_results(results, tmp_path)}
     assert files >= {"results.json", "results.md", "units.json", "mnist-markrand-0.3-shortcut.png"}

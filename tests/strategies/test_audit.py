@@ -20,9 +20,13 @@ from repinterp.strategies.audit import (
 SIDE = 8
 
 
-def _checks(sufficiency=0.0, control=0.0, necessity=0.0, detail=0.0, blur=0.0) -> dict:
+def _checks(sufficiency=0.0, control=0.0, necessity=0.0, detail=0.0, blur=0.0, pattern=0.0) -> dict:
     return {
         "tint_sufficiency": 0.0,
+        "wide_sufficiency": 0.0,
+        "wide_sufficiency_control": 0.0,
+        "pattern_sufficiency": pattern,
+        "moved_pattern_sufficiency": 0.0,
         "sufficiency": sufficiency,
         "sufficiency_control": control,
         "necessity": necessity,
@@ -78,6 +82,26 @@ def test_the_causal_check_finds_a_one_pixel_shortcut():
     assert reasons_of(cue)["portable_cue"] > 0.9
 
 
+def test_a_shared_pattern_carries_a_fixed_place_cue_and_not_once_moved():
+    images, strategy = _corner_data()
+
+    def model(x: torch.Tensor) -> torch.Tensor:  # class 1 from a corner of 0.4: half the mark
+        corner = x[:, 0, 0, 0]
+        return torch.stack([torch.zeros_like(corner), corner - 0.4], 1)
+
+    checks = causal_checks(
+        strategy, model(images).argmax(1), lambda rows: images[rows], model, _relevance, seed=0
+    )
+    # the members' mean minus all images' mean is +0.5 on the corner: added to an image of
+    # class 0 it makes it class 1; moved to a random place it almost never lands on the corner
+    assert checks[1]["pattern_sufficiency"] == 1.0
+    assert checks[1]["moved_pattern_sufficiency"] < 0.1
+    reasons = reasons_of(checks[1])
+    assert reasons["shared_pattern"] == 1.0 and reasons["moved_pattern"] < 0.1
+    # the wide paste (twice the area) holds the corner as the narrow one does
+    assert checks[1]["wide_sufficiency"] == 1.0 and reasons["wide_portable_cue"] > 0.8
+
+
 def test_the_causal_check_is_deterministic_by_seed():
     assert _causal(3) == _causal(3)
 
@@ -111,6 +135,19 @@ def test_standout_scores_and_model_ranking():
     scored = {"portable_cue": 1.0, "blur_sensitive": 0.5}
     assert standout_scores(reasons, scored) == pytest.approx([-0.025, 0.05, 0.75, 0.425])
     assert model_ranking([0.2, 0.5, 0.5, 0.1], [10, 30, 20, 5]) == [3, 2, 1, 4]
+
+
+def test_class_reasons_are_read_against_the_other_strategies_of_the_class():
+    reasons = [
+        {"portable_cue": 0.0, "shared_pattern": p} for p in (0.9, 0.1, 0.2, 0.9)
+    ]  # strategies 0-2 of class 0, strategy 3 alone in class 1
+    scored, within = {"portable_cue": 1.0}, {"shared_pattern": 1.0}
+    # 0: 0.9 against the median of 0.1 and 0.2; 1 and 2 fall below their class's others (the
+    # model-wide reading, 0, stays); 3 has no other strategy in its class to be read against
+    assert standout_scores(reasons, scored, [0, 0, 0, 1], within) == pytest.approx(
+        [0.75, 0.0, 0.0, 0.0]
+    )
+    assert standout_scores(reasons, scored) == [0.0] * 4  # without classes: the model only
 
 
 def test_a_main_strategy_can_be_flagged_and_the_ranking_runs_over_the_model():

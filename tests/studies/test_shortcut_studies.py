@@ -10,8 +10,10 @@ from torch import nn
 from studies import cue_rates, shortcut_criterion
 
 
-def _audit(rank: float, flagged: float, told: float, why: float, flags: int = 0) -> dict:
-    return {
+def _audit(
+    rank: float, flagged: float, told: float, why: float, flags: int = 0, **second: float
+) -> dict:
+    return second | {
         "strategies": 6,
         "flagged": flags,
         "flagged_share": 100 * flags / 6,
@@ -51,6 +53,20 @@ def test_the_criterion_passes_a_line_on_four_of_five_models(tmp_path: Path) -> N
     assert rows[("no false alarm", "`mnist-mark:0`")].endswith("| 3 / 5 | fail |")
     assert rows[("no false alarm", "`shapes-mark:0`")].endswith("| **not run** |")
     assert "the criterion fails." in lines[-3]
+
+
+def test_the_second_criterion_reads_every_cued_strategy(tmp_path: Path) -> None:
+    # a cue split over three flagged strategies: the one holding most ranks 3rd, holds 30%
+    split = _audit(3, 1.0, 30.0, 7.0, flags=3, first_cued=1.0, told_flagged=95.0)
+    missed = _audit(3, 1.0, 30.0, 7.0, flags=3, first_cued=0.0, told_flagged=85.0)
+    _write(tmp_path, "shapes-move:0.5", [split] * 4 + [missed])
+    first = shortcut_criterion.table(tmp_path, "first")
+    second = shortcut_criterion.table(tmp_path, "second")
+    for lines, verdict in ((first, "| 0 / 5 | fail |"), (second, "| 4 / 5 | pass |")):
+        rows = {tuple(cell.strip() for cell in line.split("|")[1:3]): line for line in lines}
+        assert rows[("flagged and first", "`shapes-move:0.5`")].endswith(verdict)
+        assert rows[("told", "`shapes-move:0.5`")].endswith(verdict)
+    assert "cued/#3F" in "".join(second) and "95%" in "".join(second)
 
 
 class _Corner(nn.Module):

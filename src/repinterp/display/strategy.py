@@ -37,9 +37,10 @@ FLAG_MEANING = (
 REASON_MEANINGS = {
     "model rank": "1 for the strategy of the whole model to look at first (by score)",
     "rank": "its rank among its class's strategies",
-    "score": "how far it stands out: the most by which its portable_cue, fine_detail or tint "
-    "(or half its blur_sensitive) exceeds that reason's median over all the model's "
-    f"strategies; flagged from {FLAG_SCORE}",
+    "score": "how far it stands out: the most by which its portable_cue, fine_detail, tint, "
+    "shared_pattern or moved_pattern (or half its blur_sensitive) exceeds that reason's median "
+    "over all the model's strategies, or its wide_portable_cue that of the other strategies of "
+    f"its class; flagged from {FLAG_SCORE}",
     "portable_cue": "the share of pastes of its members' most relevant pixels onto images of "
     "other classes that the model then predicts its class, minus the same for pixels from a "
     "random place",
@@ -50,6 +51,13 @@ REASON_MEANINGS = {
     "blur_sensitive": "the share of its members that leave its class once blurred",
     "tint": "the share of images of other classes predicted its class once given a member's "
     "mean colour",
+    "wide_portable_cue": "portable_cue with twice the area pasted (a cue larger than the "
+    "narrow paste)",
+    "shared_pattern": "the share of images of other classes predicted its class once given "
+    "what all its members share at the same place (their mean image minus all images' mean, "
+    "where they agree)",
+    "moved_pattern": "the same with its members' mean difference moved to a random place: a "
+    "pattern that carries the class anywhere, such as a texture",
     "why map": "what sets its members apart from their runner-up class: gradient x input of "
     "their class's logit minus the runner-up's",
     "inside its polytope": "its members that its polytope covers",

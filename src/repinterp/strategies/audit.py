@@ -76,9 +76,12 @@ __all__ = [
     "CAUSAL_AREA",
     "CAUSAL_PASTES",
     "CAUSAL_REMOVALS",
+    "CLASS_SCORED",
     "FLAG_SCORE",
+    "PATTERN_DEVIATIONS",
     "REASONS",
     "SCORED",
+    "WIDE_AREA",
     "StrategyAudit",
     "audit_strategies",
     "blurred",
@@ -97,10 +100,35 @@ CAUSAL_REMOVALS = 32
 """Members per strategy whose relevant pixels `causal_checks` removes."""
 BLUR_SIGMA = 0.05
 """The blur of `blurred`: its standard deviation, as a share of the image's shorter side."""
-REASONS = ("portable_cue", "necessary_cue", "fine_detail", "blur_sensitive", "tint")
+WIDE_AREA = 2 * CAUSAL_AREA
+"""The share of an image's pixels of `causal_checks`'s wide paste."""
+PATTERN_DEVIATIONS = 2.0
+"""A pixel is of a strategy's shared pattern when its members' mean differs from all images'
+mean by more than this many times their standard deviation there."""
+REASONS = (
+    "portable_cue",
+    "necessary_cue",
+    "fine_detail",
+    "blur_sensitive",
+    "tint",
+    "wide_portable_cue",
+    "shared_pattern",
+    "moved_pattern",
+)
 """The audit's reasons, each in [0, 1] (see the module's docstring)."""
-SCORED = {"portable_cue": 1.0, "fine_detail": 1.0, "tint": 1.0, "blur_sensitive": 0.5}
-"""The reasons the score reads, each with its weight (see `standout_scores`)."""
+SCORED = {
+    "portable_cue": 1.0,
+    "fine_detail": 1.0,
+    "tint": 1.0,
+    "blur_sensitive": 0.5,
+    "shared_pattern": 1.0,
+    "moved_pattern": 1.0,
+}
+"""The reasons the score reads against all the model's strategies, each with its weight (see
+`standout_scores`)."""
+CLASS_SCORED = {"wide_portable_cue": 1.0}
+"""The reasons the score reads against the other strategies of the strategy's class (see
+`standout_scores`)."""
 FLAG_SCORE = 0.4
 """The score from which a strategy is flagged."""
 
@@ -169,14 +197,9 @@ def blurred(images: Tensor) -> Tensor:
 
 
 def _rolled(masks: Tensor, shifts: Tensor) -> Tensor:
-    """Each mask moved by its own (rows, columns) shift, wrapping round."""
-    return (
-        torch.stack(
-            [m.roll(tuple(shift.tolist()), (0, 1)) for m, shift in zip(masks, shifts, strict=True)]
-        )
-        if len(masks)
-        else masks
-    )
+    """Each mask (or image) moved by its own (rows, columns) shift, wrapping round."""
+    moved = [m.roll(tuple(t.tolist()), (-2, -1)) for m, t in zip(masks, shifts, strict=True)]
+    return torch.stack(moved) if moved else masks
 
 
 def causal_checks(
@@ -224,6 +247,9 @@ def causal_checks(
     generator = torch.Generator().manual_seed(seed)
     alike = torch.Generator().manual_seed(seed + 1)
     strategy, predicted = strategy.cpu(), predicted.cpu()
+    if not len(strategy):
+        return {}
+    moments, overall = _strategy_moments(strategy, images_of)
     out = {}
     for s in strategy.unique().tolist():
         own = (strategy == s).nonzero().flatten()
@@ -236,11 +262,18 @@ def causal_checks(
         members = images_of(torch.cat([donors, removed]))
         side = torch.tensor(members.shape[-2:])
         shifts = (torch.rand(len(members), 2, generator=generator) * side).long()
-        masks = relevant_masks(relevance_of(members), area).to(members.device)
+        relevance = relevance_of(members)
+        masks = relevant_masks(relevance, area).to(members.device)
         moved = _rolled(masks, shifts)
+        wide = relevant_masks(relevance[:n_paste], min(1.0, WIDE_AREA / CAUSAL_AREA * area))
+        wide = wide.to(members.device)
+        wide_moved = _rolled(wide, shifts[:n_paste])
         donor, member = members[:n_paste], members[n_paste:]
         recipient = images_of(recipients).to(members.device)
         fill = member.mean((2, 3), keepdim=True).expand_as(member)
+        mean, spread = moments[s]
+        pattern = (mean - overall).to(members.device)
+        shared = pattern * (pattern.abs() > PATTERN_DEVIATIONS * spread.to(members.device))
         near = own[:0]
         if n_paste:  # the images of the class the donors look most like (their runner-up)
             second = predict(donor).float().cpu().topk(2, dim=1).indices[:, 1]
@@ -256,6 +289,10 @@ def causal_checks(
             blurred(member),
             recipient + donor.mean((2, 3), keepdim=True) - recipient.mean((2, 3), keepdim=True),
             torch.where(masks[: len(look_alike), None], donor[: len(look_alike)], look_alike),
+            torch.where(wide[:, None], donor, recipient),
+            torch.where(wide_moved[:, None], donor, recipient),
+            recipient + shared,
+            recipient + _rolled(pattern.expand(n_paste, *pattern.shape), shifts[:n_paste]),
         ]
         logits = predict(torch.cat(batch)).float().cpu()
         classes = logits.argmax(1).split([len(b) for b in batch])
@@ -271,8 +308,36 @@ def causal_checks(
             "sufficiency_probability": _mean(chance[0]),
             "sufficiency_control_probability": _mean(chance[1]),
             "look_alike_sufficiency": _share(classes[7] == c),
+            "wide_sufficiency": _share(classes[8] == c),
+            "wide_sufficiency_control": _share(classes[9] == c),
+            "pattern_sufficiency": _share(classes[10] == c),
+            "moved_pattern_sufficiency": _share(classes[11] == c),
         }
     return out
+
+
+def _strategy_moments(
+    strategy: Tensor, images_of: Callable[[Tensor], Tensor], chunk: int = 256
+) -> tuple[dict[int, tuple[Tensor, Tensor]], Tensor]:
+    """Each strategy's mean image and its pixels' standard deviation over its members (C x H x
+    W each, on the CPU), and the mean of all rows, in one pass of ``chunk`` images at a
+    time."""
+    sums: dict[int, Tensor] = {}
+    squares: dict[int, Tensor] = {}
+    for rows in torch.arange(len(strategy)).split(chunk):
+        images = images_of(rows).double().cpu()
+        for s in strategy[rows].unique().tolist():
+            block = images[strategy[rows] == s]
+            sums[s] = sums[s] + block.sum(0) if s in sums else block.sum(0)
+            squares[s] = squares[s] + (block**2).sum(0) if s in squares else (block**2).sum(0)
+    counts = dict(zip(*(t.tolist() for t in strategy.unique(return_counts=True)), strict=True))
+    overall = sum(sums.values()) / len(strategy)
+    moments = {}
+    for s, total in sums.items():
+        mean = total / counts[s]
+        spread = (squares[s] / counts[s] - mean**2).clamp(min=0).sqrt()
+        moments[s] = (mean.float(), spread.float())
+    return moments, overall.float()
 
 
 def _mean(values: Tensor) -> float:
@@ -291,18 +356,40 @@ def reasons_of(checks: dict[str, float]) -> dict[str, float]:
         "fine_detail": checks["detail_sufficiency"],
         "blur_sensitive": checks["blur_necessity"],
         "tint": checks["tint_sufficiency"],
+        "wide_portable_cue": max(
+            0.0, checks["wide_sufficiency"] - checks["wide_sufficiency_control"]
+        ),
+        "shared_pattern": checks["pattern_sufficiency"],
+        "moved_pattern": checks["moved_pattern_sufficiency"],
     }
 
 
 def standout_scores(
-    reasons: list[dict[str, float]], scored: dict[str, float] = SCORED
+    reasons: list[dict[str, float]],
+    scored: dict[str, float] = SCORED,
+    classes: list[int] | None = None,
+    class_scored: dict[str, float] = CLASS_SCORED,
 ) -> list[float]:
     """Each strategy's score: the most by which one of its ``scored`` reasons exceeds that
-    reason's median over all the strategies given (the model's), times the reason's weight."""
+    reason's median over all the strategies given (the model's), times the reason's weight;
+    with ``classes`` (each strategy's class), also by which one of its ``class_scored`` reasons
+    exceeds that reason's median over the other strategies of its class (where it has
+    others), whichever is larger."""
     if not reasons:
         return []
     medians = {r: statistics.median(x[r] for x in reasons) for r in scored}
-    return [max(w * (x[r] - medians[r]) for r, w in scored.items()) for x in reasons]
+    scores = [max(w * (x[r] - medians[r]) for r, w in scored.items()) for x in reasons]
+    if classes is None or not class_scored:
+        return scores
+    for i, (x, c) in enumerate(zip(reasons, classes, strict=True)):
+        others = [y for j, y in enumerate(reasons) if classes[j] == c and j != i]
+        if others:
+            within = max(
+                w * (x[r] - statistics.median(y[r] for y in others))
+                for r, w in class_scored.items()
+            )
+            scores[i] = max(scores[i], within)
+    return scores
 
 
 def model_ranking(scores: list[float], sizes: list[int]) -> list[int]:
@@ -365,7 +452,7 @@ def audit_strategies(
         owner[s] = int(owned[0])
     sizes = [int(rows[s].sum()) for s in ids]
     reasons = [reasons_of(checks[s]) for s in ids]
-    scores = standout_scores(reasons)
+    scores = standout_scores(reasons, classes=[owner[s] for s in ids])
     model_ranks = model_ranking(scores, sizes)
     main, class_rank = {}, {}
     for c in set(owner.values()):

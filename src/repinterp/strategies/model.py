@@ -26,7 +26,7 @@ from ..core.granularity import project_blocks
 from ..core.heatmap import input_side_weights, normalize_maps
 from ..core.interpretation import Explainer, Interpretation
 from ..core.views import HtmlView, render
-from .audit import StrategyAudit, audit_strategies, causal_checks
+from .audit import REASONS, StrategyAudit, audit_strategies, causal_checks
 from .discovery import strategy_pairs
 from .granularity import StrategyDecisions, strategy_vectors
 
@@ -373,8 +373,8 @@ def strategies_from_state(
     (`cut_to_cell` of its input's ``P(x)``, as `model_strategies` made it).
 
     Raises:
-        ValueError: a field missing or of other fields (the state was kept by another
-            version).
+        ValueError: a field missing or of other fields, or an audit of other reasons (the
+            state was kept by another version).
     """
     hints = get_type_hints(Strategy)
     polytopes = explainer.explain_reference([int(entry["input"]) for entry in entries])
@@ -397,6 +397,10 @@ def strategies_from_state(
                     values[name] = kind(**entry[name])
                 except TypeError as exc:  # its fields changed since
                     raise ValueError(f"the saved strategies' {name} is another version's") from exc
+                if isinstance(values[name], StrategyAudit) and set(values[name].reasons) != set(
+                    REASONS
+                ):
+                    raise ValueError("the saved strategies' audit read other reasons")
             else:
                 values[name] = entry[name]
         out.append(Strategy(**values))

@@ -126,20 +126,24 @@ def strategy_audit(
     """The audit of RI+strategy's strategies over the whole model, against the cued images.
 
     The *shortcut strategy* is the one holding most of the unseen cued images looked at (by
-    the index's assignment of each to the nearest centre of its predicted class). Nothing the
-    audit reads knows the cue.
+    the index's assignment of each to the nearest centre of its predicted class); a strategy
+    is *cued* when at least half the unseen images assigned to it are (a cue the discovery
+    split over several strategies makes several). Nothing the audit reads knows the cue.
 
     Returns:
         (the run's numbers: ``strategies`` (how many), ``flagged`` (how many flagged),
         ``flagged_share`` (%), ``any_flagged`` (1 when one is), ``shortcut_model_rank``,
         ``shortcut_flagged`` (1 / 0), ``shortcut_score``, ``told`` (% of all unseen cued
-        images assigned to the shortcut strategy), and on the cued images looked at that it
+        images assigned to the shortcut strategy), ``first_cued`` (1 when the model-wide first
+        strategy is flagged and cued), ``told_flagged`` (% of all unseen cued images assigned
+        to a flagged cued strategy), ``flagged_uncued`` (flagged strategies that are not
+        cued: false alarms beside the cue), and on the cued images looked at that it
         holds, each map's mean share on the image's own cue (%): ``why_on_cue`` (`why_maps`),
         ``gradcam_on_cue`` (each image's own Grad-CAM) and ``cue_area``; NaN without cued
         images; the table: one row per strategy in model-wide rank order, with ``id``,
         ``class`` (its name), ``size``, ``reasons``, ``score``, ``flagged``, ``rank`` (in its
         class), ``model_rank`` (`model_ranks`), ``unseen`` and ``cued`` (unseen images, and
-        cued ones, assigned to it) and ``shortcut``).
+        cued ones, assigned to it), ``cued_strategy`` and ``shortcut``).
     """
     assigned = torch.as_tensor(assigned_strategies(images))
     marked = images.marked
@@ -160,6 +164,7 @@ def strategy_audit(
             "model_rank": ranks[s.id],
             "unseen": int((assigned == s.id).sum()),
             "cued": counts.get(s.id, 0),
+            "cued_strategy": _cued(counts.get(s.id, 0), int((assigned == s.id).sum())),
             "shortcut": s.id == shortcut_id,
         }
         for s in sorted(strategies, key=lambda s: ranks[s.id])
@@ -170,6 +175,7 @@ def strategy_audit(
         "flagged": flagged,
         "flagged_share": percent(flagged / max(1, len(strategies))),
         "any_flagged": float(flagged > 0),
+        "flagged_uncued": sum(r["flagged"] and not r["cued_strategy"] for r in table),
     }
     nan = float("nan")
     shortcut = next((s for s in strategies if s.id == shortcut_id), None)
@@ -181,7 +187,12 @@ def strategy_audit(
     why, area = mass_on_cue(why_maps(shortcut, inputs), cue)
     gradcam = mass_on_cue(images.cam("Grad-CAM", "unseen")[held], cue)[0]
     all_cued = int(images.run.setup.unseen.marked.sum())
+    first = table[0] if table else None
     return numbers | {
+        "first_cued": float(first is not None and first["flagged"] and first["cued_strategy"]),
+        "told_flagged": percent(
+            sum(r["cued"] for r in table if r["flagged"] and r["cued_strategy"]) / all_cued
+        ),
         "shortcut_model_rank": ranks[shortcut.id],
         "shortcut_flagged": float(shortcut.audit.flagged),
         "shortcut_score": shortcut.audit.score,
@@ -192,7 +203,14 @@ def strategy_audit(
     }, table
 
 
+def _cued(cued: int, assigned: int) -> bool:
+    """Whether a strategy is cued: at least half of the ``assigned`` unseen images are."""
+    return assigned > 0 and 2 * cued >= assigned
+
+
 _SHORTCUT_KEYS = (
+    "first_cued",
+    "told_flagged",
     "shortcut_model_rank",
     "shortcut_flagged",
     "shortcut_score",

@@ -26,6 +26,11 @@ def _number(value: Any, digits: int = 1) -> str:
     return f"{value:.{digits}f}" if isinstance(value, float) else str(value)
 
 
+def _yes_no(value: Any) -> str:
+    """A flag's cell: ``yes``, ``no`` or ``n/a`` (NaN)."""
+    return "n/a" if not np.isfinite(value) else "yes" if value else "no"
+
+
 def strategy_markdown(results: dict[str, Any]) -> list[str]:
     """The audit over the whole model, for a report: one summary row per model (per run),
     then each model's `SHOWN_STRATEGIES` first strategies of the model-wide ranking.
@@ -36,23 +41,24 @@ def strategy_markdown(results: dict[str, Any]) -> list[str]:
     runs = [r for r in results.get("per_run", []) if "strategies" in r]
     if not runs:
         return []
-    header = ["Model", "strategies", "flagged", "flagged (%)", "shortcut: model rank"]
-    header += ["flagged", "score", "told (%)", "why map on cue (%)", "Grad-CAM on cue (%)"]
-    header += ["cue area (%)"]
+    header = ["Model", "strategies", "flagged", "flagged not cued", "first: flagged, cued"]
+    header += ["shortcut: model rank", "flagged", "score", "told (%)", "told flagged (%)"]
+    header += ["why map on cue (%)", "Grad-CAM on cue (%)", "cue area (%)"]
     rows = []
     for run in runs:
         audit = run["strategy_audit"]
-        flagged = audit["shortcut_flagged"]
         rows.append(
             [
                 _number(run["model"].get("seed")),
                 _number(audit["strategies"]),
                 _number(audit["flagged"]),
-                _number(audit["flagged_share"]),
+                _number(audit["flagged_uncued"]),
+                _yes_no(audit["first_cued"]),
                 _number(audit["shortcut_model_rank"], 0),
-                "n/a" if not np.isfinite(flagged) else "yes" if flagged else "no",
+                _yes_no(audit["shortcut_flagged"]),
                 _number(audit["shortcut_score"], 3),
-                *(_number(audit[key]) for key in ("told", "why_on_cue", "gradcam_on_cue")),
+                *(_number(audit[key]) for key in ("told", "told_flagged")),
+                *(_number(audit[key]) for key in ("why_on_cue", "gradcam_on_cue")),
                 _number(audit["cue_area"]),
             ]
         )
@@ -60,9 +66,10 @@ def strategy_markdown(results: dict[str, Any]) -> list[str]:
         "",
         "The audit over the whole model (RI+strategy's strategies, found on the reference "
         "images without labels; one ranking across all classes by the audit's score). The "
-        "shortcut strategy holds most of the unseen cued images; *told*: the share of all "
-        "unseen cued images assigned to it; the maps' share on each image's own cue, over the "
-        "cued images it holds:",
+        "shortcut strategy holds most of the unseen cued images; a strategy is *cued* when at "
+        "least half the unseen images assigned to it are; *told*: the share of all unseen "
+        "cued images assigned to the shortcut strategy (*told flagged*: to a flagged cued "
+        "strategy); the maps' share on each image's own cue, over the cued images it holds:",
         "",
         *markdown_table(header, rows),
     ]

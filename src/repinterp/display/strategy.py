@@ -24,11 +24,13 @@ STRATEGY_MEANING = (
 """What a strategy is, in one paragraph."""
 
 FLAG_MEANING = (
-    "The audit pastes each strategy's most relevant pixels (5% of an image, by gradient x "
-    "input) onto images of other classes and removes them from its members, and compares "
-    "with pixels from a random place; it also adds its members' fine detail or mean colour to "
-    "other images and blurs its members. A strategy is flagged when one of these moves "
-    "predictions far more than on the model's other strategies (score "
+    "The audit pastes each strategy's most relevant pixels (5% and 10% of an image, by "
+    "gradient x input) onto images of other classes and removes them from its members, and "
+    "compares with pixels from a random place; it also adds its members' fine detail, mean "
+    "colour or shared pattern (what they all have at the same place, and their mean "
+    "difference moved anywhere) to other images and blurs its members. A strategy is flagged "
+    "when one of these moves predictions far more than on the model's other strategies (the "
+    "wide paste: than on its class's other strategies; score "
     f"{FLAG_SCORE} or more): its class may rest on a shortcut. It reads the model's "
     "predictions only, never a label; a flag says where to look, not that it is wrong."
 )

@@ -225,6 +225,9 @@ RULES: dict[str, Rule] = {
     "0.6.0 + shared pattern, moved pattern | class: wide paste >= 0.5": _standout(
         SCORED, 0.5, CLASS_SCORED
     ),
+    "0.6.1 with tint / 2 (after the second criterion's runs; not used) >= 0.4": _standout(
+        SCORED | {"tint": 0.5}, 0.4, CLASS_SCORED
+    ),
 }
 """Each candidate rule: the strategies' causal-check shares -> (score, flag) each."""
 

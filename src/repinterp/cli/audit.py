@@ -36,8 +36,8 @@ def _ranking_table(strategies: list[Strategy], names: list[str]) -> str:
     """The model-wide ranking as an HTML table, each row linked to its strategy's card."""
     from ..strategies.audit import REASONS
 
-    head = "".join(
-        f"<th>{h}</th>"
+    head = "".join(  # a reason's name may break after its underscores: the table fits 1280 px
+        f"<th>{h.replace('_', '_<wbr>')}</th>"
         for h in ("model rank", "strategy", "class", "members", "score", "flag", *REASONS)
     )
     rows = []

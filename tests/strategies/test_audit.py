@@ -102,6 +102,21 @@ def test_a_shared_pattern_carries_a_fixed_place_cue_and_not_once_moved():
     assert checks[1]["wide_sufficiency"] == 1.0 and reasons["wide_portable_cue"] > 0.8
 
 
+def test_a_strategy_of_fewer_members_than_the_discovery_keeps_has_no_shared_pattern():
+    images, strategy = _corner_data()
+    strategy[0] = 2  # one marked image alone: its "pattern" would be the whole image
+
+    def model(x: torch.Tensor) -> torch.Tensor:
+        corner = x[:, 0, 0, 0]
+        return torch.stack([torch.zeros_like(corner), corner - 0.4], 1)
+
+    checks = causal_checks(
+        strategy, model(images).argmax(1), lambda rows: images[rows], model, _relevance, seed=0
+    )
+    assert checks[2]["pattern_sufficiency"] == 0.0  # a standard deviation of one image is 0
+    assert checks[1]["pattern_sufficiency"] == 1.0  # the 19 others share the corner
+
+
 def test_the_causal_check_is_deterministic_by_seed():
     assert _causal(3) == _causal(3)
 

@@ -11,7 +11,7 @@ from repinterp import RepresentativeInterpreter
 from repinterp.core.config import FitConfig
 from repinterp.strategies.discovery import strategy_pairs
 from repinterp.strategies.granularity import StrategySet
-from repinterp.strategies.model import polytope_fidelity
+from repinterp.strategies.model import polytope_fidelity, strategy_fields
 
 from ..networks import fit_random, randn, random_setup
 
@@ -194,8 +194,10 @@ def test_strategies_are_found_once_and_saved_with_the_index(
     for entry in entries:  # kept by another version: found again, not refused
         entry["audit"]["retired"] = 1.0
     assert len(loaded.strategies(images)) == 3 and len(strategy_searches) == 3
+    assert strategy_fields(loaded, 0)["strategy_flagged"] is not None
     for entry in loaded.index.granularity.summary[1]:  # an audit of 0.6.0's reasons
         del entry["audit"]["reasons"]["moved_pattern"]
+    assert strategy_fields(loaded, 0) == {"strategy_flagged": None, "strategy_rank": None}
     assert len(loaded.strategies(images)) == 3 and len(strategy_searches) == 4
 
 

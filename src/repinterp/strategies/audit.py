@@ -86,6 +86,8 @@ from dataclasses import asdict, dataclass
 import torch
 from torch import Tensor, nn
 
+from .discovery import MIN_SIZE
+
 __all__ = [
     "BLUR_SIGMA",
     "CAUSAL_AREA",
@@ -119,7 +121,10 @@ WIDE_AREA = 2 * CAUSAL_AREA
 """The share of an image's pixels of `causal_checks`'s wide paste."""
 PATTERN_DEVIATIONS = 2.0
 """A pixel is of a strategy's shared pattern when its members' mean differs from all images'
-mean by more than this many times their standard deviation there."""
+mean by more than this many times their standard deviation there. A strategy of fewer than
+`MIN_SIZE` members (the discovery's smallest; a standard deviation of one member is 0) has no
+shared pattern. A pattern that a share p of the members carry, and a share q of all images,
+passes only where p - q > 2 sqrt(p (1 - p)): about p >= 0.82 for q = 0.05."""
 REASONS = (
     "portable_cue",
     "necessary_cue",
@@ -288,7 +293,8 @@ def causal_checks(
         fill = member.mean((2, 3), keepdim=True).expand_as(member)
         mean, spread = moments[s]
         pattern = (mean - overall).to(members.device)
-        shared = pattern * (pattern.abs() > PATTERN_DEVIATIONS * spread.to(members.device))
+        agree = pattern.abs() > PATTERN_DEVIATIONS * spread.to(members.device)
+        shared = pattern * agree if len(own) >= MIN_SIZE else torch.zeros_like(pattern)
         near = own[:0]
         if n_paste:  # the images of the class the donors look most like (their runner-up)
             second = predict(donor).float().cpu().topk(2, dim=1).indices[:, 1]
@@ -340,7 +346,7 @@ def _strategy_moments(
     sums: dict[int, Tensor] = {}
     squares: dict[int, Tensor] = {}
     for rows in torch.arange(len(strategy)).split(chunk):
-        images = images_of(rows).double().cpu()
+        images = images_of(rows).cpu().double()
         for s in strategy[rows].unique().tolist():
             block = images[strategy[rows] == s]
             sums[s] = sums[s] + block.sum(0) if s in sums else block.sum(0)

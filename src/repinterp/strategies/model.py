@@ -411,7 +411,8 @@ def strategy_fields(explainer: Explainer, strategy: int | None) -> dict[str, Any
     """The fields an explanation's summary (the command line's JSON, the viewer's) adds for
     an input of strategy ``strategy`` (`Interpretation.strategy`; None: an index of another
     granularity, no field): ``strategy_flagged`` and ``strategy_rank`` as the audit kept with
-    the index gave them (None when it keeps none), read without solving a polytope."""
+    the index gave them (None when it keeps none, or an audit of another version's reasons),
+    read without solving a polytope."""
     if strategy is None:
         return {}
     decisions = explainer.index.granularity
@@ -419,6 +420,8 @@ def strategy_fields(explainer: Explainer, strategy: int | None) -> dict[str, Any
     if isinstance(decisions, StrategyDecisions) and decisions.summary is not None:
         kept = {int(entry["id"]): entry["audit"] for entry in decisions.summary[1]}
         audit = kept.get(strategy, {})
+        if set(audit.get("reasons", REASONS)) != set(REASONS):  # another version's audit
+            audit = {}
     return {"strategy_flagged": audit.get("flagged"), "strategy_rank": audit.get("rank")}
 
 

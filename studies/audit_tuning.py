@@ -47,8 +47,6 @@ from repinterp.evaluation.setup import recipe_for, stratified
 from repinterp.models.zoo import target_layer_for
 from repinterp.store.model_cache import default_cache, trained_model
 from repinterp.strategies.audit import (
-    CLASS_SCORED,
-    SCORED,
     model_ranking,
     reasons_of,
     standout_scores,
@@ -181,10 +179,14 @@ def _fixed(names: tuple[str, ...], threshold: float) -> Rule:
 
 
 def _standout(
-    weights: dict[str, float], threshold: float, within: dict[str, float] | None = None
+    weights: dict[str, float],
+    threshold: float,
+    within: dict[str, float] | None = None,
+    over_images: bool = False,
 ) -> Rule:
     """`standout_scores` of the ``weights`` readings over the model (and of the ``within``
-    readings over the strategy's class), flagged from ``threshold``."""
+    readings over the strategy's class), flagged from ``threshold``; ``over_images``: the
+    medians over images (each strategy weighted by its size)."""
 
     def rule(strategies: list[dict[str, Any]]) -> list[tuple[float, bool]]:
         scores = standout_scores(
@@ -192,6 +194,7 @@ def _standout(
             weights,
             [s["class"] for s in strategies] if within else None,
             within or {},
+            [s["size"] for s in strategies] if over_images else None,
         )
         return [(x, x >= threshold) for x in scores]
 
@@ -202,6 +205,10 @@ Rule = Callable[[list[dict[str, Any]]], list[tuple[float, bool]]]
 CUES = ("portable_cue", "fine_detail", "blur_sensitive", "tint")
 BEFORE = {"portable_cue": 1.0, "fine_detail": 1.0, "tint": 1.0, "blur_sensitive": 0.5}
 """0.6.0's rule: the model-wide standout of these, flagged from 0.4."""
+SECOND = BEFORE | {"shared_pattern": 1.0, "moved_pattern": 1.0}
+"""0.6.1's model-wide reasons."""
+WITHIN = {"wide_portable_cue": 1.0}
+"""0.6.1's reasons read against the other strategies of the class."""
 
 
 RULES: dict[str, Rule] = {
@@ -214,19 +221,30 @@ RULES: dict[str, Rule] = {
         BEFORE | {"shared_pattern": 1.0, "moved_pattern": 1.0}, 0.4
     ),
     "0.6.0 + shared pattern, moved pattern, wide paste >= 0.4": _standout(
-        SCORED | {"wide_portable_cue": 1.0}, 0.4
+        SECOND | {"wide_portable_cue": 1.0}, 0.4
     ),
     "0.6.0 + shared pattern, moved pattern | class: wide paste >= 0.3": _standout(
-        SCORED, 0.3, CLASS_SCORED
+        SECOND, 0.3, WITHIN
     ),
-    "0.6.0 + shared pattern, moved pattern | class: wide paste >= 0.4 (chosen)": _standout(
-        SCORED, 0.4, CLASS_SCORED
+    "0.6.1: 0.6.0 + shared pattern, moved pattern | class: wide paste >= 0.4": _standout(
+        SECOND, 0.4, WITHIN
     ),
     "0.6.0 + shared pattern, moved pattern | class: wide paste >= 0.5": _standout(
-        SCORED, 0.5, CLASS_SCORED
+        SECOND, 0.5, WITHIN
     ),
-    "0.6.1 with tint / 2 (after the second criterion's runs; not used) >= 0.4": _standout(
-        SCORED | {"tint": 0.5}, 0.4, CLASS_SCORED
+    "0.6.1 with tint / 2 >= 0.4": _standout(SECOND | {"tint": 0.5}, 0.4, WITHIN),
+    "0.6.1 + look-alike pattern >= 0.4": _standout(
+        SECOND | {"look_alike_pattern": 1.0}, 0.4, WITHIN
+    ),
+    "0.6.1, medians over images >= 0.4": _standout(SECOND, 0.4, WITHIN, True),
+    "0.6.1, tint / 2, medians over images >= 0.4": _standout(
+        SECOND | {"tint": 0.5}, 0.4, WITHIN, True
+    ),
+    "0.6.1 + look-alike pattern, tint / 2 >= 0.4 (chosen for 0.6.2)": _standout(
+        SECOND | {"tint": 0.5, "look_alike_pattern": 1.0}, 0.4, WITHIN
+    ),
+    "0.6.1 + look-alike pattern, tint / 2, medians over images >= 0.4": _standout(
+        SECOND | {"tint": 0.5, "look_alike_pattern": 1.0}, 0.4, WITHIN, True
     ),
 }
 """Each candidate rule: the strategies' causal-check shares -> (score, flag) each."""

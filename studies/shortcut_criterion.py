@@ -1,6 +1,6 @@
 """The pass/fail table of the shortcut audit criteria (docs/results.md, "Shortcut audit
-criterion, pre-registered 2026-11-28" and "... second criterion, pre-registered
-2026-11-28"), read from the runs of ``docs/results/shortcut_suite_runs.sh``.
+criterion, pre-registered 2026-11-28", "... second criterion, ..." and "... third criterion,
+..."), read from the runs of ``docs/results/shortcut_suite_runs.sh``.
 
 Each data set's run (``repinterp evaluate --protocol shortcut --model-seeds 5``) is a
 ``results.json`` whose ``per_run[r]["strategy_audit"]`` holds model r's audit over the whole
@@ -9,9 +9,10 @@ its condition (`ROWS`) does, and passes on a data set when it holds on at least 
 models; the criterion passes when every row passes on every data set it names. The first
 criterion (`ROWS`) reads the one shortcut strategy (holding most cued images); the second
 (`SECOND`) reads every *cued* strategy (at least half of its unseen images cued), as a cue the
-discovery splits over several strategies makes several.
+discovery splits over several strategies makes several; the third has the second's rows (on
+other models, for another audit).
 
-Run: ``python -m studies.shortcut_criterion [--criterion first|second] [--runs DIR] [--out
+Run: ``python -m studies.shortcut_criterion [--criterion first|second|third] [--runs DIR] [--out
 FILE]`` (DIR: docs/results/shortcut-suite); prints the table as Markdown (and writes it to a
 new ``--out``).
 """
@@ -113,7 +114,7 @@ SECOND: list[Row] = [
     ),
 ]
 """The second criterion's rows (see the module's docstring)."""
-CRITERIA = {"first": ROWS, "second": SECOND}
+CRITERIA = {"first": ROWS, "second": SECOND, "third": SECOND}
 
 
 def folder(dataset: str) -> str:
@@ -140,11 +141,11 @@ def _shown(audit: dict[str, Any], row: str, criterion: str = "first") -> str:
     if row == "no false alarm":
         return f"{audit['flagged']}/{audit['strategies']}"
     flag = {1.0: "F", 0.0: "-"}.get(_finite(audit["shortcut_flagged"]), "?")
-    if row == "told" and criterion == "second":
+    if row == "told" and criterion != "first":
         return f"{_finite(audit['told_flagged']):.0f}%"
     if row == "told":
         return f"{_finite(audit['told']):.0f}%{flag}"
-    if criterion == "second":
+    if criterion != "first":
         first = {1.0: "cued", 0.0: "not"}.get(_finite(audit["first_cued"]), "?")
         return f"{first}/#{_finite(audit['shortcut_model_rank']):.0f}{flag}"
     return f"#{_finite(audit['shortcut_model_rank']):.0f}{flag}"
@@ -183,7 +184,7 @@ def table(runs: Path, criterion: str = "first") -> list[str]:
             "whether the first strategy is flagged and cued, then the shortcut strategy's "
             "`#rank` and `F` (flagged) or `-`; why map / Grad-CAM / cue area (%); flagged / all "
             "strategies; told (%), to a flagged cued strategy."
-            if criterion == "second"
+            if criterion != "first"
             else "`#rank` and `F` (flagged) or `-`; why map / Grad-CAM / cue area (%); flagged / "
             "all strategies; told (%) and the flag."
         ),

@@ -27,6 +27,8 @@ def _checks(sufficiency=0.0, control=0.0, necessity=0.0, detail=0.0, blur=0.0, p
         "wide_sufficiency_control": 0.0,
         "pattern_sufficiency": pattern,
         "moved_pattern_sufficiency": 0.0,
+        "look_alike_pattern_sufficiency": 0.0,
+        "look_alike_tint_sufficiency": 0.0,
         "sufficiency": sufficiency,
         "sufficiency_control": control,
         "necessity": necessity,
@@ -117,6 +119,46 @@ def test_a_strategy_of_fewer_members_than_the_discovery_keeps_has_no_shared_patt
     assert checks[1]["pattern_sufficiency"] == 1.0  # the 19 others share the corner
 
 
+def _stripe_data(n: int = 40) -> tuple[torch.Tensor, torch.Tensor]:
+    """n images of noise, the first half with faint diagonal stripes (strategy 1)."""
+    images = torch.rand(n, 1, SIDE, SIDE, generator=torch.Generator().manual_seed(1)) * 0.1
+    diagonal = torch.arange(SIDE)[:, None] + torch.arange(SIDE)[None, :]
+    images[: n // 2] += 0.4 * (diagonal % 2).float()
+    return images, torch.tensor([1] * (n // 2) + [0] * (n - n // 2))
+
+
+def _look_alike(model) -> dict[str, float]:
+    images, strategy = _stripe_data()
+    checks = causal_checks(
+        strategy, model(images).argmax(1), lambda rows: images[rows], model, _relevance, seed=0
+    )
+    return checks[1]
+
+
+def test_a_look_alike_pattern_is_a_texture_that_makes_the_look_alikes_the_class():
+    def texture(x: torch.Tensor) -> torch.Tensor:  # class 1 from a stripe energy of 0.1
+        energy = (x - x.roll(1, -1)).abs().mean((1, 2, 3))
+        return torch.stack([torch.zeros_like(energy), energy - 0.1], 1)
+
+    cue = _look_alike(texture)
+    # the members' mean difference is the stripes (+-0.1): moved anywhere and added to images
+    # of the class they look most like (the only other), it carries the class; its mean colour
+    # alone (a uniform 0.1) changes no difference between neighbours, so carries nothing
+    assert cue["look_alike_pattern_sufficiency"] == 1.0
+    assert cue["look_alike_tint_sufficiency"] == 0.0
+    assert reasons_of(cue)["look_alike_pattern"] == 1.0
+
+
+def test_a_pattern_that_carries_its_class_by_its_colour_alone_is_no_look_alike_pattern():
+    def brightness(x: torch.Tensor) -> torch.Tensor:  # class 1 from a mean brightness of 0.12
+        mean = x.mean((1, 2, 3))
+        return torch.stack([torch.zeros_like(mean), mean - 0.12], 1)
+
+    cue = _look_alike(brightness)
+    assert cue["look_alike_pattern_sufficiency"] == 1.0 == cue["look_alike_tint_sufficiency"]
+    assert reasons_of(cue)["look_alike_pattern"] == 0.0
+
+
 def test_the_causal_check_is_deterministic_by_seed():
     assert _causal(3) == _causal(3)
 
@@ -150,6 +192,21 @@ def test_standout_scores_and_model_ranking():
     scored = {"portable_cue": 1.0, "blur_sensitive": 0.5}
     assert standout_scores(reasons, scored) == pytest.approx([-0.025, 0.05, 0.75, 0.425])
     assert model_ranking([0.2, 0.5, 0.5, 0.1], [10, 30, 20, 5]) == [3, 2, 1, 4]
+
+
+def test_medians_over_images_are_not_set_by_a_cue_split_over_many_small_strategies():
+    # five small strategies of one cue (0.9) beside three large natural ones (0.1)
+    reasons = [{"fine_detail": v} for v in [0.9] * 5 + [0.1] * 3]
+    sizes = [10] * 5 + [100] * 3
+    scored = {"fine_detail": 1.0}
+    assert standout_scores(reasons, scored)[:5] == [0.0] * 5  # the median is the cue's own
+    over_images = standout_scores(reasons, scored, sizes=sizes)  # median over 350 images: 0.1
+    assert over_images == pytest.approx([0.8] * 5 + [0.0] * 3)
+    # with one image a strategy, the medians are the strategies' (an even count: the mean of
+    # the two middle values, as statistics.median)
+    assert standout_scores(reasons, scored, sizes=[1] * 8) == standout_scores(reasons, scored)
+    halves = standout_scores([{"fine_detail": v} for v in (0.0, 1.0)], scored, sizes=[3, 3])
+    assert halves == pytest.approx([-0.5, 0.5])
 
 
 def test_class_reasons_are_read_against_the_other_strategies_of_the_class():

@@ -30,45 +30,50 @@ a ``marked`` flag):
 - ``look_alike_sufficiency``: the relevant pixels pasted onto images of the class the members
   look most like (their most common runner-up): the share predicted the strategy's class
   (measured, not scored).
+- ``look_alike_pattern_sufficiency``: the members' whole mean difference moved to a random
+  place (wrapping) and added to images of that class (their look-alikes): the share predicted
+  the strategy's class; ``look_alike_tint_sufficiency``: the same with only the difference's
+  mean colour (per channel) added.
 
 The reasons (`REASONS`, each in [0, 1]) are ``portable_cue`` (sufficiency minus its control,
 at least 0: a small cue that carries the class wherever it is pasted), ``necessary_cue``
 (necessity minus its control, at least 0), ``fine_detail`` (``detail_sufficiency``),
 ``blur_sensitive`` (``blur_necessity``), ``tint`` (``tint_sufficiency``),
-``wide_portable_cue`` (the wide paste minus its control, at least 0), ``shared_pattern`` and
-``moved_pattern``. A strategy is read against the model's own strategies: its score is the most
-by which one of the `SCORED` reasons exceeds that reason's median over all the model's
-strategies, times the reason's weight (a blur counts half), or by which one of the
-`CLASS_SCORED` reasons (``wide_portable_cue``) exceeds its median over the other strategies of
-its class, whichever is larger; it is ``flagged`` from `FLAG_SCORE`. One ranking runs over the
-whole model (`model_ranking`), and a class's main (largest) strategy is scored like any other.
+``wide_portable_cue`` (the wide paste minus its control, at least 0), ``shared_pattern``,
+``moved_pattern`` and ``look_alike_pattern`` (the look-alike pattern minus its tint, at least 0:
+a pattern, such as a texture, that turns the images the members look like into their class,
+and not by its colour alone). A strategy is read against the model's own strategies: its
+score is the most by which one of the `SCORED` reasons exceeds that reason's median over all
+the model's strategies, times the reason's weight (a tint and a blur count half), or by which
+one of the `CLASS_SCORED` reasons (``wide_portable_cue``) exceeds its median over the other
+strategies of its class, whichever is larger; it is ``flagged`` from `FLAG_SCORE`. One ranking
+runs over the whole model (`model_ranking`), and a class's main (largest) strategy is scored
+like any other.
 
-The rule was chosen on model seeds 100-102 only (``python -m studies.audit_tuning``,
+The rule was chosen on model seeds 100-102 and 200-204 (``python -m studies.audit_tuning``,
 docs/results/audit-tuning/): per model (the data set's recipe, 1,000 reference images, the
 default layer), every strategy's checks, candidate rules read against the strategy holding
-most cued images. 0.6.0's rule (the standout of ``portable_cue``, ``fine_detail``, ``tint`` and
-half ``blur_sensitive``, from 0.4) flagged none of the ``mnist`` moving marks and majority
-frames (0 of 3 each; a 5% paste carries little of a frame around the digit, and some of a
-moving mark) and 2 of 3 textures. Measured with this rule (rank among all the model's
-strategies; 18 models a family):
+most cued images; 48 models a family. Seeds 200-204 are the second criterion's models, whose
+results were public before this round. 0.6.1's rule (this one without ``look_alike_pattern``
+and with a tint of full weight) left the ``mnist`` texture unflagged on 1 of 3 and 4 of 5 of
+those models (its ``moved_pattern`` 0.25-0.36) and flagged strategies on 3 of 8
+``shapes-mark:0`` and 4 of 8 ``shapes-markrand`` models, all but one by their tint. Measured
+with this rule (a line: models where the first strategy of the whole model is flagged and cued
+and the shortcut strategy flagged, or, on a control, nothing flagged; seeds 100-102, then
+200-204):
 
-- ``mnist``: the fixed mark and the majority frame flagged on 3 of 3 (scores 0.58-0.80; the
-  frame by its shared pattern, split over two flagged strategies on one model), the moving
-  mark on 2 of 3 (0.50, 0.66 by the wide paste against its class; 0.38 on the third, still
-  first) and the texture on 2 of 3 (by its blur and moved pattern; 0.30 on the third, first);
-  nothing flagged on the six control models (highest score 0.34). In an exploratory run on the
-  same models, the unmasked mean difference, read against the class, flagged the frame too
-  but also subgroups of zeros (their mean is a ring, as the frame is): the standard-deviation
-  mask keeps the frame (``shared_pattern`` 0.58-0.73) and weakens them (at most 0.31).
-- ``shapes``: every cue flagged and a cued strategy first on 3 of 3 models each (the moving
-  mark split over 4-6 flagged strategies); false alarms: the fixed mark's class's main
-  strategy on 2 of 3 of its models (by its blur, as under 0.6.0), and one ``markrand`` model of
-  3 (by its tint and moved pattern, 0.47; flagged under 0.6.0 too).
+- ``mnist``: the fixed mark 3/3, 5/5; the moving mark 2/3, 5/5 (by the wide paste against its
+  class); the texture 3/3, 5/5 (``look_alike_pattern`` 0.17-0.98, natural strategies at most
+  0.22); the majority frame 3/3, 5/5 (by its shared pattern); quiet on the controls 6/6, 9/10.
+- ``shapes``: the fixed mark, texture and majority watermark 3/3, 5/5 each; the moving mark
+  3/3, 2/5 (on 1,000 reference images the discovery splits it over up to 6 strategies, or
+  leaves most of it in the class's main strategy); quiet on the controls 6/6, 9/10.
 
-Judged by a criterion written before its runs, on model seeds 200-204 (docs/results.md,
-"Shortcut audit, second criterion"): 20 of its 24 lines pass; the ``mnist`` texture (flagged on
-1 of 5), the ``shapes`` moving mark split over half a model's strategies (told a flagged one on 3
-of 5) and tint flags on 2 of 5 ``shapes-mark:0`` models fail.
+Reading the medians over images (each strategy weighted by its members; ``sizes`` of
+`standout_scores`) flagged the moving mark first on one more ``shapes`` model but raised false
+alarms on two ``shapes-mark:0`` models by their fine detail: not used. Judged by a criterion
+written before its runs, on model seeds 300-304 (docs/results.md, "Shortcut audit, third
+criterion"). The second criterion (0.6.1's rule, seeds 200-204) passed 20 of its 24 lines.
 
 Reading ``look_alike_sufficiency`` too flagged the ``mnist`` moving mark on 5 of 6 models under
 0.6.0 but raised false alarms on 7 of 21: it is kept in ``checks``, not scored. Cost of the
@@ -79,7 +84,6 @@ beside another run: 3.4-5.4 s on ``mnist``, 9.2-18 s on ``shapes``.
 from __future__ import annotations
 
 import math
-import statistics
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
@@ -134,15 +138,17 @@ REASONS = (
     "wide_portable_cue",
     "shared_pattern",
     "moved_pattern",
+    "look_alike_pattern",
 )
 """The audit's reasons, each in [0, 1] (see the module's docstring)."""
 SCORED = {
     "portable_cue": 1.0,
     "fine_detail": 1.0,
-    "tint": 1.0,
+    "tint": 0.5,
     "blur_sensitive": 0.5,
     "shared_pattern": 1.0,
     "moved_pattern": 1.0,
+    "look_alike_pattern": 1.0,
 }
 """The reasons the score reads against all the model's strategies, each with its weight (see
 `standout_scores`)."""
@@ -314,6 +320,9 @@ def causal_checks(
             torch.where(wide_moved[:, None], donor, recipient),
             recipient + shared,
             recipient + _rolled(pattern.expand(n_paste, *pattern.shape), shifts[:n_paste]),
+            look_alike
+            + _rolled(pattern.expand(len(look_alike), *pattern.shape), shifts[: len(look_alike)]),
+            look_alike + pattern.mean((-2, -1), keepdim=True),
         ]
         logits = predict(torch.cat(batch)).float().cpu()
         classes = logits.argmax(1).split([len(b) for b in batch])
@@ -333,6 +342,8 @@ def causal_checks(
             "wide_sufficiency_control": _share(classes[9] == c),
             "pattern_sufficiency": _share(classes[10] == c),
             "moved_pattern_sufficiency": _share(classes[11] == c),
+            "look_alike_pattern_sufficiency": _share(classes[12] == c),
+            "look_alike_tint_sufficiency": _share(classes[13] == c),
         }
     return out
 
@@ -382,6 +393,9 @@ def reasons_of(checks: dict[str, float]) -> dict[str, float]:
         ),
         "shared_pattern": checks["pattern_sufficiency"],
         "moved_pattern": checks["moved_pattern_sufficiency"],
+        "look_alike_pattern": max(
+            0.0, checks["look_alike_pattern_sufficiency"] - checks["look_alike_tint_sufficiency"]
+        ),
     }
 
 
@@ -390,27 +404,51 @@ def standout_scores(
     scored: dict[str, float] = SCORED,
     classes: list[int] | None = None,
     class_scored: dict[str, float] = CLASS_SCORED,
+    sizes: list[int] | None = None,
 ) -> list[float]:
     """Each strategy's score: the most by which one of its ``scored`` reasons exceeds that
     reason's median over all the strategies given (the model's), times the reason's weight;
     with ``classes`` (each strategy's class), also by which one of its ``class_scored`` reasons
     exceeds that reason's median over the other strategies of its class (where it has
-    others), whichever is larger."""
+    others), whichever is larger. With ``sizes`` (each strategy's members), the medians are
+    over images (each strategy counted once per member: a cue split over many small strategies
+    does not set its own baseline); the audit reads medians over strategies, which raised fewer
+    false alarms on the tuning models (``studies.audit_tuning``)."""
     if not reasons:
         return []
-    medians = {r: statistics.median(x[r] for x in reasons) for r in scored}
+    counts = sizes if sizes is not None else [1] * len(reasons)
+
+    def median(rows: list[int], r: str) -> float:
+        return _weighted_median([reasons[j][r] for j in rows], [counts[j] for j in rows])
+
+    everyone = list(range(len(reasons)))
+    medians = {r: median(everyone, r) for r in scored}
     scores = [max(w * (x[r] - medians[r]) for r, w in scored.items()) for x in reasons]
     if classes is None or not class_scored:
         return scores
     for i, (x, c) in enumerate(zip(reasons, classes, strict=True)):
-        others = [y for j, y in enumerate(reasons) if classes[j] == c and j != i]
+        others = [j for j in everyone if classes[j] == c and j != i]
         if others:
-            within = max(
-                w * (x[r] - statistics.median(y[r] for y in others))
-                for r, w in class_scored.items()
-            )
+            within = max(w * (x[r] - median(others, r)) for r, w in class_scored.items())
             scores[i] = max(scores[i], within)
     return scores
+
+
+def _weighted_median(values: list[float], weights: list[int]) -> float:
+    """The median of ``values``, each repeated ``weights`` times (the mean of the two middle
+    ones for an even total, as `statistics.median`)."""
+    order = sorted(range(len(values)), key=values.__getitem__)
+    total = sum(weights)
+
+    def at(k: int) -> float:
+        seen = 0
+        for i in order:
+            seen += weights[i]
+            if seen > k:
+                return values[i]
+        raise ValueError("weights must be positive")
+
+    return at(total // 2) if total % 2 else (at(total // 2 - 1) + at(total // 2)) / 2
 
 
 def model_ranking(scores: list[float], sizes: list[int]) -> list[int]:

@@ -45,7 +45,7 @@ const GLOSSARY = {
   ],
   regions: ["regions", "k-means regions whose input has this very polytope (same boundaries, same sides)"],
   audit_rank: ["audit rank", "1 for the strategy of its class to look at first (by score)"],
-  audit_score: ["audit score", "how far it stands out of the model's strategies: the most by which its portable_cue, fine_detail, tint, shared_pattern or moved_pattern (or half its blur_sensitive) exceeds that reason's median, or its wide_portable_cue that of its class's other strategies; flagged from 0.4"],
+  audit_score: ["audit score", "how far it stands out of the model's strategies: the most by which its portable_cue, fine_detail, shared_pattern, moved_pattern or look_alike_pattern (or half its tint or blur_sensitive) exceeds that reason's median, or its wide_portable_cue that of its class's other strategies; flagged from 0.4"],
   members: ["members", "reference images of this strategy: the model treats them alike (found without labels)"],
   inside: ["inside", "the strategy's members that its polytope covers"],
   sublabels: [
@@ -556,6 +556,7 @@ const STRATEGY_TIPS = {
   wide_portable_cue: "portable_cue with twice the area pasted (a cue larger than the narrow paste)",
   shared_pattern: "the share of images of other classes predicted its class once given what all its members share at the same place (their mean image minus all images' mean, where they agree)",
   moved_pattern: "the same with its members' mean difference moved to a random place: a pattern that carries the class anywhere, such as a texture",
+  look_alike_pattern: "the share of images of the class its members look most like predicted its class once given their mean difference moved to a random place, minus the same with only its mean colour: a pattern, such as a texture, that turns look-alikes into its class",
 };
 
 function renderStrategies(list) {

@@ -250,10 +250,17 @@ RULES: dict[str, Rule] = {
 """Each candidate rule: the strategies' causal-check shares -> (score, flag) each."""
 
 
-def read(model: dict[str, Any]) -> dict[str, Any]:
+def control(dataset: str) -> bool:
+    """Whether a data set is a control (``*-markrand:F``, ``*:0``): no cue says its class."""
+    return "-markrand:" in dataset or dataset.endswith(":0")
+
+
+def read(model: dict[str, Any], quiet: bool = False) -> dict[str, Any]:
     """Each rule's reading of one model: the shortcut strategy's model-wide rank and flag, the
     other strategies flagged that hold cued images (``cued_flagged``) and those that hold none
-    (``others_flagged``: false alarms)."""
+    (``others_flagged``: false alarms), and whether the criterion's line ``holds``: the first
+    strategy of the whole model flagged and cued (most of its members cued) and the shortcut
+    strategy flagged, or with ``quiet`` (a control) no strategy flagged."""
     strategies = model["strategies"]
     target = shortcut_strategy(strategies)
     out = {}
@@ -261,11 +268,16 @@ def read(model: dict[str, Any]) -> dict[str, Any]:
         scored = rule(strategies)
         ranks = model_ranking([score for score, _ in scored], [s["size"] for s in strategies])
         row = {"others_flagged": 0, "cued_flagged": 0, "rank": None, "flagged": None}
+        first_cued = False
         for s, (score, flag), rank in zip(strategies, scored, ranks, strict=True):
+            if rank == 1:
+                first_cued = flag and 2 * s["marked"] > s["size"]
             if s["id"] == target:
                 row |= {"rank": rank, "flagged": flag, "score": score}
             else:
                 row["cued_flagged" if s["marked"] else "others_flagged"] += flag
+        flags = row["others_flagged"] + row["cued_flagged"] + bool(row["flagged"])
+        row["holds"] = flags == 0 if quiet else bool(first_cued and row["flagged"])
         out[name] = row
     return out
 
@@ -284,6 +296,25 @@ def markdown(results: dict[str, Any]) -> str:
         "hold cued images. On the `markrand` control the cue says nothing of the class: every "
         "flag there is a false alarm.",
     ]
+    datasets = list(results["models"])
+    lines += [
+        "",
+        "## Lines",
+        "",
+        "Per rule and data set, the models on which the criterion's line holds: the first "
+        "strategy of the whole model flagged and cued (most of its members cued) and the "
+        "shortcut strategy flagged; on a control, no strategy flagged.",
+        "",
+        "| rule | " + " | ".join(f"`{d}`" for d in datasets) + " |",
+        "|---" * (len(datasets) + 1) + "|",
+    ]
+    for name in RULES:
+        cells = []
+        for models in results["models"].values():
+            held = sum(m["rules"][name]["holds"] for m in models.values())
+            cells.append(f"{held}/{len(models)}")
+        escaped = name.replace("|", "\\|")
+        lines.append(f"| {escaped} | " + " | ".join(cells) + " |")
     for name in RULES:
         lines += ["", f"## {name}", "", "| data set | " + " | ".join(results["seeds"]) + " |"]
         lines.append("|---" * (len(results["seeds"]) + 1) + "|")
@@ -326,9 +357,9 @@ def main(argv: list[str] | None = None) -> None:
                 results["models"][dataset][str(seed)] = measure(dataset, seed, args)
                 print(f"{dataset} seed {seed}: {time.perf_counter() - start:.0f} s", flush=True)
         results["provenance"] = runner.provenance("studies.audit_tuning", argv)
-    for models in results["models"].values():
+    for dataset, models in results["models"].items():
         for model in models.values():
-            model["rules"] = read(model)
+            model["rules"] = read(model, control(dataset))
     summary = {
         name: statistics.mean(
             m["rules"][name]["others_flagged"]

@@ -81,3 +81,51 @@ def test_the_shortcut_rate_is_the_share_of_cued_source_images_called_the_target(
     rates = cue_rates.cued_rate("mnist-mark:0.3", _Corner())
     assert rates["shortcut_rate"] == 100.0 and rates["without_cue"] == 0.0
     assert rates["images"] == 73  # the unseen zeros without the mark
+
+
+def _tuning_strategy(id_: int, size: int, marked: int, **checks: float) -> dict:
+    base = dict.fromkeys(
+        (
+            "sufficiency",
+            "sufficiency_control",
+            "necessity",
+            "necessity_control",
+            "detail_sufficiency",
+            "blur_necessity",
+            "tint_sufficiency",
+            "wide_sufficiency",
+            "wide_sufficiency_control",
+            "pattern_sufficiency",
+            "moved_pattern_sufficiency",
+            "look_alike_sufficiency",
+            "look_alike_pattern_sufficiency",
+            "look_alike_tint_sufficiency",
+        ),
+        0.0,
+    )
+    return {"id": id_, "class": id_ % 2, "size": size, "marked": marked, "checks": base | checks}
+
+
+def test_the_tuning_line_holds_when_a_cued_strategy_is_first_and_the_shortcut_flagged():
+    from studies import audit_tuning
+
+    chosen = "0.6.1 + look-alike pattern, tint / 2 >= 0.4 (chosen for 0.6.2)"
+    texture = {
+        "strategies": [
+            _tuning_strategy(0, 100, 0),
+            _tuning_strategy(1, 100, 0),
+            _tuning_strategy(2, 30, 30, look_alike_pattern_sufficiency=0.9),
+        ]
+    }
+    row = audit_tuning.read(texture)[chosen]
+    assert row["holds"] and row["rank"] == 1 and row["flagged"]
+    assert not audit_tuning.read(texture, quiet=True)[chosen]["holds"]  # as a control: a flag
+    # the same strategy, its texture turning look-alikes by its colour alone: no flag
+    by_colour = _tuning_strategy(
+        2, 30, 30, look_alike_pattern_sufficiency=0.9, look_alike_tint_sufficiency=0.9
+    )
+    tinted = {"strategies": [*texture["strategies"][:2], by_colour]}
+    assert not audit_tuning.read(tinted)[chosen]["holds"]
+    assert audit_tuning.read(tinted, quiet=True)[chosen]["holds"]
+    assert audit_tuning.control("shapes-markrand:0.3") and audit_tuning.control("mnist-mark:0")
+    assert not audit_tuning.control("mnist-mark:0.3")

@@ -60,7 +60,7 @@ def fit_notes(
         if s.inside < FEW_INSIDE:
             lines.append(
                 f"warning: strategy {s.id} of class {names[s.predicted_class]!r}: its polytope "
-                f"holds {100 * s.inside:.0f}% of its {len(s.members)} members (below "
+                f"holds {100 * s.inside:.1f}% of its {len(s.members)} members (below "
                 f"{100 * FEW_INSIDE:.0f}%): its region and similar images stand for few of them"
             )
     return lines

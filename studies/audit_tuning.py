@@ -209,6 +209,8 @@ SECOND = BEFORE | {"shared_pattern": 1.0, "moved_pattern": 1.0}
 """0.6.1's model-wide reasons."""
 WITHIN = {"wide_portable_cue": 1.0}
 """0.6.1's reasons read against the other strategies of the class."""
+THIRD = SECOND | {"tint": 0.5, "look_alike_pattern": 1.0}
+"""0.6.2's model-wide reasons (the audit's `SCORED`)."""
 
 
 RULES: dict[str, Rule] = {
@@ -240,8 +242,12 @@ RULES: dict[str, Rule] = {
     "0.6.1, tint / 2, medians over images >= 0.4": _standout(
         SECOND | {"tint": 0.5}, 0.4, WITHIN, True
     ),
-    "0.6.1 + look-alike pattern, tint / 2 >= 0.4 (chosen for 0.6.2)": _standout(
-        SECOND | {"tint": 0.5, "look_alike_pattern": 1.0}, 0.4, WITHIN
+    "0.6.1 + look-alike pattern, tint / 2 >= 0.4 (chosen for 0.6.2)": _standout(THIRD, 0.4, WITHIN),
+    "0.6.2 with the blur read within the class (after the third criterion's runs; not used) "
+    ">= 0.4": _standout(
+        {r: w for r, w in THIRD.items() if r != "blur_sensitive"},
+        0.4,
+        WITHIN | {"blur_sensitive": 0.5},
     ),
     "0.6.1 + look-alike pattern, tint / 2, medians over images >= 0.4": _standout(
         SECOND | {"tint": 0.5, "look_alike_pattern": 1.0}, 0.4, WITHIN, True

@@ -129,3 +129,10 @@ def test_the_tuning_line_holds_when_a_cued_strategy_is_first_and_the_shortcut_fl
     assert audit_tuning.read(tinted, quiet=True)[chosen]["holds"]
     assert audit_tuning.control("shapes-markrand:0.3") and audit_tuning.control("mnist-mark:0")
     assert not audit_tuning.control("mnist-mark:0.3")
+
+
+def test_the_tuning_study_s_chosen_rule_is_the_audit_s():
+    from repinterp.strategies.audit import CLASS_SCORED, SCORED
+    from studies import audit_tuning
+
+    assert audit_tuning.THIRD == SCORED and audit_tuning.WITHIN == CLASS_SCORED

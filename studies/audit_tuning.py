@@ -1,5 +1,6 @@
-"""Which audit rule flags the shortcut strategies and nothing else? Tuned on model seeds
-100-102 only (the criterion's evaluation seeds are 0-4).
+"""Which audit rule flags the shortcut strategies and nothing else? Read on tuning model seeds
+only, never on a criterion's before its runs (100-102 and 200-204 for 0.6.2, whose criterion
+ran on 300-304; 300-304 read after those runs, for the next round).
 
 Per data set and model seed (a model trained by the data set's recipe through the model cache,
 `repinterp.store.model_cache`), ``RI+strategy`` is fitted on a stratified draw of the reference
@@ -12,16 +13,22 @@ they are predicted (none on a control, ``*-markrand:F`` or ``F = 0``). Each cand
 scored: where the shortcut strategy ranks among the model's strategies and whether it is
 flagged, and how many strategies it flags besides.
 
-Run (a few minutes once the models are cached; they are trained one at a time), as the
-published results were (each run's folder copied under docs/results/audit-tuning/, then
-re-read with ``--rescore --out`` that folder)::
+A line of the criterion (the *Lines* table) holds on a model when the first strategy of the
+whole model is flagged and cued and the shortcut strategy flagged, or on a control when nothing
+is flagged; a strategy is cued here when most of its reference members are marked (the
+criterion reads at least half of the unseen images assigned to it).
 
-    OMP_NUM_THREADS=1 PYTHONPATH=src python -m studies.audit_tuning --datasets \
-        mnist-mark:0.3,mnist-move:0.3,mnist-texture:0.3,mnist-majority:0.9,mnist-markrand:0.3,mnist-mark:0
-    ... --seeds 100 --datasets shapes-mark:0.3,shapes-move:0.3,shapes-texture:0.3,\
-        shapes-majority:0.9,shapes-markrand:0.3,shapes-mark:0
-    ... --datasets mnist-move:0.5
-    ... --seeds 100 --datasets shapes-move:0.5
+Run (a few minutes once the models are cached; they are trained one at a time), as the
+published results were, one folder per family and seed group (``mnist``, ``shapes``: seeds
+100-102; ``mnist-200``, ``shapes-200``: 200-204; ``mnist-300``, ``shapes-300``: 300-304),
+each copied under docs/results/audit-tuning/ and re-read with ``--rescore --out`` that
+folder::
+
+    OMP_NUM_THREADS=1 PYTHONPATH=src python -m studies.audit_tuning --seeds 100,101,102 \
+        --datasets mnist-mark:0.3,mnist-move:0.5,mnist-texture:0.3,mnist-majority:0.9,\
+mnist-markrand:0.3,mnist-mark:0 --out /tmp/tune/mnist
+    ... --seeds 200,201,202,203,204 ... --out /tmp/tune/mnist-200
+    ... (the same with shapes-* data sets)
 
 Writes ``OUT/results.json`` (every strategy's reasons) and ``OUT/results.md`` (``--out``,
 default ``docs/results/audit-tuning``).
@@ -56,11 +63,11 @@ from . import runner
 
 DATASETS = (
     "mnist-mark:0.3",
-    "shapes-mark:0.3",
+    "mnist-move:0.5",
+    "mnist-texture:0.3",
+    "mnist-majority:0.9",
     "mnist-markrand:0.3",
-    "shapes-markrand:0.3",
     "mnist-mark:0",
-    "shapes-mark:0",
 )
 SEEDS = (100, 101, 102)
 OUT = runner.RESULTS / "audit-tuning"
@@ -110,6 +117,7 @@ def measure(dataset: str, seed: int, args: argparse.Namespace) -> dict[str, Any]
                 "class": s.predicted_class,
                 "size": len(s.members),
                 "marked": int(marked[s.members].sum()),
+                "runner_up": s.audit.runner_up,
                 "reasons": s.audit.reasons,
                 "checks": s.audit.checks,
             }
@@ -165,7 +173,11 @@ def shortcut_strategy(strategies: list[dict[str, Any]]) -> int | None:
 def measures(checks: dict[str, float]) -> dict[str, float]:
     """What the candidate rules read of one strategy's `causal_checks` shares: its
     `reasons_of` and the other readings tried."""
-    return reasons_of(checks) | {"look_alike": checks["look_alike_sufficiency"]}
+    nearest = checks["nearest_pattern_sufficiency"] - checks["nearest_tint_sufficiency"]
+    return reasons_of(checks) | {
+        "look_alike": checks["look_alike_sufficiency"],
+        "nearest_pattern": max(0.0, nearest),
+    }
 
 
 def _fixed(names: tuple[str, ...], threshold: float) -> Rule:
@@ -211,6 +223,9 @@ WITHIN = {"wide_portable_cue": 1.0}
 """0.6.1's reasons read against the other strategies of the class."""
 THIRD = SECOND | {"tint": 0.5, "look_alike_pattern": 1.0}
 """0.6.2's model-wide reasons (the audit's `SCORED`)."""
+NEAREST = {r: w for r, w in THIRD.items() if r != "look_alike_pattern"} | {"nearest_pattern": 1.0}
+"""0.6.2's, the look-alike pattern read on the class whose mean image is nearest the members'
+(``nearest_pattern``: its share minus its tint's) instead of their runner-up class."""
 
 
 RULES: dict[str, Rule] = {
@@ -246,6 +261,14 @@ RULES: dict[str, Rule] = {
     "0.6.2 with the blur read within the class (after the third criterion's runs; not used) "
     ">= 0.4": _standout(
         {r: w for r, w in THIRD.items() if r != "blur_sensitive"},
+        0.4,
+        WITHIN | {"blur_sensitive": 0.5},
+    ),
+    "0.6.2 with the nearest class's images as look-alikes (after the third criterion's runs; "
+    "not used) >= 0.4": _standout(NEAREST, 0.4, WITHIN),
+    "0.6.2 with the nearest class's images as look-alikes, the blur read within the class "
+    "(after the third criterion's runs; not used) >= 0.4": _standout(
+        {r: w for r, w in NEAREST.items() if r != "blur_sensitive"},
         0.4,
         WITHIN | {"blur_sensitive": 0.5},
     ),
@@ -339,8 +362,10 @@ def markdown(results: dict[str, Any]) -> str:
         for seed, model in models.items():
             lines.append(f"- {dataset} seed {seed} ({model['strategies_s']:.1f} s):")
             for s in model["strategies"]:
+                runner_up = f" runner-up {s['runner_up']}" if "runner_up" in s else ""
                 lines.append(
-                    f"  - {s['id']} class {s['class']} n={s['size']} marked={s['marked']}: "
+                    f"  - {s['id']} class {s['class']}{runner_up} n={s['size']} "
+                    f"marked={s['marked']}: "
                     + ", ".join(f"{k} {v:.2f}" for k, v in s["checks"].items())
                 )
     return "\n".join(lines) + "\n"

@@ -29,6 +29,8 @@ def _checks(sufficiency=0.0, control=0.0, necessity=0.0, detail=0.0, blur=0.0, p
         "moved_pattern_sufficiency": 0.0,
         "look_alike_pattern_sufficiency": 0.0,
         "look_alike_tint_sufficiency": 0.0,
+        "nearest_pattern_sufficiency": 0.0,
+        "nearest_tint_sufficiency": 0.0,
         "sufficiency": sufficiency,
         "sufficiency_control": control,
         "necessity": necessity,
@@ -147,6 +149,8 @@ def test_a_look_alike_pattern_is_a_texture_that_makes_the_look_alikes_the_class(
     assert cue["look_alike_pattern_sufficiency"] == 1.0
     assert cue["look_alike_tint_sufficiency"] == 0.0
     assert reasons_of(cue)["look_alike_pattern"] == 1.0
+    # the class whose mean image is nearest the members' is that one too
+    assert cue["nearest_pattern_sufficiency"] == 1.0 and cue["nearest_tint_sufficiency"] == 0.0
 
 
 def test_a_pattern_that_carries_its_class_by_its_colour_alone_is_no_look_alike_pattern():
@@ -157,6 +161,35 @@ def test_a_pattern_that_carries_its_class_by_its_colour_alone_is_no_look_alike_p
     cue = _look_alike(brightness)
     assert cue["look_alike_pattern_sufficiency"] == 1.0 == cue["look_alike_tint_sufficiency"]
     assert reasons_of(cue)["look_alike_pattern"] == 0.0
+
+
+def test_the_nearest_class_not_the_runner_up_is_where_a_texture_is_read():
+    # class 0: dim noise; strategy 1: the same with stripes (a texture deciding class 1);
+    # class 2: bright noise. The striped images' runner-up is class 2 (brighter than class
+    # 0's), but their mean image is nearest class 0's
+    n = 20
+    noise = torch.rand(3 * n, 1, SIDE, SIDE, generator=torch.Generator().manual_seed(2)) * 0.1
+    diagonal = torch.arange(SIDE)[:, None] + torch.arange(SIDE)[None, :]
+    images = noise.clone()
+    images[n : 2 * n] += 0.4 * (diagonal % 2).float()
+    images[2 * n :] += 0.55
+    strategy = torch.tensor([0] * n + [1] * n + [2] * n)
+
+    def model(x: torch.Tensor) -> torch.Tensor:
+        energy = (x - x.roll(1, -1)).abs().mean((1, 2, 3))
+        bright = 2 * (x.mean((1, 2, 3)) - 0.2)
+        return torch.stack([torch.zeros_like(energy), energy - 0.1, bright], 1)
+
+    predicted = model(images).argmax(1)
+    assert predicted.tolist() == strategy.tolist()
+    assert model(images[n : 2 * n]).topk(2, dim=1).indices[:, 1].eq(2).all()  # runner-up 2
+    cue = causal_checks(strategy, predicted, lambda rows: images[rows], model, _relevance, seed=0)[
+        1
+    ]
+    # the stripes added to bright images leave them class 2; added to dim ones, class 1
+    assert cue["look_alike_pattern_sufficiency"] == 0.0
+    assert cue["nearest_pattern_sufficiency"] == 1.0
+    assert cue["nearest_tint_sufficiency"] == 0.0
 
 
 def test_the_causal_check_is_deterministic_by_seed():

@@ -100,6 +100,8 @@ def _tuning_strategy(id_: int, size: int, marked: int, **checks: float) -> dict:
             "look_alike_sufficiency",
             "look_alike_pattern_sufficiency",
             "look_alike_tint_sufficiency",
+            "nearest_pattern_sufficiency",
+            "nearest_tint_sufficiency",
         ),
         0.0,
     )

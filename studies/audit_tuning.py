@@ -20,7 +20,9 @@ criterion reads at least half of the unseen images assigned to it).
 
 Run (a few minutes once the models are cached; they are trained one at a time), as the
 published results were, one folder per family and seed group (``mnist``, ``shapes``: seeds
-100-102; ``mnist-200``, ``shapes-200``: 200-204; ``mnist-300``, ``shapes-300``: 300-304),
+100-102; ``mnist-200``, ``shapes-200``: 200-204; ``mnist-300``, ``shapes-300``: 300-304;
+``mnist-300-r4000``, ``shapes-300-r4000``: 300-304 with ``--reference 4000``, the criterion's
+reference set; ``shapes-300-r4000`` holds its controls and moving mark only),
 each copied under docs/results/audit-tuning/ and re-read with ``--rescore --out`` that
 folder::
 

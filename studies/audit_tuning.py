@@ -216,6 +216,15 @@ def _standout(
 
 
 Rule = Callable[[list[dict[str, Any]]], list[tuple[float, bool]]]
+
+
+def _blur_within_class(weights: dict[str, float]) -> Rule:
+    """``weights`` read over the model, flagged from 0.4, but ``blur_sensitive`` (its weight
+    kept) read against the class's other strategies, beside `WITHIN`."""
+    model_wide = {r: w for r, w in weights.items() if r != "blur_sensitive"}
+    return _standout(model_wide, 0.4, WITHIN | {"blur_sensitive": weights["blur_sensitive"]})
+
+
 CUES = ("portable_cue", "fine_detail", "blur_sensitive", "tint")
 BEFORE = {"portable_cue": 1.0, "fine_detail": 1.0, "tint": 1.0, "blur_sensitive": 0.5}
 """0.6.0's rule: the model-wide standout of these, flagged from 0.4."""
@@ -261,19 +270,11 @@ RULES: dict[str, Rule] = {
     ),
     "0.6.1 + look-alike pattern, tint / 2 >= 0.4 (chosen for 0.6.2)": _standout(THIRD, 0.4, WITHIN),
     "0.6.2 with the blur read within the class (after the third criterion's runs; not used) "
-    ">= 0.4": _standout(
-        {r: w for r, w in THIRD.items() if r != "blur_sensitive"},
-        0.4,
-        WITHIN | {"blur_sensitive": 0.5},
-    ),
+    ">= 0.4": _blur_within_class(THIRD),
     "0.6.2 with the nearest class's images as look-alikes (after the third criterion's runs; "
     "not used) >= 0.4": _standout(NEAREST, 0.4, WITHIN),
     "0.6.2 with the nearest class's images as look-alikes, the blur read within the class "
-    "(after the third criterion's runs; not used) >= 0.4": _standout(
-        {r: w for r, w in NEAREST.items() if r != "blur_sensitive"},
-        0.4,
-        WITHIN | {"blur_sensitive": 0.5},
-    ),
+    "(after the third criterion's runs; not used) >= 0.4": _blur_within_class(NEAREST),
     "0.6.1 + look-alike pattern, tint / 2, medians over images >= 0.4": _standout(
         SECOND | {"tint": 0.5, "look_alike_pattern": 1.0}, 0.4, WITHIN, True
     ),

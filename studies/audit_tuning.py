@@ -1,6 +1,6 @@
 """Which audit rule flags the shortcut strategies and nothing else? Read on tuning model seeds
 only, never on a criterion's before its runs (100-102 and 200-204 for 0.6.2, whose criterion
-ran on 300-304; 300-304 read after those runs, for the next round).
+ran on 300-304; 100-102, 200-204 and 300-304 for 0.6.3, whose criterion runs on 400-404).
 
 Per data set and model seed (a model trained by the data set's recipe through the model cache,
 `repinterp.store.model_cache`), ``RI+strategy`` is fitted on a stratified draw of the reference
@@ -174,12 +174,9 @@ def shortcut_strategy(strategies: list[dict[str, Any]]) -> int | None:
 
 def measures(checks: dict[str, float]) -> dict[str, float]:
     """What the candidate rules read of one strategy's `causal_checks` shares: its
-    `reasons_of` and the other readings tried."""
-    nearest = checks["nearest_pattern_sufficiency"] - checks["nearest_tint_sufficiency"]
-    return reasons_of(checks) | {
-        "look_alike": checks["look_alike_sufficiency"],
-        "nearest_pattern": max(0.0, nearest),
-    }
+    `reasons_of` and the other reading tried (``look_alike``, the relevant pixels pasted onto
+    the runner-up's images)."""
+    return reasons_of(checks) | {"look_alike": checks["look_alike_sufficiency"]}
 
 
 def _fixed(names: tuple[str, ...], threshold: float) -> Rule:
@@ -237,6 +234,12 @@ THIRD = SECOND | {"tint": 0.5, "look_alike_pattern": 1.0}
 NEAREST = {r: w for r, w in THIRD.items() if r != "look_alike_pattern"} | {"nearest_pattern": 1.0}
 """0.6.2's, the look-alike pattern read on the class whose mean image is nearest the members'
 (``nearest_pattern``: its share minus its tint's) instead of their runner-up class."""
+FOURTH = {r: w for r, w in NEAREST.items() if r != "blur_sensitive"}
+"""0.6.3's model-wide reasons (the audit's `SCORED`): `NEAREST` without the blur, which it
+reads within the class (`FOURTH_WITHIN`)."""
+FOURTH_WITHIN = WITHIN | {"blur_sensitive": NEAREST["blur_sensitive"]}
+"""0.6.3's reasons read against the other strategies of the class (the audit's
+`CLASS_SCORED`)."""
 
 
 RULES: dict[str, Rule] = {
@@ -274,7 +277,9 @@ RULES: dict[str, Rule] = {
     "0.6.2 with the nearest class's images as look-alikes (after the third criterion's runs; "
     "not used) >= 0.4": _standout(NEAREST, 0.4, WITHIN),
     "0.6.2 with the nearest class's images as look-alikes, the blur read within the class "
-    "(after the third criterion's runs; not used) >= 0.4": _blur_within_class(NEAREST),
+    "(after the third criterion's runs; chosen for 0.6.3) >= 0.4": _standout(
+        FOURTH, 0.4, FOURTH_WITHIN
+    ),
     "0.6.1 + look-alike pattern, tint / 2, medians over images >= 0.4": _standout(
         SECOND | {"tint": 0.5, "look_alike_pattern": 1.0}, 0.4, WITHIN, True
     ),

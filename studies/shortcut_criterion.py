@@ -1,6 +1,6 @@
 """The pass/fail table of the shortcut audit criteria (docs/results.md, "Shortcut audit
-criterion, pre-registered 2026-11-28", "... second criterion, ..." and "... third criterion,
-..."), read from the runs of ``docs/results/shortcut_suite_runs.sh``.
+criterion, pre-registered 2026-11-28", "... second criterion, ...", "... third criterion, ..."
+and "... fourth criterion, ..."), read from the runs of ``docs/results/shortcut_suite_runs.sh``.
 
 Each data set's run (``repinterp evaluate --protocol shortcut --model-seeds 5``) is a
 ``results.json`` whose ``per_run[r]["strategy_audit"]`` holds model r's audit over the whole
@@ -9,12 +9,12 @@ its condition (`ROWS`) does, and passes on a data set when it holds on at least 
 models; the criterion passes when every row passes on every data set it names. The first
 criterion (`ROWS`) reads the one shortcut strategy (holding most cued images); the second
 (`SECOND`) reads every *cued* strategy (at least half of its unseen images cued), as a cue the
-discovery splits over several strategies makes several; the third has the second's rows (on
-other models, for another audit).
+discovery splits over several strategies makes several; the third and the fourth have the
+second's rows (on other models, each for another audit).
 
-Run: ``python -m studies.shortcut_criterion [--criterion first|second|third] [--runs DIR] [--out
-FILE]`` (DIR: docs/results/shortcut-suite); prints the table as Markdown (and writes it to a
-new ``--out``).
+Run: ``python -m studies.shortcut_criterion [--criterion first|second|third|fourth] [--runs
+DIR] [--out FILE]`` (DIR: docs/results/shortcut-suite); prints the table as Markdown (and writes
+it to a new ``--out``).
 """
 
 from __future__ import annotations
@@ -114,7 +114,7 @@ SECOND: list[Row] = [
     ),
 ]
 """The second criterion's rows (see the module's docstring)."""
-CRITERIA = {"first": ROWS, "second": SECOND, "third": SECOND}
+CRITERIA = {"first": ROWS, "second": SECOND, "third": SECOND, "fourth": SECOND}
 
 
 def folder(dataset: str) -> str:

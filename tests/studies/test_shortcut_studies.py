@@ -7,6 +7,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from repinterp.strategies.audit import reasons_of, standout_scores
 from studies import cue_rates, shortcut_criterion
 
 
@@ -137,4 +138,24 @@ def test_the_tuning_study_s_chosen_rule_is_the_audit_s():
     from repinterp.strategies.audit import CLASS_SCORED, SCORED
     from studies import audit_tuning
 
-    assert audit_tuning.THIRD == SCORED and audit_tuning.WITHIN == CLASS_SCORED
+    assert audit_tuning.FOURTH == SCORED and audit_tuning.FOURTH_WITHIN == CLASS_SCORED
+    chosen = [name for name in audit_tuning.RULES if "chosen for 0.6.3" in name]
+    assert len(chosen) == 1
+    rule = audit_tuning.RULES[chosen[0]]
+    # the chosen rule scores a model's strategies as the audit does (its blur within the class)
+    strategies = [
+        _tuning_strategy(0, 100, 0, blur_necessity=0.9),
+        _tuning_strategy(2, 100, 0, blur_necessity=0.9),
+        _tuning_strategy(4, 60, 0),
+        _tuning_strategy(1, 80, 0),
+        _tuning_strategy(3, 30, 30, nearest_pattern_sufficiency=0.8),
+    ]
+    expected = standout_scores(
+        [reasons_of(s["checks"]) for s in strategies], classes=[s["class"] for s in strategies]
+    )
+    assert [score for score, _ in rule(strategies)] == expected
+    # a class's blur-sensitive strategies are not flagged for it against the class's others
+    # (read over the model, as 0.6.2 did, they are), and the nearest class's pattern flags
+    assert [flag for _, flag in rule(strategies)] == [False, False, False, False, True]
+    before = audit_tuning.RULES["0.6.1 + look-alike pattern, tint / 2 >= 0.4 (chosen for 0.6.2)"]
+    assert [flag for _, flag in before(strategies)] == [True, True, False, False, False]

@@ -31,62 +31,58 @@ a ``marked`` flag):
   look most like (their most common runner-up): the share predicted the strategy's class
   (measured, not scored).
 - ``look_alike_pattern_sufficiency``: the members' whole mean difference moved to a random
-  place (wrapping) and added to images of that class (their look-alikes): the share predicted
-  the strategy's class; ``look_alike_tint_sufficiency``: the same with only the difference's
-  mean colour (per channel) added.
+  place (wrapping) and added to images of their runner-up class: the share predicted the
+  strategy's class; ``look_alike_tint_sufficiency``: the same with only the difference's mean
+  colour (per channel) added (0.6.2 scored these; measured, not scored since 0.6.3).
 - ``nearest_pattern_sufficiency`` and ``nearest_tint_sufficiency``: the same two with images of
-  the predicted class whose mean image is nearest the members' mean (other than theirs)
-  rather than their runner-up (measured, not scored: a candidate for textures whose members'
-  runner-up is not the class they look like).
+  the predicted class whose mean image is nearest the members' mean (other than theirs): the
+  class they look like, which need not be the one the model nearly says.
 
 The reasons (`REASONS`, each in [0, 1]) are ``portable_cue`` (sufficiency minus its control,
 at least 0: a small cue that carries the class wherever it is pasted), ``necessary_cue``
 (necessity minus its control, at least 0), ``fine_detail`` (``detail_sufficiency``),
 ``blur_sensitive`` (``blur_necessity``), ``tint`` (``tint_sufficiency``),
 ``wide_portable_cue`` (the wide paste minus its control, at least 0), ``shared_pattern``,
-``moved_pattern`` and ``look_alike_pattern`` (the look-alike pattern minus its tint, at least 0:
-a pattern, such as a texture, that turns the images the members look like into their class,
-and not by its colour alone). A strategy is read against the model's own strategies: its
-score is the most by which one of the `SCORED` reasons exceeds that reason's median over all
-the model's strategies, times the reason's weight (a tint and a blur count half), or by which
-one of the `CLASS_SCORED` reasons (``wide_portable_cue``) exceeds its median over the other
-strategies of its class, whichever is larger; it is ``flagged`` from `FLAG_SCORE`. One ranking
-runs over the whole model (`model_ranking`), and a class's main (largest) strategy is scored
-like any other.
+``moved_pattern``, ``look_alike_pattern`` (the runner-up's pattern minus its tint, at least 0)
+and ``nearest_pattern`` (the nearest class's pattern minus its tint, at least 0: a pattern,
+such as a texture, that turns the images the members look like into their class, and not by
+its colour alone). A strategy is read against the model's own strategies: its score is the
+most by which one of the `SCORED` reasons exceeds that reason's median over all the model's
+strategies, times the reason's weight (a tint counts half), or by which one of the
+`CLASS_SCORED` reasons (``wide_portable_cue``, and ``blur_sensitive`` at half weight) exceeds
+its median over the other strategies of its class, whichever is larger; it is ``flagged`` from
+`FLAG_SCORE`. One ranking runs over the whole model (`model_ranking`), and a class's main
+(largest) strategy is scored like any other.
 
-The rule was chosen on model seeds 100-102 and 200-204 (``python -m studies.audit_tuning``,
-docs/results/audit-tuning/): per model (the data set's recipe, 1,000 reference images, the
-default layer), every strategy's checks, candidate rules read against the strategy holding
-most cued images; 48 models a family. Seeds 200-204 are the second criterion's models, whose
-results were public before this round. 0.6.1's rule (this one without ``look_alike_pattern``
-and with a tint of full weight) left the ``mnist`` texture unflagged on 1 of 3 and 4 of 5 of
-those models (its ``moved_pattern`` 0.25-0.36) and flagged strategies on 3 of 8
-``shapes-mark:0`` and 4 of 8 ``shapes-markrand`` models, all but one by their tint. Measured
-with this rule (a line: models where the first strategy of the whole model is flagged and cued
-and the shortcut strategy flagged, or, on a control, nothing flagged; seeds 100-102, then
-200-204):
+The rule (0.6.3) is 0.6.2's with two changes, both chosen after the third criterion's runs on
+the tuning study's saved checks (``python -m studies.audit_tuning``, docs/results/audit-tuning/:
+per model, every strategy's checks and candidate rules read against the strategy holding most
+cued images; model seeds 100-102, 200-204 and 300-304, 78 models a family at 1,000 reference
+images, and 300-304 again at the criterion's 4,000): the look-alike pattern read on the nearest
+class's images instead of the runner-up's (on ``mnist-texture`` the textured zeros' runner-up
+is "2" on 3 of 5 models, where the pattern makes 8-31% of the twos "1", and the nearest class's
+images 97-100%), and the blur read against the other strategies of the class (a class whose
+strategies are all blur-sensitive, as the ``shapes`` circles, raised 5 flags on one
+``shapes-markrand`` model). A line (models where the first strategy of the whole model is
+flagged and cued and the shortcut strategy flagged, or, on a control, nothing flagged) holds on
+the tuning models as under 0.6.2 except: at 4,000 reference images the ``mnist`` texture 5/5
+(0.6.2: 2/5) and ``shapes-markrand`` 5/5 (4/5, its 2 flags gone); strategies flagged beside
+the cue on the 52 ``shapes`` shortcut models at 1,000 reference images fall from 9 to 2 (on
+``mnist`` 0 both). The ``shapes`` moving mark holds 3/3, 2/5, 4/5
+(seeds 100-102, 200-204, 300-304): the discovery splits it over up to seven strategies, some
+mixed, which no per-strategy score makes all cued.
 
-- ``mnist``: the fixed mark 3/3, 5/5; the moving mark 2/3, 5/5 (by the wide paste against its
-  class); the texture 3/3, 5/5 (``look_alike_pattern`` 0.17-0.98, natural strategies at most
-  0.22); the majority frame 3/3, 5/5 (by its shared pattern); quiet on the controls 6/6, 9/10.
-- ``shapes``: the fixed mark, texture and majority watermark 3/3, 5/5 each; the moving mark
-  3/3, 2/5 (on 1,000 reference images the discovery splits it over up to 6 strategies, or
-  leaves most of it in the class's main strategy); quiet on the controls 6/6, 9/10.
-
-Reading the medians over images (each strategy weighted by its members; ``sizes`` of
-`standout_scores`) flagged the moving mark first on one more ``shapes`` model but raised false
-alarms on one more ``shapes-mark:0`` model (two strategies, by their fine detail): not used.
-Judged by a criterion written before its runs, on model seeds 300-304 (docs/results.md,
-"Shortcut audit, third criterion"): 19 of its 24 lines pass; the ``mnist`` texture (flagged and
-first on 3 of 5), flags on 2 of 5 ``shapes-markrand`` models (by their blur on one) and the
-cued images of both moving marks told a flagged strategy (3 of 5 and 1 of 5) fail. The second
-criterion (0.6.1's rule, seeds 200-204) passed 20 of its 24 lines.
+Criteria written before their runs (docs/results.md, "Shortcut audit ... criterion"): 0.6.1's
+rule passed 20 of 24 lines on seeds 200-204, 0.6.2's 19 of 24 on seeds 300-304 (the ``mnist``
+texture, blur flags on a ``shapes-markrand`` model, the moving marks told).
 
 Reading ``look_alike_sufficiency`` too flagged the ``mnist`` moving mark on 5 of 6 models under
-0.6.0 but raised false alarms on 7 of 21: it is kept in ``checks``, not scored. Cost of the
-whole audit (`RepresentativeInterpreter.strategies`, with the nearest-class checks) on 1,000
-reference images, one thread, beside two other runs on two cores: 4.1-12 s on ``mnist``,
-9.5-33 s on ``shapes`` (the 78 tuning models a family).
+0.6.0 but raised false alarms on 7 of 21: it is kept in ``checks``, not scored. Reading the
+medians over images (``sizes`` of `standout_scores`) flagged the moving mark first on one more
+``shapes`` model but raised false alarms on one more ``shapes-mark:0`` model: not used. Cost of
+the whole audit (`RepresentativeInterpreter.strategies`) on 1,000 reference images, one thread,
+beside two other runs on two cores: 4.1-12 s on ``mnist``, 9.5-33 s on ``shapes`` (the 78
+tuning models a family).
 """
 
 from __future__ import annotations
@@ -147,20 +143,20 @@ REASONS = (
     "shared_pattern",
     "moved_pattern",
     "look_alike_pattern",
+    "nearest_pattern",
 )
 """The audit's reasons, each in [0, 1] (see the module's docstring)."""
 SCORED = {
     "portable_cue": 1.0,
     "fine_detail": 1.0,
     "tint": 0.5,
-    "blur_sensitive": 0.5,
     "shared_pattern": 1.0,
     "moved_pattern": 1.0,
-    "look_alike_pattern": 1.0,
+    "nearest_pattern": 1.0,
 }
 """The reasons the score reads against all the model's strategies, each with its weight (see
 `standout_scores`)."""
-CLASS_SCORED = {"wide_portable_cue": 1.0}
+CLASS_SCORED = {"wide_portable_cue": 1.0, "blur_sensitive": 0.5}
 """The reasons the score reads against the other strategies of the strategy's class (see
 `standout_scores`)."""
 FLAG_SCORE = 0.4
@@ -425,6 +421,9 @@ def reasons_of(checks: dict[str, float]) -> dict[str, float]:
         "moved_pattern": checks["moved_pattern_sufficiency"],
         "look_alike_pattern": max(
             0.0, checks["look_alike_pattern_sufficiency"] - checks["look_alike_tint_sufficiency"]
+        ),
+        "nearest_pattern": max(
+            0.0, checks["nearest_pattern_sufficiency"] - checks["nearest_tint_sufficiency"]
         ),
     }
 

@@ -280,6 +280,27 @@ def test_a_main_strategy_can_be_flagged_and_the_ranking_runs_over_the_model():
     assert set(by_id[0].reasons) == set(REASONS) and by_id[0].checks == checks[0]
 
 
+def test_the_score_reads_the_blur_within_the_class_and_the_nearest_pattern_over_the_model():
+    # classes 0 (strategies 0-2), 1 (3-6) and 2 (7-8), one row each
+    strategy = torch.arange(9)
+    owner = torch.tensor([0, 0, 0, 1, 1, 1, 1, 2, 2])
+    logits = torch.nn.functional.one_hot(owner, 3).float()
+    blur = [0.9, 0.0, 0.0, 0.7, 0.0, 0.0, 0.0, 0.9, 0.9]
+    checks = {s: _checks(blur=b) for s, b in enumerate(blur)}
+    checks[4] |= {"nearest_pattern_sufficiency": 0.45}
+    checks[5] |= {"nearest_pattern_sufficiency": 0.6, "nearest_tint_sufficiency": 0.3}
+    checks[2] |= {"look_alike_pattern_sufficiency": 0.9}  # the runner-up's: not scored
+    by_id = {a.id: a for a in audit_strategies(strategy, logits, checks)}
+    assert reasons_of(checks[5])["nearest_pattern"] == pytest.approx(0.3)
+    assert reasons_of(checks[5] | {"nearest_tint_sufficiency": 0.9})["nearest_pattern"] == 0.0
+    # the blur at half weight against the class's others (0: 0.9 against 0, 3: 0.7 against
+    # 0); a class all sensitive to blur (7, 8) is not flagged for it, which the model-wide
+    # median (0) would; the nearest pattern at full weight, less its tint
+    scores = [by_id[s].score for s in range(9)]
+    assert scores == pytest.approx([0.45, 0.0, 0.0, 0.35, 0.45, 0.3, 0.0, 0.0, 0.0])
+    assert [s for s in range(9) if by_id[s].flagged] == [0, 4]
+
+
 def test_the_audit_reads_no_labels():
     assert list(inspect.signature(audit_strategies).parameters) == [
         "strategy",

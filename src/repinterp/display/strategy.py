@@ -43,8 +43,8 @@ REASON_MEANINGS = {
     "score": "how far it stands out: the most by which its portable_cue, fine_detail, "
     "shared_pattern, moved_pattern or nearest_pattern (or half its tint) exceeds that reason's "
     "median over all the model's strategies, or its wide_portable_cue (or half its "
-    "blur_sensitive) that of the other strategies of its class; flagged from "
-    f"{FLAG_SCORE}",
+    "blur_sensitive) that of the other strategies of its class (a strategy alone in its class: "
+    f"not read); flagged from {FLAG_SCORE}",
     "portable_cue": "the share of pastes of its members' most relevant pixels onto images of "
     "other classes that the model then predicts its class, minus the same for pixels from a "
     "random place",
@@ -65,9 +65,10 @@ REASON_MEANINGS = {
     "look_alike_pattern": "the share of images of its members' runner-up class predicted its "
     "class once given its members' mean difference moved to a random place, minus the same "
     "with only that difference's mean colour (not scored)",
-    "nearest_pattern": "the same on images of the class its members look most like (whose mean "
-    "image is nearest theirs): a pattern, such as a texture, that turns look-alikes into its "
-    "class, and not by its colour alone",
+    "nearest_pattern": "the share of images of the class its members look most like (whose mean "
+    "image is nearest theirs) predicted its class once given its members' mean difference moved "
+    "to a random place, minus the same with only that difference's mean colour: a pattern, such "
+    "as a texture, that turns look-alikes into its class, and not by its colour alone",
     "why map": "what sets its members apart from their runner-up class: gradient x input of "
     "their class's logit minus the runner-up's",
     "inside its polytope": "its members that its polytope covers",

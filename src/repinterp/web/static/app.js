@@ -45,7 +45,7 @@ const GLOSSARY = {
   ],
   regions: ["regions", "k-means regions whose input has this very polytope (same boundaries, same sides)"],
   audit_rank: ["audit rank", "1 for the strategy of its class to look at first (by score)"],
-  audit_score: ["audit score", "how far it stands out of the model's strategies: the most by which its portable_cue, fine_detail, shared_pattern, moved_pattern or nearest_pattern (or half its tint) exceeds that reason's median, or its wide_portable_cue (or half its blur_sensitive) that of its class's other strategies; flagged from 0.4"],
+  audit_score: ["audit score", "how far it stands out of the model's strategies: the most by which its portable_cue, fine_detail, shared_pattern, moved_pattern or nearest_pattern (or half its tint) exceeds that reason's median, or its wide_portable_cue (or half its blur_sensitive) that of its class's other strategies (a strategy alone in its class: not read); flagged from 0.4"],
   members: ["members", "reference images of this strategy: the model treats them alike (found without labels)"],
   inside: ["inside", "the strategy's members that its polytope covers"],
   sublabels: [
@@ -557,7 +557,7 @@ const STRATEGY_TIPS = {
   shared_pattern: "the share of images of other classes predicted its class once given what all its members share at the same place (their mean image minus all images' mean, where they agree)",
   moved_pattern: "the same with its members' mean difference moved to a random place: a pattern that carries the class anywhere, such as a texture",
   look_alike_pattern: "the share of images of its members' runner-up class predicted its class once given their mean difference moved to a random place, minus the same with only its mean colour (not scored)",
-  nearest_pattern: "the same on images of the class its members look most like (whose mean image is nearest theirs): a pattern, such as a texture, that turns look-alikes into its class, and not by its colour alone",
+  nearest_pattern: "the share of images of the class its members look most like (whose mean image is nearest theirs) predicted its class once given their mean difference moved to a random place, minus the same with only its mean colour: a pattern, such as a texture, that turns look-alikes into its class, and not by its colour alone",
 };
 
 function renderStrategies(list) {

@@ -44,9 +44,26 @@ def _check(views: list[str]) -> None:
     assert resnet.count('alt="image"') >= 2 and 'alt="heat map"' in resnet
 
 
+def _strategy_card(notebook) -> str:
+    """The HTML of the cell that shows one strategy (``own.show(...)``)."""
+    (cell,) = [c for c in notebook.cells if c.cell_type == "code" and "own.show(" in c.source]
+    (html,) = [o.data["text/html"] for o in cell.outputs if "text/html" in o.get("data", {})]
+    return html
+
+
+def _check_strategy_card(html: str) -> None:
+    from repinterp.strategies.audit import REASONS
+
+    # this version's audit: every reason it reads, with its meaning
+    for reason in REASONS:
+        assert f"<b>{reason}</b>" in html and f"<li>{reason}: " in html, reason
+
+
 def test_the_saved_notebook_shows_its_outputs() -> None:
     assert NOTEBOOK.stat().st_size < 2_000_000
-    _check(_interpretation_views(nbformat.read(NOTEBOOK, as_version=4)))
+    notebook = nbformat.read(NOTEBOOK, as_version=4)
+    _check(_interpretation_views(notebook))
+    _check_strategy_card(_strategy_card(notebook))
 
 
 def test_the_notebook_runs_and_draws_its_interpretations(tmp_path: Path) -> None:
@@ -58,3 +75,4 @@ def test_the_notebook_runs_and_draws_its_interpretations(tmp_path: Path) -> None
     )
     client.execute()  # raises CellExecutionError, with the cell and its traceback, on an error
     _check(_interpretation_views(notebook))
+    _check_strategy_card(_strategy_card(notebook))

@@ -76,7 +76,9 @@ per-strategy score makes all cued.
 
 Criteria written before their runs (docs/results.md, "Shortcut audit ... criterion"): 0.6.1's
 rule passed 20 of 24 lines on seeds 200-204, 0.6.2's 19 of 24 on seeds 300-304 (the ``mnist``
-texture, blur flags on a ``shapes-markrand`` model, the moving marks told).
+texture, blur flags on a ``shapes-markrand`` model, the moving marks told), this one 20 of 24
+on seeds 400-404 (the ``shapes`` moving mark flagged and first on 2 of 5 models; the cued
+images of both moving marks and of the ``shapes`` texture told a flagged strategy on too few).
 
 Reading ``look_alike_sufficiency`` too flagged the ``mnist`` moving mark on 5 of 6 models under
 0.6.0 but raised false alarms on 7 of 21: it is kept in ``checks``, not scored. Reading the

@@ -222,6 +222,21 @@ def _blur_within_class(weights: dict[str, float]) -> Rule:
     return _standout(model_wide, 0.4, WITHIN | {"blur_sensitive": weights["blur_sensitive"]})
 
 
+def _with_kin(rule: Rule, low: float) -> Rule:
+    """``rule``'s scores and flags, and in a class with a flagged strategy its other strategies
+    flagged too from ``low`` (a cue the discovery splits over several strategies of a class)."""
+
+    def kin(strategies: list[dict[str, Any]]) -> list[tuple[float, bool]]:
+        scored = rule(strategies)
+        alarmed = {s["class"] for s, (_, flag) in zip(strategies, scored, strict=True) if flag}
+        return [
+            (score, flag or (s["class"] in alarmed and score >= low))
+            for s, (score, flag) in zip(strategies, scored, strict=True)
+        ]
+
+    return kin
+
+
 CUES = ("portable_cue", "fine_detail", "blur_sensitive", "tint")
 BEFORE = {"portable_cue": 1.0, "fine_detail": 1.0, "tint": 1.0, "blur_sensitive": 0.5}
 """0.6.0's rule: the model-wide standout of these, flagged from 0.4."""
@@ -280,6 +295,10 @@ RULES: dict[str, Rule] = {
     "(after the third criterion's runs; chosen for 0.6.3) >= 0.4": _standout(
         FOURTH, 0.4, FOURTH_WITHIN
     ),
+    "0.6.3, and a flagged strategy's class's other strategies from 0.2 (after the fourth "
+    "criterion's runs; not used) >= 0.4": _with_kin(_standout(FOURTH, 0.4, FOURTH_WITHIN), 0.2),
+    "0.6.3, and a flagged strategy's class's other strategies from 0.25 (after the fourth "
+    "criterion's runs; not used) >= 0.4": _with_kin(_standout(FOURTH, 0.4, FOURTH_WITHIN), 0.25),
     "0.6.1 + look-alike pattern, tint / 2, medians over images >= 0.4": _standout(
         SECOND | {"tint": 0.5, "look_alike_pattern": 1.0}, 0.4, WITHIN, True
     ),

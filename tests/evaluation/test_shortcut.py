@@ -166,6 +166,8 @@ def test_protocol_scores_every_grouping_and_map_and_takes_one_line_registrations
     )
     told = sum(row["cued"] for row in cued if row["flagged"])
     assert audit["told_flagged"] == pytest.approx(100 * told / int(marked.sum()))
+    # over the cued images looked at (predicted the cue's class), each assigned one strategy
+    assert audit["told_decided"] == pytest.approx(100 * told / sum(row["cued"] for row in table))
     assert audit["flagged_uncued"] == sum(r["flagged"] and r not in cued for r in table)
     assert audit["first_cued"] == float(table[0]["flagged"] and table[0]["cued_strategy"])
     assert {row["class"] for row in table} <= set(setup.unseen.class_names)

@@ -159,3 +159,16 @@ def test_the_tuning_study_s_chosen_rule_is_the_audit_s():
     assert [flag for _, flag in rule(strategies)] == [False, False, False, False, True]
     before = audit_tuning.RULES["0.6.1 + look-alike pattern, tint / 2 >= 0.4 (chosen for 0.6.2)"]
     assert [flag for _, flag in before(strategies)] == [True, True, False, False, False]
+
+
+def test_a_flagged_strategy_s_class_has_its_other_strategies_flagged_from_the_lower_score():
+    from studies import audit_tuning
+
+    def scores(values):  # a rule of fixed scores, flagged from 0.4
+        return lambda strategies: [(v, v >= 0.4) for v in values]
+
+    strategies = [_tuning_strategy(i, 50, 0) for i in range(5)]  # classes 0, 1, 0, 1, 0
+    kin = audit_tuning._with_kin(scores([0.5, 0.3, 0.25, 0.35, 0.1]), 0.2)
+    # class 0 holds a flagged strategy: its 0.25 is flagged, its 0.1 is not; class 1 holds
+    # none, so its 0.3 and 0.35 stay unflagged
+    assert kin(strategies) == [(0.5, True), (0.3, False), (0.25, True), (0.35, False), (0.1, False)]

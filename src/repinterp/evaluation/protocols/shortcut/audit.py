@@ -136,7 +136,9 @@ def strategy_audit(
         ``shortcut_flagged`` (1 / 0), ``shortcut_score``, ``told`` (% of all unseen cued
         images assigned to the shortcut strategy), ``first_cued`` (1 when the model-wide first
         strategy is flagged and cued), ``told_flagged`` (% of all unseen cued images assigned
-        to a flagged cued strategy), ``flagged_uncued`` (flagged strategies that are not
+        to a flagged cued strategy), ``told_decided`` (the same over the cued images looked
+        at, those the model predicts the cue's class: an image it does not is rightly told
+        its own class's strategy), ``flagged_uncued`` (flagged strategies that are not
         cued: false alarms beside the cue), and on the cued images looked at that it
         holds, each map's mean share on the image's own cue (%): ``why_on_cue`` (`why_maps`),
         ``gradcam_on_cue`` (each image's own Grad-CAM) and ``cue_area``; NaN without cued
@@ -187,12 +189,12 @@ def strategy_audit(
     why, area = mass_on_cue(why_maps(shortcut, inputs), cue)
     gradcam = mass_on_cue(images.cam("Grad-CAM", "unseen")[held], cue)[0]
     all_cued = int(images.run.setup.unseen.marked.sum())
+    told_flagged = sum(r["cued"] for r in table if r["flagged"] and r["cued_strategy"])
     first = table[0] if table else None
     return numbers | {
         "first_cued": float(first is not None and first["flagged"] and first["cued_strategy"]),
-        "told_flagged": percent(
-            sum(r["cued"] for r in table if r["flagged"] and r["cued_strategy"]) / all_cued
-        ),
+        "told_flagged": percent(told_flagged / all_cued),
+        "told_decided": percent(told_flagged / int(marked.sum())),
         "shortcut_model_rank": ranks[shortcut.id],
         "shortcut_flagged": float(shortcut.audit.flagged),
         "shortcut_score": shortcut.audit.score,
@@ -211,6 +213,7 @@ def _cued(cued: int, assigned: int) -> bool:
 _SHORTCUT_KEYS = (
     "first_cued",
     "told_flagged",
+    "told_decided",
     "shortcut_model_rank",
     "shortcut_flagged",
     "shortcut_score",

@@ -43,6 +43,7 @@ def strategy_markdown(results: dict[str, Any]) -> list[str]:
         return []
     header = ["Model", "strategies", "flagged", "flagged not cued", "first: flagged, cued"]
     header += ["shortcut: model rank", "flagged", "score", "told (%)", "told flagged (%)"]
+    header += ["told flagged, decided (%)"]
     header += ["why map on cue (%)", "Grad-CAM on cue (%)", "cue area (%)"]
     rows = []
     for run in runs:
@@ -57,7 +58,7 @@ def strategy_markdown(results: dict[str, Any]) -> list[str]:
                 _number(audit["shortcut_model_rank"], 0),
                 _yes_no(audit["shortcut_flagged"]),
                 _number(audit["shortcut_score"], 3),
-                *(_number(audit[key]) for key in ("told", "told_flagged")),
+                *(_number(audit[key]) for key in ("told", "told_flagged", "told_decided")),
                 *(_number(audit[key]) for key in ("why_on_cue", "gradcam_on_cue")),
                 _number(audit["cue_area"]),
             ]
@@ -69,7 +70,8 @@ def strategy_markdown(results: dict[str, Any]) -> list[str]:
         "shortcut strategy holds most of the unseen cued images; a strategy is *cued* when at "
         "least half the unseen images assigned to it are; *told*: the share of all unseen "
         "cued images assigned to the shortcut strategy (*told flagged*: to a flagged cued "
-        "strategy); the maps' share on each image's own cue, over the cued images it holds:",
+        "strategy; *decided*: the same over the cued images the model predicts the cue's "
+        "class); the maps' share on each image's own cue, over the cued images it holds:",
         "",
         *markdown_table(header, rows),
     ]

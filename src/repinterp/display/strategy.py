@@ -31,7 +31,7 @@ FLAG_MEANING = (
     "difference moved anywhere) to other images, that moved difference to images of the class "
     "its members look most like, and blurs its members. A strategy is flagged "
     "when one of these moves predictions far more than on the model's other strategies (the "
-    "wide paste: than on its class's other strategies; score "
+    "wide paste and the blur: than on its class's other strategies; score "
     f"{FLAG_SCORE} or more): its class may rest on a shortcut. It reads the model's "
     "predictions only, never a label; a flag says where to look, not that it is wrong."
 )

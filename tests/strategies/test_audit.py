@@ -11,6 +11,7 @@ from repinterp.strategies.audit import (
     audit_strategies,
     blurred,
     causal_checks,
+    kept_audit_is_current,
     model_ranking,
     reasons_of,
     relevant_masks,
@@ -299,6 +300,24 @@ def test_the_score_reads_the_blur_within_the_class_and_the_nearest_pattern_over_
     scores = [by_id[s].score for s in range(9)]
     assert scores == pytest.approx([0.45, 0.0, 0.0, 0.35, 0.45, 0.3, 0.0, 0.0, 0.0])
     assert [s for s in range(9) if by_id[s].flagged] == [0, 4]
+
+
+def test_a_kept_audit_is_current_only_when_this_rule_gives_its_scores_and_flags():
+    strategy = torch.arange(4)
+    logits = torch.nn.functional.one_hot(torch.tensor([0, 0, 1, 1]), 2).float()
+    checks = {0: _checks(0.9), 1: _checks(0.1), 2: _checks(0.2), 3: _checks(blur=0.9)}
+    kept = [a.to_dict() for a in audit_strategies(strategy, logits, checks)]
+    assert kept_audit_is_current(kept) and any(a["flagged"] for a in kept)
+    assert not kept_audit_is_current([])
+    for change in (
+        lambda a: a.update(score=a["score"] + 0.01),  # another rule's score
+        lambda a: a.update(flagged=not a["flagged"]),  # another threshold
+        lambda a: a["reasons"].pop("nearest_pattern"),  # an older version's reasons
+        lambda a: a.pop("predicted_class"),  # a damaged entry
+    ):
+        stale = [{**a, "reasons": dict(a["reasons"])} for a in kept]
+        change(stale[0])
+        assert not kept_audit_is_current(stale)
 
 
 def test_the_audit_reads_no_labels():

@@ -199,6 +199,11 @@ def test_strategies_are_found_once_and_saved_with_the_index(
         del entry["audit"]["reasons"]["moved_pattern"]
     assert strategy_fields(loaded, 0) == {"strategy_flagged": None, "strategy_rank": None}
     assert len(loaded.strategies(images)) == 3 and len(strategy_searches) == 4
+    assert strategy_fields(loaded, 0)["strategy_flagged"] is not None
+    for entry in loaded.index.granularity.summary[1]:  # the same reasons, another rule's scores
+        entry["audit"]["score"] += 0.25
+    assert strategy_fields(loaded, 0) == {"strategy_flagged": None, "strategy_rank": None}
+    assert len(loaded.strategies(images)) == 3 and len(strategy_searches) == 5
 
 
 def test_strategies_of_another_granularity_are_refused(one_thread) -> None:

@@ -95,6 +95,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -116,6 +117,7 @@ __all__ = [
     "audit_strategies",
     "blurred",
     "causal_checks",
+    "kept_audit_is_current",
     "model_ranking",
     "reasons_of",
     "relevant_masks",
@@ -466,6 +468,25 @@ def standout_scores(
             within = max(w * (x[r] - median(others, r)) for r, w in class_scored.items())
             scores[i] = max(scores[i], within)
     return scores
+
+
+def kept_audit_is_current(audits: list[dict[str, Any]]) -> bool:
+    """Whether audits kept with an index (every strategy of a model, each `StrategyAudit`'s
+    ``to_dict``) are this version's: the same `REASONS`, and their scores and flags those this
+    rule gives their reasons (an audit kept by a version of another rule or reasons is not)."""
+    if not audits or any(set(a.get("reasons", ())) != set(REASONS) for a in audits):
+        return False
+    try:
+        reasons = [{r: float(a["reasons"][r]) for r in REASONS} for a in audits]
+        classes = [int(a["predicted_class"]) for a in audits]
+        kept = [(float(a["score"]), bool(a["flagged"])) for a in audits]
+    except (KeyError, TypeError, ValueError):
+        return False
+    scores = standout_scores(reasons, classes=classes)
+    return all(
+        math.isclose(score, old, rel_tol=1e-9, abs_tol=1e-12) and (score >= FLAG_SCORE) == flag
+        for score, (old, flag) in zip(scores, kept, strict=True)
+    )
 
 
 def _weighted_median(values: list[float], weights: list[int]) -> float:

@@ -26,7 +26,12 @@ from ..core.granularity import project_blocks
 from ..core.heatmap import input_side_weights, normalize_maps
 from ..core.interpretation import Explainer, Interpretation
 from ..core.views import HtmlView, render
-from .audit import REASONS, StrategyAudit, audit_strategies, causal_checks
+from .audit import (
+    StrategyAudit,
+    audit_strategies,
+    causal_checks,
+    kept_audit_is_current,
+)
 from .discovery import strategy_pairs
 from .granularity import StrategyDecisions, strategy_vectors
 
@@ -373,9 +378,11 @@ def strategies_from_state(
     (`cut_to_cell` of its input's ``P(x)``, as `model_strategies` made it).
 
     Raises:
-        ValueError: a field missing or of other fields, or an audit of other reasons (the
-            state was kept by another version).
+        ValueError: a field missing or of other fields, or an audit of other reasons or
+            scored by another rule (the state was kept by another version).
     """
+    if not kept_audit_is_current([entry.get("audit", {}) for entry in entries]):
+        raise ValueError("the saved strategies' audit read other reasons or another rule")
     hints = get_type_hints(Strategy)
     polytopes = explainer.explain_reference([int(entry["input"]) for entry in entries])
     out = []
@@ -397,10 +404,6 @@ def strategies_from_state(
                     values[name] = kind(**entry[name])
                 except TypeError as exc:  # its fields changed since
                     raise ValueError(f"the saved strategies' {name} is another version's") from exc
-                if isinstance(values[name], StrategyAudit) and set(values[name].reasons) != set(
-                    REASONS
-                ):
-                    raise ValueError("the saved strategies' audit read other reasons")
             else:
                 values[name] = entry[name]
         out.append(Strategy(**values))
@@ -411,17 +414,16 @@ def strategy_fields(explainer: Explainer, strategy: int | None) -> dict[str, Any
     """The fields an explanation's summary (the command line's JSON, the viewer's) adds for
     an input of strategy ``strategy`` (`Interpretation.strategy`; None: an index of another
     granularity, no field): ``strategy_flagged`` and ``strategy_rank`` as the audit kept with
-    the index gave them (None when it keeps none, or an audit of another version's reasons),
-    read without solving a polytope."""
+    the index gave them (None when it keeps none, or an audit of another version's reasons or
+    rule: `kept_audit_is_current`), read without solving a polytope."""
     if strategy is None:
         return {}
     decisions = explainer.index.granularity
     audit: dict[str, Any] = {}
     if isinstance(decisions, StrategyDecisions) and decisions.summary is not None:
         kept = {int(entry["id"]): entry["audit"] for entry in decisions.summary[1]}
-        audit = kept.get(strategy, {})
-        if set(audit.get("reasons", REASONS)) != set(REASONS):  # another version's audit
-            audit = {}
+        if kept_audit_is_current(list(kept.values())):  # else another version's audit
+            audit = kept.get(strategy, {})
     return {"strategy_flagged": audit.get("flagged"), "strategy_rank": audit.get("rank")}
 
 

@@ -56,6 +56,7 @@ from repinterp.evaluation.setup import recipe_for, stratified
 from repinterp.models.zoo import target_layer_for
 from repinterp.store.model_cache import default_cache, trained_model
 from repinterp.strategies.audit import (
+    flags_of,
     model_ranking,
     reasons_of,
     standout_scores,
@@ -223,16 +224,14 @@ def _blur_within_class(weights: dict[str, float]) -> Rule:
 
 
 def _with_kin(rule: Rule, low: float) -> Rule:
-    """``rule``'s scores and flags, and in a class with a flagged strategy its other strategies
-    flagged too from ``low`` (a cue the discovery splits over several strategies of a class)."""
+    """``rule``'s scores, flagged by `flags_of` from 0.4, and in a class with a strategy
+    flagged so its other strategies from ``low`` (a cue the discovery splits over several
+    strategies of a class)."""
 
     def kin(strategies: list[dict[str, Any]]) -> list[tuple[float, bool]]:
-        scored = rule(strategies)
-        alarmed = {s["class"] for s, (_, flag) in zip(strategies, scored, strict=True) if flag}
-        return [
-            (score, flag or (s["class"] in alarmed and score >= low))
-            for s, (score, flag) in zip(strategies, scored, strict=True)
-        ]
+        scores = [score for score, _ in rule(strategies)]
+        flags = flags_of(scores, [s["class"] for s in strategies], 0.4, low)
+        return list(zip(scores, flags, strict=True))
 
     return kin
 
@@ -255,6 +254,9 @@ reads within the class (`FOURTH_WITHIN`)."""
 FOURTH_WITHIN = WITHIN | {"blur_sensitive": NEAREST["blur_sensitive"]}
 """0.6.3's reasons read against the other strategies of the class (the audit's
 `CLASS_SCORED`)."""
+KIN = 0.2
+"""0.6.4's score from which a flagged strategy's class's other strategies are flagged (the
+audit's `KIN_SCORE`)."""
 
 
 RULES: dict[str, Rule] = {
@@ -296,7 +298,9 @@ RULES: dict[str, Rule] = {
         FOURTH, 0.4, FOURTH_WITHIN
     ),
     "0.6.3, and a flagged strategy's class's other strategies from 0.2 (after the fourth "
-    "criterion's runs; not used) >= 0.4": _with_kin(_standout(FOURTH, 0.4, FOURTH_WITHIN), 0.2),
+    "criterion's runs; chosen for 0.6.4) >= 0.4": _with_kin(
+        _standout(FOURTH, 0.4, FOURTH_WITHIN), KIN
+    ),
     "0.6.3, and a flagged strategy's class's other strategies from 0.25 (after the fourth "
     "criterion's runs; not used) >= 0.4": _with_kin(_standout(FOURTH, 0.4, FOURTH_WITHIN), 0.25),
     "0.6.1 + look-alike pattern, tint / 2, medians over images >= 0.4": _standout(

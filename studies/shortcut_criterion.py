@@ -10,9 +10,10 @@ models; the criterion passes when every row passes on every data set it names. T
 criterion (`ROWS`) reads the one shortcut strategy (holding most cued images); the second
 (`SECOND`) reads every *cued* strategy (at least half of its unseen images cued), as a cue the
 discovery splits over several strategies makes several; the third and the fourth have the
-second's rows (on other models, each for another audit).
+second's rows (on other models, each for another audit); the fifth (`FIFTH`) reads *told* over
+the cued images the model predicts the cue's class.
 
-Run: ``python -m studies.shortcut_criterion [--criterion first|second|third|fourth] [--runs
+Run: ``python -m studies.shortcut_criterion [--criterion first|second|third|fourth|fifth] [--runs
 DIR] [--out FILE]`` (DIR: docs/results/shortcut-suite); prints the table as Markdown (and writes
 it to a new ``--out``).
 """
@@ -72,6 +73,10 @@ def _told_flagged(audit: dict[str, Any]) -> bool:
     return _finite(audit["told_flagged"]) >= 90
 
 
+def _told_decided(audit: dict[str, Any]) -> bool:
+    return _finite(audit["told_decided"]) >= 90
+
+
 Row = tuple[str, tuple[str, ...], Callable[[dict[str, Any]], bool], str]
 ROWS: list[Row] = [
     (
@@ -114,7 +119,19 @@ SECOND: list[Row] = [
     ),
 ]
 """The second criterion's rows (see the module's docstring)."""
-CRITERIA = {"first": ROWS, "second": SECOND, "third": SECOND, "fourth": SECOND}
+FIFTH: list[Row] = [
+    *SECOND[:3],
+    (
+        "told",
+        SHORTCUTS,
+        _told_decided,
+        ">= 90% of the unseen cued images that the model predicts the cue's class are assigned "
+        "a flagged cued strategy",
+    ),
+]
+"""The fifth criterion's rows: the second's, *told* read over the cued images the cue decides
+(an image the model predicts another class for is told its own class's strategy)."""
+CRITERIA = {"first": ROWS, "second": SECOND, "third": SECOND, "fourth": SECOND, "fifth": FIFTH}
 
 
 def folder(dataset: str) -> str:
@@ -141,6 +158,8 @@ def _shown(audit: dict[str, Any], row: str, criterion: str = "first") -> str:
     if row == "no false alarm":
         return f"{audit['flagged']}/{audit['strategies']}"
     flag = {1.0: "F", 0.0: "-"}.get(_finite(audit["shortcut_flagged"]), "?")
+    if row == "told" and criterion == "fifth":
+        return f"{_finite(audit['told_decided']):.0f}% ({_finite(audit['told_flagged']):.0f}%)"
     if row == "told" and criterion != "first":
         return f"{_finite(audit['told_flagged']):.0f}%"
     if row == "told":
@@ -183,7 +202,12 @@ def table(runs: Path, criterion: str = "first") -> list[str]:
         + (
             "whether the first strategy is flagged and cued, then the shortcut strategy's "
             "`#rank` and `F` (flagged) or `-`; why map / Grad-CAM / cue area (%); flagged / all "
-            "strategies; told (%), to a flagged cued strategy."
+            "strategies; told (%), to a flagged cued strategy"
+            + (
+                ", of the cued images the model predicts the cue's class (of all of them)."
+                if criterion == "fifth"
+                else "."
+            )
             if criterion != "first"
             else "`#rank` and `F` (flagged) or `-`; why map / Grad-CAM / cue area (%); flagged / "
             "all strategies; told (%) and the flag."

@@ -11,6 +11,7 @@ from repinterp.strategies.audit import (
     audit_strategies,
     blurred,
     causal_checks,
+    flags_of,
     kept_audit_is_current,
     model_ranking,
     reasons_of,
@@ -299,7 +300,25 @@ def test_the_score_reads_the_blur_within_the_class_and_the_nearest_pattern_over_
     # median (0) would; the nearest pattern at full weight, less its tint
     scores = [by_id[s].score for s in range(9)]
     assert scores == pytest.approx([0.45, 0.0, 0.0, 0.35, 0.45, 0.3, 0.0, 0.0, 0.0])
-    assert [s for s in range(9) if by_id[s].flagged] == [0, 4]
+    # flagged from 0.4, and from 0.2 beside one in its class (3 and 5 beside 4)
+    assert [s for s in range(9) if by_id[s].flagged] == [0, 3, 4, 5]
+    assert [
+        a.id for a in audit_strategies(strategy, logits, checks, kin_score=0.4) if a.flagged
+    ] == [
+        0,
+        4,
+    ]
+
+
+def test_a_flagged_strategy_s_class_has_its_others_flagged_from_the_kin_score():
+    scores = [0.5, 0.3, 0.19, 0.35, 0.2, 0.39]
+    classes = [0, 0, 0, 1, 1, 2]
+    # class 0 holds a strategy from 0.4: its 0.3 is flagged, its 0.19 is not; classes 1 and 2
+    # hold none, so 0.35 and 0.39 are not, however close
+    assert flags_of(scores, classes) == [True, True, False, False, False, False]
+    assert flags_of(scores, classes, kin_score=0.4) == [True, False, False, False, False, False]
+    assert flags_of([0.4, 0.2], [3, 3]) == [True, True]  # both bounds included
+    assert flags_of([], []) == []
 
 
 def test_a_kept_audit_is_current_only_when_this_rule_gives_its_scores_and_flags():
@@ -326,6 +345,7 @@ def test_the_audit_reads_no_labels():
         "logits",
         "checks",
         "flag_score",
+        "kin_score",
     ]
     assert list(inspect.signature(causal_checks).parameters)[:5] == [
         "strategy",

@@ -70,6 +70,19 @@ def test_the_second_criterion_reads_every_cued_strategy(tmp_path: Path) -> None:
     assert "cued/#3F" in "".join(second) and "95%" in "".join(second)
 
 
+def test_the_fifth_criterion_tells_over_the_cued_images_the_cue_decides(tmp_path: Path) -> None:
+    # the model calls 85% of the cued images by the mark; all of those are told
+    decided = _audit(1, 1.0, 85.0, 7.0, first_cued=1.0, told_flagged=85.0, told_decided=100.0)
+    _write(tmp_path, "mnist-move:0.5", [decided] * 5)
+    told = {}
+    for criterion in ("fourth", "fifth"):
+        lines = shortcut_criterion.table(tmp_path, criterion)
+        rows = {tuple(cell.strip() for cell in line.split("|")[1:3]): line for line in lines}
+        told[criterion] = rows[("told", "`mnist-move:0.5`")]
+    assert told["fourth"].endswith("| 0 / 5 | fail |") and "85%" in told["fourth"]
+    assert told["fifth"].endswith("| 5 / 5 | pass |") and "100% (85%)" in told["fifth"]
+
+
 class _Corner(nn.Module):
     """Calls an image class 1 when its pixel (2, 2) is white (the mnist mark), else 0."""
 
@@ -135,13 +148,13 @@ def test_the_tuning_line_holds_when_a_cued_strategy_is_first_and_the_shortcut_fl
 
 
 def test_the_tuning_study_s_chosen_rule_is_the_audit_s():
-    from repinterp.strategies.audit import CLASS_SCORED, SCORED
+    from repinterp.strategies.audit import CLASS_SCORED, KIN_SCORE, SCORED, flags_of
     from studies import audit_tuning
 
     assert audit_tuning.FOURTH == SCORED and audit_tuning.FOURTH_WITHIN == CLASS_SCORED
-    chosen = [name for name in audit_tuning.RULES if "chosen for 0.6.3" in name]
-    assert len(chosen) == 1
-    rule = audit_tuning.RULES[chosen[0]]
+    assert audit_tuning.KIN == KIN_SCORE
+    (rule,) = [r for name, r in audit_tuning.RULES.items() if "chosen for 0.6.3" in name]
+    (kin,) = [r for name, r in audit_tuning.RULES.items() if "chosen for 0.6.4" in name]
     # the chosen rule scores a model's strategies as the audit does (its blur within the class)
     strategies = [
         _tuning_strategy(0, 100, 0, blur_necessity=0.9),
@@ -159,6 +172,14 @@ def test_the_tuning_study_s_chosen_rule_is_the_audit_s():
     assert [flag for _, flag in rule(strategies)] == [False, False, False, False, True]
     before = audit_tuning.RULES["0.6.1 + look-alike pattern, tint / 2 >= 0.4 (chosen for 0.6.2)"]
     assert [flag for _, flag in before(strategies)] == [True, True, False, False, False]
+    # 0.6.4's: the same scores, flagged as the audit flags them; strategy 1 (0.4 x the blur's
+    # half weight against its class's others) joins its class's flagged strategy 3
+    strategies[3] = _tuning_strategy(1, 80, 0, blur_necessity=0.5)
+    scores = [score for score, _ in kin(strategies)]
+    assert scores == [score for score, _ in rule(strategies)]
+    flags = [flag for _, flag in kin(strategies)]
+    assert flags == flags_of(scores, [s["class"] for s in strategies])
+    assert flags == [False, False, False, True, True]
 
 
 def test_a_flagged_strategy_s_class_has_its_other_strategies_flagged_from_the_lower_score():

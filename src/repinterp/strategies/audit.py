@@ -38,22 +38,23 @@ a ``marked`` flag):
   the predicted class whose mean image is nearest the members' mean (other than theirs): the
   class they look like, which need not be the one the model nearly says.
 
-The reasons (`REASONS`, each in [0, 1]) are ``portable_cue`` (sufficiency minus its control,
-at least 0: a small cue that carries the class wherever it is pasted), ``necessary_cue``
+The reasons (`REASONS`, each in [0, 1]) are ``portable_cue`` (sufficiency minus its control, at
+least 0: a small cue that carries the class wherever it is pasted), ``necessary_cue``
 (necessity minus its control, at least 0), ``fine_detail`` (``detail_sufficiency``),
-``blur_sensitive`` (``blur_necessity``), ``tint`` (``tint_sufficiency``),
-``wide_portable_cue`` (the wide paste minus its control, at least 0), ``shared_pattern``,
-``moved_pattern``, ``look_alike_pattern`` (the runner-up's pattern minus its tint, at least 0)
-and ``nearest_pattern`` (the nearest class's pattern minus its tint, at least 0: a pattern,
-such as a texture, that turns the images the members look like into their class, and not by
-its colour alone). A strategy is read against the model's own strategies: its score is the
-most by which one of the `SCORED` reasons exceeds that reason's median over all the model's
-strategies, times the reason's weight (a tint counts half), or by which one of the
-`CLASS_SCORED` reasons (``wide_portable_cue``, and ``blur_sensitive`` at half weight) exceeds
-its median over the other strategies of its class (a strategy alone in its class is not read
-so), whichever is larger; it is ``flagged`` from
-`FLAG_SCORE`. One ranking runs over the whole model (`model_ranking`), and a class's main
-(largest) strategy is scored like any other.
+``blur_sensitive`` (``blur_necessity``), ``tint`` (``tint_sufficiency``), ``wide_portable_cue``
+(the wide paste minus its control, at least 0), ``shared_pattern``, ``moved_pattern``,
+``look_alike_pattern`` (the runner-up's pattern minus its tint, at least 0) and
+``nearest_pattern`` (the nearest class's pattern minus its tint, at least 0: a pattern, such as
+a texture, that turns the images the members look like into their class, and not by its colour
+alone). A strategy is read against the model's own strategies: its score is the most by which
+one of the `SCORED` reasons exceeds that reason's median over all the model's strategies, times
+the reason's weight (a tint counts half), or by which one of the `CLASS_SCORED` reasons
+(``wide_portable_cue``, and ``blur_sensitive`` at half weight) exceeds its median over the
+other strategies of its class (a strategy alone in its class is not read so), whichever is
+larger; it is ``flagged`` from `FLAG_SCORE`, or from `KIN_SCORE` (half) when another strategy
+of its class is flagged from `FLAG_SCORE` (`flags_of`: a cue the discovery splits over several
+strategies of a class). One ranking runs over the whole model (`model_ranking`), and a class's
+main (largest) strategy is scored like any other.
 
 The rule (0.6.3) is 0.6.2's with two changes, both chosen after the third criterion's runs on
 the tuning study's saved checks (``python -m studies.audit_tuning``,
@@ -73,6 +74,18 @@ flagged beside the cue on the 52 ``shapes`` shortcut models at 1,000 reference i
 9 to 2 (on ``mnist`` 0 both). The ``shapes`` moving mark holds 3/3, 2/5, 4/5 (seeds 100-102,
 200-204, 300-304): the discovery splits it over up to seven strategies, some mixed, which no
 per-strategy score makes all cued.
+
+The flag of a flagged strategy's class's others from `KIN_SCORE` (0.6.4) was chosen after the
+fourth criterion's runs: there the ``shapes`` moving mark is split over 4-7 cued strategies a
+model, whose fine detail the score reads against a median that, with nearly half of the model's
+strategies cued, is the cue's own (0.48-0.50), so that some score 0.17-0.40. Read on those
+runs' saved scores, it flags the mark's strategy first on 5 of 5 models (2 of 5 without) and
+tells its cued images a flagged strategy at 68-100% (8-99%), with no flag beside the cue more
+and one more on the one control model already flagged (a ``shapes-mark:0`` model). On the 156
+tuning models it changes one line (``shapes-move``, seeds 300-304, 4/5 to 5/5) and adds flags:
+beside the cue on the ``shapes`` shortcut models from 2 to 7, on the controls from 2 to 5, all
+in a class already flagged, on models whose line already failed or in the cue's own class (from
+0.25: 5 and 3).
 
 Criteria written before their runs (docs/results.md, "Shortcut audit ... criterion"): 0.6.1's
 rule passed 20 of 24 lines on seeds 200-204, 0.6.2's 19 of 24 on seeds 300-304 (the ``mnist``
@@ -109,6 +122,7 @@ __all__ = [
     "CAUSAL_REMOVALS",
     "CLASS_SCORED",
     "FLAG_SCORE",
+    "KIN_SCORE",
     "PATTERN_DEVIATIONS",
     "REASONS",
     "SCORED",
@@ -117,6 +131,7 @@ __all__ = [
     "audit_strategies",
     "blurred",
     "causal_checks",
+    "flags_of",
     "kept_audit_is_current",
     "model_ranking",
     "reasons_of",
@@ -168,6 +183,9 @@ CLASS_SCORED = {"wide_portable_cue": 1.0, "blur_sensitive": 0.5}
 `standout_scores`)."""
 FLAG_SCORE = 0.4
 """The score from which a strategy is flagged."""
+KIN_SCORE = FLAG_SCORE / 2
+"""The score from which a strategy is flagged when another strategy of its class scores
+`FLAG_SCORE` or more (a cue the discovery splits over several strategies of a class)."""
 
 
 @dataclass(frozen=True)
@@ -184,7 +202,7 @@ class StrategyAudit:
         score: how far it stands out of the model's strategies (`standout_scores`).
         rank: its rank among its class's strategies (1: look at it first).
         model_rank: its rank among all the model's strategies (`model_ranking`).
-        flagged: ``score >= flag_score``.
+        flagged: by `flags_of` (its score, and its class's strategies' scores).
         runner_up: its members' most common second-highest class.
         margin: its members' mean top-1 minus top-2 logit.
     """
@@ -483,10 +501,34 @@ def kept_audit_is_current(audits: list[dict[str, Any]]) -> bool:
     except (KeyError, TypeError, ValueError):
         return False
     scores = standout_scores(reasons, classes=classes)
+    flags = flags_of(scores, classes)
     return all(
-        math.isclose(score, old, rel_tol=1e-9, abs_tol=1e-12) and (score >= FLAG_SCORE) == flag
-        for score, (old, flag) in zip(scores, kept, strict=True)
+        math.isclose(score, old, rel_tol=1e-9, abs_tol=1e-12) and flag == was
+        for score, flag, (old, was) in zip(scores, flags, kept, strict=True)
     )
+
+
+def flags_of(
+    scores: list[float],
+    classes: list[int],
+    flag_score: float = FLAG_SCORE,
+    kin_score: float = KIN_SCORE,
+) -> list[bool]:
+    """Each strategy's flag: its score is ``flag_score`` or more, or ``kin_score`` or more in a
+    class where another strategy's score is ``flag_score`` or more (once a class is flagged,
+    the other parts of a cue the discovery split over several of its strategies are too).
+
+    Args:
+        scores: each strategy's score (`standout_scores`).
+        classes: each strategy's predicted class.
+        flag_score: the score from which a strategy is flagged.
+        kin_score: the lower score from which a flagged strategy's class's others are.
+    """
+    alarmed = {c for score, c in zip(scores, classes, strict=True) if score >= flag_score}
+    return [
+        score >= flag_score or (c in alarmed and score >= kin_score)
+        for score, c in zip(scores, classes, strict=True)
+    ]
 
 
 def _weighted_median(values: list[float], weights: list[int]) -> float:
@@ -521,6 +563,7 @@ def audit_strategies(
     logits: Tensor,
     checks: dict[int, dict[str, float]],
     flag_score: float = FLAG_SCORE,
+    kin_score: float = KIN_SCORE,
 ) -> list[StrategyAudit]:
     """The audit of every strategy of a model, in the model-wide ranking's order.
 
@@ -530,6 +573,8 @@ def audit_strategies(
         logits: N x classes, the model's; the predicted class is the top one.
         checks: strategy id -> its `causal_checks` shares (every strategy of ``strategy``).
         flag_score: the score from which a strategy is flagged.
+        kin_score: the score from which a strategy is flagged when another strategy of its
+            class scores ``flag_score`` or more (`flags_of`).
 
     Returns:
         One `StrategyAudit` per strategy, ``model_rank`` 1 first.
@@ -568,6 +613,7 @@ def audit_strategies(
     reasons = [reasons_of(checks[s]) for s in ids]
     scores = standout_scores(reasons, classes=[owner[s] for s in ids])
     model_ranks = model_ranking(scores, sizes)
+    flags = flags_of(scores, [owner[s] for s in ids], flag_score, kin_score)
     main, class_rank = {}, {}
     for c in set(owner.values()):
         own = [i for i, s in enumerate(ids) if owner[s] == c]
@@ -585,7 +631,7 @@ def audit_strategies(
             score=scores[i],
             rank=class_rank[s],
             model_rank=model_ranks[i],
-            flagged=scores[i] >= flag_score,
+            flagged=flags[i],
             runner_up=int(torch.bincount(runner[rows[s]]).argmax()),
             margin=float(margins[rows[s]].mean()),
         )

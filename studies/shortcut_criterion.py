@@ -158,8 +158,8 @@ def _shown(audit: dict[str, Any], row: str, criterion: str = "first") -> str:
     if row == "no false alarm":
         return f"{audit['flagged']}/{audit['strategies']}"
     flag = {1.0: "F", 0.0: "-"}.get(_finite(audit["shortcut_flagged"]), "?")
-    if row == "told" and criterion == "fifth":
-        return f"{_finite(audit['told_decided']):.0f}% ({_finite(audit['told_flagged']):.0f}%)"
+    if row == "told" and criterion == "fifth":  # one decimal: 89.9% does not read as 90%
+        return f"{_finite(audit['told_decided']):.1f}% ({_finite(audit['told_flagged']):.1f}%)"
     if row == "told" and criterion != "first":
         return f"{_finite(audit['told_flagged']):.0f}%"
     if row == "told":

@@ -80,7 +80,7 @@ def test_the_fifth_criterion_tells_over_the_cued_images_the_cue_decides(tmp_path
         rows = {tuple(cell.strip() for cell in line.split("|")[1:3]): line for line in lines}
         told[criterion] = rows[("told", "`mnist-move:0.5`")]
     assert told["fourth"].endswith("| 0 / 5 | fail |") and "85%" in told["fourth"]
-    assert told["fifth"].endswith("| 5 / 5 | pass |") and "100% (85%)" in told["fifth"]
+    assert told["fifth"].endswith("| 5 / 5 | pass |") and "100.0% (85.0%)" in told["fifth"]
 
 
 class _Corner(nn.Module):

@@ -32,7 +32,8 @@ FLAG_MEANING = (
     "its members look most like, and blurs its members. A strategy is flagged "
     "when one of these moves predictions far more than on the model's other strategies (the "
     "wide paste and the blur: than on its class's other strategies; score "
-    f"{FLAG_SCORE} or more, or {KIN_SCORE} or more beside one so flagged in its class): its "
+    f"{FLAG_SCORE} or more, or {KIN_SCORE} or more when another strategy of its class scores "
+    f"{FLAG_SCORE} or more): its "
     "class may rest on a shortcut. It reads the model's "
     "predictions only, never a label; a flag says where to look, not that it is wrong."
 )
@@ -45,8 +46,8 @@ REASON_MEANINGS = {
     "shared_pattern, moved_pattern or nearest_pattern (or half its tint) exceeds that reason's "
     "median over all the model's strategies, or its wide_portable_cue (or half its "
     "blur_sensitive) that of the other strategies of its class (a strategy alone in its class: "
-    f"not read); flagged from {FLAG_SCORE}, or from {KIN_SCORE} beside a strategy of its "
-    "class flagged so",
+    f"not read); flagged from {FLAG_SCORE}, or from {KIN_SCORE} when another strategy of its "
+    f"class scores {FLAG_SCORE} or more",
     "portable_cue": "the share of pastes of its members' most relevant pixels onto images of "
     "other classes that the model then predicts its class, minus the same for pixels from a "
     "random place",

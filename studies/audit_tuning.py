@@ -1,7 +1,8 @@
 """Which audit rule flags the shortcut strategies and nothing else? Read on tuning model seeds
 only, never on a criterion's before its runs (100-102 and 200-204 for 0.6.2, whose criterion
 ran on 300-304; 100-102, 200-204 and 300-304 for 0.6.3, judged on 400-404; those and the
-fourth criterion's saved runs for 0.6.4, judged on 500-504).
+fourth criterion's saved runs for 0.6.4, judged on 500-504; those and the fifth's for 0.6.5,
+judged on 600-604).
 
 Per data set and model seed (a model trained by the data set's recipe through the model cache,
 `repinterp.store.model_cache`), ``RI+strategy`` is fitted on a stratified draw of the reference
@@ -196,10 +197,12 @@ def _standout(
     threshold: float,
     within: dict[str, float] | None = None,
     over_images: bool = False,
+    over_classes: bool = False,
 ) -> Rule:
     """`standout_scores` of the ``weights`` readings over the model (and of the ``within``
     readings over the strategy's class), flagged from ``threshold``; ``over_images``: the
-    medians over images (each strategy weighted by its size)."""
+    medians over images (each strategy weighted by its size); ``over_classes``: the
+    model-wide medians over the classes' medians."""
 
     def rule(strategies: list[dict[str, Any]]) -> list[tuple[float, bool]]:
         scores = standout_scores(
@@ -208,6 +211,7 @@ def _standout(
             [s["class"] for s in strategies] if within else None,
             within or {},
             [s["size"] for s in strategies] if over_images else None,
+            over_classes,
         )
         return [(x, x >= threshold) for x in scores]
 
@@ -304,6 +308,10 @@ RULES: dict[str, Rule] = {
     ),
     "0.6.3, and a flagged strategy's class's other strategies from 0.25 (after the fourth "
     "criterion's runs; not used) >= 0.4": _with_kin(_standout(FOURTH, 0.4, FOURTH_WITHIN), 0.25),
+    "0.6.4 with the model-wide medians over the classes' medians (after the fifth criterion's "
+    "runs; chosen for 0.6.5) >= 0.4": _with_kin(
+        _standout(FOURTH, 0.4, FOURTH_WITHIN, over_classes=True), KIN
+    ),
     "0.6.1 + look-alike pattern, tint / 2, medians over images >= 0.4": _standout(
         SECOND | {"tint": 0.5, "look_alike_pattern": 1.0}, 0.4, WITHIN, True
     ),

@@ -1,6 +1,6 @@
 """The pass/fail table of the shortcut audit criteria (docs/results.md, "Shortcut audit
-criterion, pre-registered 2026-11-28", "... second criterion, ...", "... third criterion, ..."
-and "... fourth criterion, ..."), read from the runs of ``docs/results/shortcut_suite_runs.sh``.
+criterion, pre-registered 2026-11-28", "... second criterion, ..." to "... sixth criterion,
+..."), read from the runs of ``docs/results/shortcut_suite_runs.sh``.
 
 Each data set's run (``repinterp evaluate --protocol shortcut --model-seeds 5``) is a
 ``results.json`` whose ``per_run[r]["strategy_audit"]`` holds model r's audit over the whole
@@ -11,9 +11,11 @@ criterion (`ROWS`) reads the one shortcut strategy (holding most cued images); t
 (`SECOND`) reads every *cued* strategy (at least half of its unseen images cued), as a cue the
 discovery splits over several strategies makes several; the third and the fourth have the
 second's rows (on other models, each for another audit); the fifth (`FIFTH`) reads *told* over
-the cued images the model predicts the cue's class.
+the cued images the model predicts the cue's class; the sixth (`SIXTH`) reads *told* as
+``explain`` tells it (a flagged strategy, cued or not) and adds what the flag costs: at most
+`CLEAN_TOLD` % of the uncued images the model predicts the cue's class told a flagged strategy.
 
-Run: ``python -m studies.shortcut_criterion [--criterion first|second|third|fourth|fifth] [--runs
+Run: ``python -m studies.shortcut_criterion [--criterion first|...|sixth] [--runs
 DIR] [--out FILE]`` (DIR: docs/results/shortcut-suite); prints the table as Markdown (and writes
 it to a new ``--out``).
 """
@@ -33,6 +35,9 @@ SHORTCUTS = tuple(
     for family in ("mnist", "shapes")
 )
 """The shortcut data sets of the criterion."""
+CLEAN_TOLD = 50
+"""The sixth criterion's bound on the uncued images of the cue's class told a flagged strategy
+(%)."""
 LOCATED = tuple(name for name in SHORTCUTS if "-mark:" in name or "-move:" in name)
 """The shortcut data sets whose cue has a place (a box): the map row."""
 CONTROLS = tuple(
@@ -75,6 +80,14 @@ def _told_flagged(audit: dict[str, Any]) -> bool:
 
 def _told_decided(audit: dict[str, Any]) -> bool:
     return _finite(audit["told_decided"]) >= 90
+
+
+def _told_any(audit: dict[str, Any]) -> bool:
+    return _finite(audit["told_any"]) >= 90
+
+
+def _clean_spared(audit: dict[str, Any]) -> bool:
+    return _finite(audit["clean_told"]) <= CLEAN_TOLD
 
 
 Row = tuple[str, tuple[str, ...], Callable[[dict[str, Any]], bool], str]
@@ -131,7 +144,34 @@ FIFTH: list[Row] = [
 ]
 """The fifth criterion's rows: the second's, *told* read over the cued images the cue decides
 (an image the model predicts another class for is told its own class's strategy)."""
-CRITERIA = {"first": ROWS, "second": SECOND, "third": SECOND, "fourth": SECOND, "fifth": FIFTH}
+SIXTH: list[Row] = [
+    *SECOND[:3],
+    (
+        "told",
+        SHORTCUTS,
+        _told_any,
+        ">= 90% of the unseen cued images that the model predicts the cue's class are assigned "
+        "a flagged strategy",
+    ),
+    (
+        "clean spared",
+        SHORTCUTS,
+        _clean_spared,
+        f"<= {CLEAN_TOLD}% of the unseen uncued images that the model predicts the cue's class "
+        "are assigned a flagged strategy",
+    ),
+]
+"""The sixth criterion's rows: the fifth's, *told* read as ``explain`` tells it (any flagged
+strategy: a cued image in a strategy that holds uncued images too is still told the flag),
+and the flag's cost on the class's own images."""
+CRITERIA = {
+    "first": ROWS,
+    "second": SECOND,
+    "third": SECOND,
+    "fourth": SECOND,
+    "fifth": FIFTH,
+    "sixth": SIXTH,
+}
 
 
 def folder(dataset: str) -> str:
@@ -158,6 +198,10 @@ def _shown(audit: dict[str, Any], row: str, criterion: str = "first") -> str:
     if row == "no false alarm":
         return f"{audit['flagged']}/{audit['strategies']}"
     flag = {1.0: "F", 0.0: "-"}.get(_finite(audit["shortcut_flagged"]), "?")
+    if row == "clean spared":
+        return f"{_finite(audit['clean_told']):.1f}%"
+    if row == "told" and criterion == "sixth":  # any flagged (decided, to a flagged cued one)
+        return f"{_finite(audit['told_any']):.1f}% ({_finite(audit['told_decided']):.1f}%)"
     if row == "told" and criterion == "fifth":  # one decimal: 89.9% does not read as 90%
         return f"{_finite(audit['told_decided']):.1f}% ({_finite(audit['told_flagged']):.1f}%)"
     if row == "told" and criterion != "first":
@@ -202,12 +246,13 @@ def table(runs: Path, criterion: str = "first") -> list[str]:
         + (
             "whether the first strategy is flagged and cued, then the shortcut strategy's "
             "`#rank` and `F` (flagged) or `-`; why map / Grad-CAM / cue area (%); flagged / all "
-            "strategies; told (%), to a flagged cued strategy"
-            + (
-                ", of the cued images the model predicts the cue's class (of all of them)."
-                if criterion == "fifth"
-                else "."
-            )
+            "strategies; "
+            + {
+                "fifth": "told (%), to a flagged cued strategy, of the cued images the model "
+                "predicts the cue's class (of all of them).",
+                "sixth": "told (%), to a flagged strategy, of the cued images the model "
+                "predicts the cue's class (to a flagged cued strategy); clean told (%).",
+            }.get(criterion, "told (%), to a flagged cued strategy.")
             if criterion != "first"
             else "`#rank` and `F` (flagged) or `-`; why map / Grad-CAM / cue area (%); flagged / "
             "all strategies; told (%) and the flag."

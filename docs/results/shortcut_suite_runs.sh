@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # The shortcut audit criteria (docs/results.md, "Shortcut audit criterion, pre-registered
 # 2026-11-28", "Shortcut audit, second criterion, ...", "..., third criterion, ..." and
-# "..., fourth criterion, ..." and "..., fifth criterion, ..."; issue 42
+# "..., fourth criterion, ...", "..., fifth criterion, ..." and "..., sixth criterion, ..."; issue 42
 # item 9): the shortcut protocol on every cue kind and both controls of a family, each on its
 # five trained models (the family's recipe, cached by the SHA-256 of recipe and data), then the
 # pass/fail table. Run it once the audit is final.
 # Usage: docs/results/shortcut_suite_runs.sh CRITERION STREAM
 #   CRITERION: first (model seeds 0-4, into shortcut-suite/) | second (seeds 200-204, into
 #   shortcut-suite-2/) | third (seeds 300-304, into shortcut-suite-3/) | fourth (seeds 400-404,
-#   into shortcut-suite-4/) | fifth (seeds 500-504, into shortcut-suite-5/); STREAM: mnist | shapes (its six data sets) | shapes-shortcuts |
+#   into shortcut-suite-4/) | fifth (seeds 500-504, into shortcut-suite-5/) | sixth (seeds
+#   600-604, into shortcut-suite-6/); STREAM: mnist | shapes (its six data sets) | shapes-shortcuts |
 #   shapes-controls (four and two of them) | table
 # Each evaluation runs on one torch thread; two streams side by side fit a 2-core machine
 # (mnist and shapes-controls one after the other beside shapes-shortcuts take about as long).
@@ -22,6 +23,7 @@ second) FIRST=200 OUT=docs/results/shortcut-suite-2 ;;
 third) FIRST=300 OUT=docs/results/shortcut-suite-3 ;;
 fourth) FIRST=400 OUT=docs/results/shortcut-suite-4 ;;
 fifth) FIRST=500 OUT=docs/results/shortcut-suite-5 ;;
+sixth) FIRST=600 OUT=docs/results/shortcut-suite-6 ;;
 *) echo "unknown criterion $1" >&2; exit 2 ;;
 esac
 run() {  # DATASET...: one evaluation each, timed, into $OUT/DATASET (: -> -)

@@ -69,6 +69,24 @@ def test_model_ranks_are_the_audits_model_wide_ranks() -> None:
     assert sc.model_ranks(strategies) == {1: 1, 2: 2, 3: 3, 0: 4}
 
 
+def test_told_shares_count_each_reading_over_its_own_images() -> None:
+    # 40 cued images in all; 30 the model calls by the cue (looked at), in three strategies:
+    # a flagged cued one (18 of 20), a flagged mixed one (8 of 30) and an unflagged one (4 of 50)
+    rows = [(True, 20, 18), (True, 30, 8), (False, 50, 4)]
+    table = [
+        {"flagged": f, "unseen": n, "cued": c, "cued_strategy": 2 * c >= n} for f, n, c in rows
+    ]
+    told = sc.told_shares(table, looked=30, all_cued=40)
+    assert told["told_flagged"] == pytest.approx(100 * 18 / 40)  # a flagged cued strategy
+    assert told["told_decided"] == pytest.approx(100 * 18 / 30)  # the same, of those looked at
+    assert told["told_any"] == pytest.approx(100 * 26 / 30)  # any flagged strategy
+    assert told["clean_told"] == pytest.approx(100 * (2 + 22) / (2 + 22 + 46))  # uncued ones
+    nothing = sc.told_shares(
+        [{"flagged": False, "unseen": 0, "cued": 0, "cued_strategy": False}], 0, 0
+    )
+    assert all(math.isnan(v) for v in nothing.values())
+
+
 def test_grouping_scores_against_the_marked_flag_within_each_class() -> None:
     rng = np.random.default_rng(0)
     classes = np.repeat([0, 1], 20)
@@ -169,6 +187,12 @@ def test_protocol_scores_every_grouping_and_map_and_takes_one_line_registrations
     # over the cued images looked at (predicted the cue's class), each assigned one strategy
     assert audit["told_decided"] == pytest.approx(100 * told / sum(row["cued"] for row in table))
     assert audit["flagged_uncued"] == sum(r["flagged"] and r not in cued for r in table)
+    told_any = sum(row["cued"] for row in table if row["flagged"])
+    assert audit["told_any"] == pytest.approx(100 * told_any / sum(row["cued"] for row in table))
+    clean = [(row["unseen"] - row["cued"], row["flagged"]) for row in table]
+    assert audit["clean_told"] == pytest.approx(
+        100 * sum(n for n, f in clean if f) / sum(n for n, _ in clean)
+    )
     assert audit["first_cued"] == float(table[0]["flagged"] and table[0]["cued_strategy"])
     assert {row["class"] for row in table} <= set(setup.unseen.class_names)
     files = {path.name for path in write_results(results, tmp_path)}

@@ -8,16 +8,15 @@ import torch
 
 from repinterp.strategies.audit import (
     REASONS,
+    audit_scores,
     audit_strategies,
-    blurred,
-    causal_checks,
     flags_of,
     kept_audit_is_current,
     model_ranking,
     reasons_of,
-    relevant_masks,
     standout_scores,
 )
+from repinterp.strategies.causal_checks import blurred, causal_checks, relevant_masks
 
 SIDE = 8
 
@@ -244,6 +243,23 @@ def test_medians_over_images_are_not_set_by_a_cue_split_over_many_small_strategi
     assert halves == pytest.approx([-0.5, 0.5])
 
 
+def test_model_wide_medians_over_classes_are_not_set_by_a_class_split_into_many_strategies():
+    # class 0: five strategies of one cue (0.9); class 1: two natural ones, class 2: one
+    reasons = [{"fine_detail": v} for v in [0.9] * 5 + [0.1, 0.2, 0.1]]
+    classes = [0] * 5 + [1, 1, 2]
+    scored = {"fine_detail": 1.0}
+    assert standout_scores(reasons, scored)[:5] == [0.0] * 5  # the median of 8 is the cue's
+    # the classes' medians 0.9, 0.15 and 0.1: their median 0.15
+    over_classes = standout_scores(reasons, scored, classes, {}, over_classes=True)
+    assert over_classes == pytest.approx([0.75] * 5 + [-0.05, 0.05, -0.05])
+    # the audit's reading: the same medians over its other reasons too (here all 0, so no
+    # score falls below 0)
+    wide = [dict.fromkeys(REASONS, 0.0) | x for x in reasons]
+    assert audit_scores(wide, classes) == pytest.approx([0.75] * 5 + [0.0, 0.05, 0.0])
+    with pytest.raises(ValueError, match="over_classes needs each strategy's class"):
+        standout_scores(reasons, scored, over_classes=True)
+
+
 def test_class_reasons_are_read_against_the_other_strategies_of_the_class():
     reasons = [
         {"portable_cue": 0.0, "shared_pattern": p} for p in (0.9, 0.1, 0.2, 0.9)
@@ -272,10 +288,11 @@ def test_a_main_strategy_can_be_flagged_and_the_ranking_runs_over_the_model():
     audits = audit_strategies(strategy, logits, checks)
     assert [a.id for a in audits] == [0, 3, 1, 2]  # model-wide ranking order
     by_id = {a.id: a for a in audits}
-    # portable_cue: 0.8, 0.2, 0.1, 0.3 (median 0.25); fine_detail: 0, 0, 0, 0.2 (median 0);
-    # tint and blur 0: strategies 1 and 2 score 0, tied, the earlier first
-    assert by_id[0].score == pytest.approx(0.55) and by_id[0].flagged and by_id[0].main
-    assert by_id[3].score == pytest.approx(0.2) and not by_id[3].flagged
+    # portable_cue: 0.8, 0.2 | 0.1, 0.3 (the classes' medians 0.5 and 0.2: 0.35); fine_detail:
+    # 0, 0 | 0, 0.2 (0 and 0.1: 0.05); tint and blur 0: strategies 1 and 2 score 0, tied, the
+    # earlier first
+    assert by_id[0].score == pytest.approx(0.45) and by_id[0].flagged and by_id[0].main
+    assert by_id[3].score == pytest.approx(0.15) and not by_id[3].flagged
     assert [by_id[s].model_rank for s in range(4)] == [1, 3, 4, 2]
     assert [by_id[s].rank for s in range(4)] == [1, 2, 2, 1]
     assert by_id[0].runner_up == 2 and by_id[0].margin == pytest.approx(1.0)

@@ -7,7 +7,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from repinterp.strategies.audit import reasons_of, standout_scores
+from repinterp.strategies.audit import audit_scores, reasons_of, standout_scores
 from studies import cue_rates, shortcut_criterion
 
 
@@ -81,6 +81,31 @@ def test_the_fifth_criterion_tells_over_the_cued_images_the_cue_decides(tmp_path
         told[criterion] = rows[("told", "`mnist-move:0.5`")]
     assert told["fourth"].endswith("| 0 / 5 | fail |") and "85%" in told["fourth"]
     assert told["fifth"].endswith("| 5 / 5 | pass |") and "100.0% (85.0%)" in told["fifth"]
+
+
+def test_the_sixth_criterion_tells_any_flagged_strategy_and_bounds_the_clean_images_told(
+    tmp_path: Path,
+) -> None:
+    # 12% of the cued images sit in a flagged strategy that is mostly clean: told 99% of them
+    # a flag, 87% a flagged cued strategy; 30% of the clean images told a flag (60% on one)
+    mixed = _audit(
+        1, 1.0, 60.0, 7.0, first_cued=1.0, told_flagged=87.0, told_decided=87.0, told_any=99.0
+    )
+    costly = mixed | {"clean_told": 60.0}
+    _write(tmp_path, "shapes-move:0.5", [mixed | {"clean_told": 30.0}] * 4 + [costly])
+    _write(tmp_path, "mnist-move:0.5", [mixed | {"clean_told": 70.0}] * 2 + [costly] * 3)
+    rows = {}
+    for criterion in ("fifth", "sixth"):
+        lines = shortcut_criterion.table(tmp_path, criterion)
+        rows[criterion] = {tuple(c.strip() for c in line.split("|")[1:3]): line for line in lines}
+    assert rows["fifth"][("told", "`shapes-move:0.5`")].endswith("| 0 / 5 | fail |")
+    told = rows["sixth"][("told", "`shapes-move:0.5`")]
+    assert told.endswith("| 5 / 5 | pass |") and "99.0% (87.0%)" in told
+    spared = rows["sixth"][("clean spared", "`shapes-move:0.5`")]
+    assert spared.endswith("| 4 / 5 | pass |") and "30.0%, " in spared and "60.0%" in spared
+    assert rows["sixth"][("clean spared", "`mnist-move:0.5`")].endswith("| 0 / 5 | fail |")
+    assert ("clean spared", "`shapes-move:0.5`") not in rows["fifth"]
+    assert shortcut_criterion.CLEAN_TOLD == 50
 
 
 class _Corner(nn.Module):
@@ -180,6 +205,20 @@ def test_the_tuning_study_s_chosen_rule_is_the_audit_s():
     flags = [flag for _, flag in kin(strategies)]
     assert flags == flags_of(scores, [s["class"] for s in strategies])
     assert flags == [False, False, False, True, True]
+    # 0.6.5's: the model-wide medians over the classes' medians, scored and flagged as the
+    # audit does; a cue split over most strategies (class 1: three of five) sets its class's
+    # median, not the model's (classes 0 and 2: one natural strategy each)
+    (over_classes,) = [r for name, r in audit_tuning.RULES.items() if "chosen for 0.6.5" in name]
+    split = [_tuning_strategy(i, 40, 40, detail_sufficiency=0.8) for i in (1, 3, 5)]
+    split += [_tuning_strategy(i, 200, 0, detail_sufficiency=0.1) for i in (0, 2)]
+    split[4]["class"] = 2
+    reasons = [reasons_of(s["checks"]) for s in split]
+    classes = [s["class"] for s in split]
+    scores = [score for score, _ in over_classes(split)]
+    assert scores == audit_scores(reasons, classes)
+    assert [flag for _, flag in over_classes(split)] == flags_of(scores, classes)
+    assert [flag for _, flag in over_classes(split)] == [True, True, True, False, False]
+    assert not any(flag for _, flag in kin(split))  # the model-wide median: the cue's own 0.8
 
 
 def test_a_flagged_strategy_s_class_has_its_other_strategies_flagged_from_the_lower_score():

@@ -44,7 +44,8 @@ REASON_MEANINGS = {
     "rank": "its rank among its class's strategies",
     "score": "how far it stands out: the most by which its portable_cue, fine_detail, "
     "shared_pattern, moved_pattern or nearest_pattern (or half its tint) exceeds that reason's "
-    "median over all the model's strategies, or its wide_portable_cue (or half its "
+    "median over the model (the median of its classes' medians), or its wide_portable_cue (or "
+    "half its "
     "blur_sensitive) that of the other strategies of its class (a strategy alone in its class: "
     f"not read); flagged from {FLAG_SCORE}, or from {KIN_SCORE} when another strategy of its "
     f"class scores {FLAG_SCORE} or more",

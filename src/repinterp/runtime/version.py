@@ -3,4 +3,4 @@ model's card, a build's shards, an evaluation's and an audit's results)."""
 
 __all__ = ["VERSION"]
 
-VERSION = "0.6.4"
+VERSION = "0.6.5"

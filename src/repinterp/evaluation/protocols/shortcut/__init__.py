@@ -25,17 +25,25 @@ and their share on the cue), `audit` (the causal audit's readings: `audit_rank`,
 Markdown: `shortcut_markdown`, `strategy_markdown`). Each name is exported here.
 """
 
-from .audit import audit_rank, model_ranks, strategy_audit, strategy_polytopes, why_maps
+from .audit import (
+    audit_rank,
+    model_ranks,
+    strategy_audit,
+    strategy_polytopes,
+    told_shares,
+    why_maps,
+)
 from .groupings import GROUPINGS, f1_marked, grouping_scores
 from .images import ShortcutImages, target_class
 from .maps import MAPS, mass_in_box, mass_on_cue
 from .protocol import shortcut
-from .tables import SHOWN_STRATEGIES, shortcut_markdown, strategy_markdown
+from .tables import SHOWN_STRATEGIES, TOLD_KEYS, shortcut_markdown, strategy_markdown
 
 __all__ = [
     "GROUPINGS",
     "MAPS",
     "SHOWN_STRATEGIES",
+    "TOLD_KEYS",
     "ShortcutImages",
     "audit_rank",
     "f1_marked",
@@ -49,5 +57,6 @@ __all__ = [
     "strategy_markdown",
     "strategy_polytopes",
     "target_class",
+    "told_shares",
     "why_maps",
 ]

@@ -12,20 +12,28 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ....strategies.audit import audit_strategies, causal_checks
+from ....strategies.audit import audit_strategies
+from ....strategies.causal_checks import causal_checks
 from ....strategies.model import Strategy, polytope_fidelity
 from .groupings import assigned_strategies
 from .images import ShortcutImages, percent
 from .maps import mass_on_cue
 
-__all__ = ["audit_rank", "model_ranks", "strategy_audit", "strategy_polytopes", "why_maps"]
+__all__ = [
+    "audit_rank",
+    "model_ranks",
+    "strategy_audit",
+    "strategy_polytopes",
+    "told_shares",
+    "why_maps",
+]
 
 
 def audit_rank(groups: np.ndarray, marked: Tensor, images: ShortcutImages) -> dict[str, Any]:
     """Where the audit ([`audit_strategies`][repinterp.strategies.audit.audit_strategies] on
-    [`causal_checks`][repinterp.strategies.audit.causal_checks], which read no label) ranks the
-    group holding most marked images among the groups of the images looked at (the other unseen
-    images are the pastes' recipients).
+    [`causal_checks`][repinterp.strategies.causal_checks.causal_checks], which read no label)
+    ranks the group holding most marked images among the groups of the images looked at (the
+    other unseen images are the pastes' recipients).
 
     Args:
         groups: N group labels of the images looked at.
@@ -138,8 +146,10 @@ def strategy_audit(
         strategy is flagged and cued), ``told_flagged`` (% of all unseen cued images assigned
         to a flagged cued strategy), ``told_decided`` (the same over the cued images looked
         at, those the model predicts the cue's class: an image it does not is rightly told
-        its own class's strategy), ``flagged_uncued`` (flagged strategies that are not
-        cued: false alarms beside the cue), and on the cued images looked at that it
+        its own class's strategy), ``told_any`` and ``clean_told`` (`told_shares`: the
+        cued images looked at assigned any flagged strategy, and the uncued ones),
+        ``flagged_uncued`` (flagged strategies that are not cued: false alarms beside the
+        cue), and on the cued images looked at that it
         holds, each map's mean share on the image's own cue (%): ``why_on_cue`` (`why_maps`),
         ``gradcam_on_cue`` (each image's own Grad-CAM) and ``cue_area``; NaN without cued
         images; the table: one row per strategy in model-wide rank order, with ``id``,
@@ -188,13 +198,11 @@ def strategy_audit(
     cue = images.cue[held]
     why, area = mass_on_cue(why_maps(shortcut, inputs), cue)
     gradcam = mass_on_cue(images.cam("Grad-CAM", "unseen")[held], cue)[0]
-    all_cued = int(images.run.setup.unseen.marked.sum())
-    told_flagged = sum(r["cued"] for r in table if r["flagged"] and r["cued_strategy"])
     first = table[0] if table else None
-    return numbers | {
+    all_cued = int(images.run.setup.unseen.marked.sum())
+    told = told_shares(table, int(marked.sum()), all_cued)
+    return numbers | told | {
         "first_cued": float(first is not None and first["flagged"] and first["cued_strategy"]),
-        "told_flagged": percent(told_flagged / all_cued),
-        "told_decided": percent(told_flagged / int(marked.sum())),
         "shortcut_model_rank": ranks[shortcut.id],
         "shortcut_flagged": float(shortcut.audit.flagged),
         "shortcut_score": shortcut.audit.score,
@@ -203,6 +211,38 @@ def strategy_audit(
         "gradcam_on_cue": percent(float(gradcam.nanmean())),
         "cue_area": percent(float(area.mean())),
     }, table
+
+
+def told_shares(table: list[dict[str, Any]], looked: int, all_cued: int) -> dict[str, float]:
+    """What the unseen images looked at (those the model predicts the cue's class) are told,
+    from the audit's table (each strategy's ``unseen`` images looked at assigned to it, the
+    ``cued`` ones among them, ``flagged``, ``cued_strategy``).
+
+    Args:
+        table: `strategy_audit`'s rows.
+        looked: the cued images looked at (each assigned one strategy of the table).
+        all_cued: all the unseen cued images, those the model predicts another class too.
+
+    Returns:
+        %: ``told_flagged`` (of all the cued images, those assigned a flagged cued strategy),
+        ``told_decided`` (the same of the ``looked`` ones), ``told_any`` (of the ``looked``
+        ones, those assigned a flagged strategy, cued or not: what `explain` tells them) and
+        ``clean_told`` (of the uncued images looked at, those assigned a flagged strategy:
+        the flag's cost on the class's own images); NaN where nothing is counted.
+    """
+
+    def share(part: int, whole: int) -> float:
+        return percent(part / whole) if whole else float("nan")
+
+    flagged = [row for row in table if row["flagged"]]
+    told = sum(row["cued"] for row in flagged if row["cued_strategy"])
+    clean = sum(row["unseen"] - row["cued"] for row in table)
+    return {
+        "told_flagged": share(told, all_cued),
+        "told_decided": share(told, looked),
+        "told_any": share(sum(row["cued"] for row in flagged), looked),
+        "clean_told": share(sum(row["unseen"] - row["cued"] for row in flagged), clean),
+    }
 
 
 def _cued(cued: int, assigned: int) -> bool:
@@ -214,6 +254,8 @@ _SHORTCUT_KEYS = (
     "first_cued",
     "told_flagged",
     "told_decided",
+    "told_any",
+    "clean_told",
     "shortcut_model_rank",
     "shortcut_flagged",
     "shortcut_score",

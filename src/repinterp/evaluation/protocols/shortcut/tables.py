@@ -11,12 +11,14 @@ import numpy as np
 
 from ..cells import cell, columns_table, comparison_cell, markdown_table, with_runs
 
-__all__ = ["SHOWN_STRATEGIES", "shortcut_markdown", "strategy_markdown"]
+__all__ = ["SHOWN_STRATEGIES", "TOLD_KEYS", "shortcut_markdown", "strategy_markdown"]
 
 
 SHOWN_STRATEGIES = 5
 """How many strategies of each model's ranking `strategy_markdown` lists (and the shortcut
 strategy's row when it ranks below them)."""
+TOLD_KEYS = ("told", "told_flagged", "told_decided", "told_any", "clean_told")
+"""The audit's shares of what the unseen images are told (`strategy_markdown`'s columns)."""
 
 
 def _number(value: Any, digits: int = 1) -> str:
@@ -43,7 +45,7 @@ def strategy_markdown(results: dict[str, Any]) -> list[str]:
         return []
     header = ["Model", "strategies", "flagged", "flagged not cued", "first: flagged, cued"]
     header += ["shortcut: model rank", "flagged", "score", "told (%)", "told flagged (%)"]
-    header += ["told flagged, decided (%)"]
+    header += ["told flagged, decided (%)", "told any flagged (%)", "clean told (%)"]
     header += ["why map on cue (%)", "Grad-CAM on cue (%)", "cue area (%)"]
     rows = []
     for run in runs:
@@ -58,7 +60,7 @@ def strategy_markdown(results: dict[str, Any]) -> list[str]:
                 _number(audit["shortcut_model_rank"], 0),
                 _yes_no(audit["shortcut_flagged"]),
                 _number(audit["shortcut_score"], 3),
-                *(_number(audit[key]) for key in ("told", "told_flagged", "told_decided")),
+                *(_number(audit[key]) for key in TOLD_KEYS),
                 *(_number(audit[key]) for key in ("why_on_cue", "gradcam_on_cue")),
                 _number(audit["cue_area"]),
             ]
@@ -71,7 +73,9 @@ def strategy_markdown(results: dict[str, Any]) -> list[str]:
         "least half the unseen images assigned to it are; *told*: the share of all unseen "
         "cued images assigned to the shortcut strategy (*told flagged*: to a flagged cued "
         "strategy; *decided*: the same over the cued images the model predicts the cue's "
-        "class); the maps' share on each image's own cue, over the cued images it holds:",
+        "class; *any flagged*: of those, assigned a flagged strategy, cued or not; *clean "
+        "told*: of the uncued images the model predicts the cue's class, assigned a flagged "
+        "strategy); the maps' share on each image's own cue, over the cued images it holds:",
         "",
         *markdown_table(header, rows),
     ]

@@ -2,7 +2,8 @@
 only, never on a criterion's before its runs (100-102 and 200-204 for 0.6.2, whose criterion
 ran on 300-304; 100-102, 200-204 and 300-304 for 0.6.3, judged on 400-404; those and the
 fourth criterion's saved runs for 0.6.4, judged on 500-504; those and the fifth's for 0.6.5,
-judged on 600-604).
+judged on 600-604: the criteria's saved runs are read under a rule by ``python -m
+studies.shortcut_criterion --rule``).
 
 Per data set and model seed (a model trained by the data set's recipe through the model cache,
 `repinterp.store.model_cache`), ``RI+strategy`` is fitted on a stratified draw of the reference

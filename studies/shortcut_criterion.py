@@ -15,9 +15,14 @@ the cued images the model predicts the cue's class; the sixth (`SIXTH`) reads *t
 ``explain`` tells it (a flagged strategy, cued or not) and adds what the flag costs: at most
 `CLEAN_TOLD` % of the uncued images the model predicts the cue's class told a flagged strategy.
 
+With ``--rule`` (`RESCORING`), the saved runs are read as if their audit had been that rule's
+(`rescored`: each strategy's saved reasons scored and flagged again, the readings that depend
+on the flags recomputed): how the earlier criteria's models, public since their runs, read
+under a later rule, before that rule's own criterion runs on new models.
+
 Run: ``python -m studies.shortcut_criterion [--criterion first|...|sixth] [--runs
-DIR] [--out FILE]`` (DIR: docs/results/shortcut-suite); prints the table as Markdown (and writes
-it to a new ``--out``).
+DIR] [--rule 0.6.4|0.6.5] [--out FILE]`` (DIR: docs/results/shortcut-suite); prints the table as
+Markdown (and writes it to a new ``--out``).
 """
 
 from __future__ import annotations
@@ -28,6 +33,9 @@ import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from repinterp.evaluation.protocols.shortcut import told_shares
+from repinterp.strategies.audit import audit_scores, flags_of, model_ranking, standout_scores
 
 SHORTCUTS = tuple(
     f"{family}-{kind}"
@@ -83,11 +91,11 @@ def _told_decided(audit: dict[str, Any]) -> bool:
 
 
 def _told_any(audit: dict[str, Any]) -> bool:
-    return _finite(audit["told_any"]) >= 90
+    return _finite(audit.get("told_any")) >= 90
 
 
 def _clean_spared(audit: dict[str, Any]) -> bool:
-    return _finite(audit["clean_told"]) <= CLEAN_TOLD
+    return _finite(audit.get("clean_told")) <= CLEAN_TOLD
 
 
 Row = tuple[str, tuple[str, ...], Callable[[dict[str, Any]], bool], str]
@@ -180,12 +188,66 @@ def folder(dataset: str) -> str:
     return dataset.replace(":", "-")
 
 
-def _audits(runs: Path, dataset: str) -> list[dict[str, Any]] | None:
-    """The per-model audits of a data set's run, or None when it has not been run."""
+RESCORING: dict[str, Callable[[list[dict[str, float]], list[Any]], list[float]]] = {
+    "0.6.4": lambda reasons, classes: standout_scores(reasons, classes=classes),
+    "0.6.5": audit_scores,
+}
+"""The audit rules a saved run can be read under (``--rule``): each the scores of a model's
+strategies from their reasons and classes, flagged by `flags_of` (0.6.4 and 0.6.5 share it)."""
+
+
+def rescored(run: dict[str, Any], rule: str) -> dict[str, Any]:
+    """A saved run's ``strategy_audit`` as if its audit had been ``rule``'s (`RESCORING`): each
+    strategy of its table scored and flagged again from its saved reasons, the model ranked
+    again, and what depends on the flags recomputed (``flagged``, ``flagged_share``,
+    ``any_flagged``, ``flagged_uncued``, ``first_cued``, ``shortcut_model_rank``,
+    ``shortcut_flagged``, ``shortcut_score``, ``told_decided``, ``told_any``,
+    ``clean_told``); ``told_flagged`` is NaN (its denominator, all the unseen cued images, is
+    not saved), the maps' readings are kept."""
+    table = run["strategies"]
+    classes = [row["class"] for row in table]
+    scores = RESCORING[rule]([row["reasons"] for row in table], classes)
+    flags = flags_of(scores, classes)
+    ranks = model_ranking(scores, [row["size"] for row in table])
+    rows = [
+        row | {"score": score, "flagged": flag, "model_rank": rank}
+        for row, score, flag, rank in zip(table, scores, flags, ranks, strict=True)
+    ]
+    audit = dict(run["strategy_audit"]) | {
+        "flagged": sum(flags),
+        "flagged_share": 100 * sum(flags) / max(1, len(flags)),
+        "any_flagged": float(any(flags)),
+        "flagged_uncued": sum(row["flagged"] and not row["cued_strategy"] for row in rows),
+        "told_flagged": math.nan,
+    }
+    shortcut = next((row for row in rows if row["shortcut"]), None)
+    if shortcut is None:
+        return audit
+    looked = sum(row["cued"] for row in rows)
+    first = min(rows, key=lambda row: row["model_rank"])
+    return (
+        audit
+        | told_shares(rows, looked, looked)
+        | {
+            "told_flagged": math.nan,
+            "first_cued": float(first["flagged"] and first["cued_strategy"]),
+            "shortcut_model_rank": shortcut["model_rank"],
+            "shortcut_flagged": float(shortcut["flagged"]),
+            "shortcut_score": shortcut["score"],
+        }
+    )
+
+
+def _audits(runs: Path, dataset: str, rule: str | None = None) -> list[dict[str, Any]] | None:
+    """The per-model audits of a data set's run (read under ``rule``, `rescored`, when given),
+    or None when it has not been run."""
     path = runs / folder(dataset) / "results.json"
     if not path.is_file():
         return None
-    return [run["strategy_audit"] for run in json.loads(path.read_text())["per_run"]]
+    per_run = json.loads(path.read_text())["per_run"]
+    if rule is not None:
+        return [rescored(run, rule) for run in per_run]
+    return [run["strategy_audit"] for run in per_run]
 
 
 def _shown(audit: dict[str, Any], row: str, criterion: str = "first") -> str:
@@ -199,9 +261,9 @@ def _shown(audit: dict[str, Any], row: str, criterion: str = "first") -> str:
         return f"{audit['flagged']}/{audit['strategies']}"
     flag = {1.0: "F", 0.0: "-"}.get(_finite(audit["shortcut_flagged"]), "?")
     if row == "clean spared":
-        return f"{_finite(audit['clean_told']):.1f}%"
+        return f"{_finite(audit.get('clean_told')):.1f}%"
     if row == "told" and criterion == "sixth":  # any flagged (decided, to a flagged cued one)
-        return f"{_finite(audit['told_any']):.1f}% ({_finite(audit['told_decided']):.1f}%)"
+        return f"{_finite(audit.get('told_any')):.1f}% ({_finite(audit['told_decided']):.1f}%)"
     if row == "told" and criterion == "fifth":  # one decimal: 89.9% does not read as 90%
         return f"{_finite(audit['told_decided']):.1f}% ({_finite(audit['told_flagged']):.1f}%)"
     if row == "told" and criterion != "first":
@@ -214,8 +276,9 @@ def _shown(audit: dict[str, Any], row: str, criterion: str = "first") -> str:
     return f"#{_finite(audit['shortcut_model_rank']):.0f}{flag}"
 
 
-def table(runs: Path, criterion: str = "first") -> list[str]:
-    """A criterion's table in Markdown: one line per row and data set, and the verdict."""
+def table(runs: Path, criterion: str = "first", rule: str | None = None) -> list[str]:
+    """A criterion's table in Markdown: one line per row and data set, and the verdict (the
+    runs read under ``rule``, `rescored`, when given)."""
     lines = [
         "| Row | Data set | Per model | Models holding | Verdict |",
         "|---|---|---|---|---|",
@@ -224,7 +287,7 @@ def table(runs: Path, criterion: str = "first") -> list[str]:
     rows = CRITERIA[criterion]
     for name, datasets, holds, _ in rows:
         for dataset in datasets:
-            audits = _audits(runs, dataset)
+            audits = _audits(runs, dataset, rule)
             if audits is None:
                 lines.append(f"| {name} | `{dataset}` | not run | | **not run** |")
                 verdicts.append(False)
@@ -265,11 +328,20 @@ def main(argv: list[str] | None = None) -> list[str]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--criterion", choices=sorted(CRITERIA), default="first")
     parser.add_argument("--runs", type=Path, default=Path("docs/results/shortcut-suite"))
+    parser.add_argument("--rule", choices=sorted(RESCORING), help="read the runs under this rule")
     parser.add_argument("--out", type=Path, help="also write the table to this new file")
     args = parser.parse_args(argv)
     if args.out is not None and args.out.exists():
         raise SystemExit(f"--out {args.out} exists; give a new file")
-    lines = table(args.runs, args.criterion)
+    lines = table(args.runs, args.criterion, args.rule)
+    if args.rule is not None:
+        lines[:0] = [
+            f"The runs of `{args.runs}` read under {args.rule}'s audit (`python -m "
+            f"studies.shortcut_criterion --criterion {args.criterion} --runs {args.runs} --rule "
+            f"{args.rule}`): each strategy's saved reasons scored and flagged again, the model "
+            "ranked again, the maps' readings as saved.",
+            "",
+        ]
     print("\n".join(lines))
     if args.out is not None:
         args.out.write_text("\n".join(lines) + "\n")

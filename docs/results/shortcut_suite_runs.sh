@@ -1,7 +1,6 @@
 #!/usr/bin/env bash
 # The shortcut audit criteria (docs/results.md, "Shortcut audit criterion, pre-registered
-# 2026-11-28", "Shortcut audit, second criterion, ...", "..., third criterion, ..." and
-# "..., fourth criterion, ...", "..., fifth criterion, ..." and "..., sixth criterion, ..."; issue 42
+# 2026-11-28", "Shortcut audit, second criterion, ..." to "..., sixth criterion, ..."; issue 42
 # item 9): the shortcut protocol on every cue kind and both controls of a family, each on its
 # five trained models (the family's recipe, cached by the SHA-256 of recipe and data), then the
 # pass/fail table. Run it once the audit is final.

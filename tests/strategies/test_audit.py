@@ -258,6 +258,10 @@ def test_model_wide_medians_over_classes_are_not_set_by_a_class_split_into_many_
     assert audit_scores(wide, classes) == pytest.approx([0.75] * 5 + [0.0, 0.05, 0.0])
     with pytest.raises(ValueError, match="over_classes needs each strategy's class"):
         standout_scores(reasons, scored, over_classes=True)
+    with pytest.raises(ValueError, match=r"classes must be one per strategy \(8\), got 1"):
+        standout_scores(reasons, scored, [0], {}, over_classes=True)
+    with pytest.raises(ValueError, match=r"sizes must be one per strategy \(8\), got 7"):
+        standout_scores(reasons, scored, sizes=[1] * 7)
 
 
 def test_class_reasons_are_read_against_the_other_strategies_of_the_class():
@@ -354,6 +358,16 @@ def test_a_kept_audit_is_current_only_when_this_rule_gives_its_scores_and_flags(
         stale = [{**a, "reasons": dict(a["reasons"])} for a in kept]
         change(stale[0])
         assert not kept_audit_is_current(stale)
+    # kept by 0.6.4, whose medians were over all the model's strategies: found again
+    reasons = [a["reasons"] for a in kept]
+    classes = [a["predicted_class"] for a in kept]
+    before = standout_scores(reasons, classes=classes)
+    assert before != [a["score"] for a in kept]
+    stale = [
+        a | {"score": s, "flagged": f}
+        for a, s, f in zip(kept, before, flags_of(before, classes), strict=True)
+    ]
+    assert not kept_audit_is_current(stale)
 
 
 def test_the_audit_reads_no_labels():

@@ -108,6 +108,26 @@ def test_the_sixth_criterion_tells_any_flagged_strategy_and_bounds_the_clean_ima
     assert shortcut_criterion.CLEAN_TOLD == 50
 
 
+def test_saved_runs_read_again_under_their_own_rule_give_back_their_audits() -> None:
+    # the fifth criterion's runs were audited by 0.6.4: read again under it, every reading that
+    # depends on the flags is the saved one; under 0.6.5, a model whose cue took more than half
+    # its strategies (shapes-move, seed 504) has the cue flagged
+    runs = Path(__file__).resolve().parents[2] / "docs" / "results" / "shortcut-suite-5"
+    keys = ("flagged", "flagged_uncued", "first_cued", "shortcut_model_rank", "shortcut_flagged")
+    for dataset in (*shortcut_criterion.SHORTCUTS, *shortcut_criterion.CONTROLS):
+        path = runs / shortcut_criterion.folder(dataset) / "results.json"
+        for run in json.loads(path.read_text())["per_run"]:
+            saved, again = run["strategy_audit"], shortcut_criterion.rescored(run, "0.6.4")
+            for key in (*keys, "told_decided", "shortcut_score"):
+                if saved[key] != again[key]:  # NaN without a shortcut strategy
+                    assert math.isnan(saved[key]) and math.isnan(again[key]), (dataset, key)
+    moving = json.loads((runs / "shapes-move-0.5" / "results.json").read_text())["per_run"][4]
+    assert moving["strategy_audit"]["flagged"] == 0
+    later = shortcut_criterion.rescored(moving, "0.6.5")
+    assert later["shortcut_flagged"] == 1.0 and later["told_any"] == 100.0
+    assert math.isnan(later["told_flagged"])  # all the cued images: not saved
+
+
 class _Corner(nn.Module):
     """Calls an image class 1 when its pixel (2, 2) is white (the mnist mark), else 0."""
 

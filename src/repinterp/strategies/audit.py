@@ -174,11 +174,18 @@ def standout_scores(
     (`audit_scores`), chosen on the tuning models and the criteria's saved runs
     (``studies.audit_tuning``).
 
+    With both ``sizes`` and ``over_classes``, each class's median is over its images and the
+    median across the classes counts each class once.
+
     Raises:
-        ValueError: ``over_classes`` without ``classes``.
+        ValueError: ``over_classes`` without ``classes``; ``classes`` or ``sizes`` not one per
+            strategy.
     """
     if over_classes and classes is None:
         raise ValueError("over_classes needs each strategy's class")
+    for name, given in (("classes", classes), ("sizes", sizes)):
+        if given is not None and len(given) != len(reasons):
+            raise ValueError(f"{name} must be one per strategy ({len(reasons)}), got {len(given)}")
     if not reasons:
         return []
     counts = sizes if sizes is not None else [1] * len(reasons)

@@ -5,9 +5,9 @@ each strategy with its polytope, members, mean heat map, "why" map and audit.
 A strategy's polytope is ``P(x)`` of its *input*, the member nearest its centre (as a k-means
 region's is its centre's nearest image, §6.4), cut to the strategy's k-means cell: ``P(x)`` and
 every bisector between the strategy and another of its class (`cut_to_cell`), so that it holds
-no image assigned to another strategy of its class and loses a member only to a boundary of Eq.
-2. A new image it covers belongs to the strategy and gets the input's channel weights. Its heat
-maps are that polytope's, reused on every member. The audit
+no image assigned to another strategy of its class and loses a member only to a boundary of
+Eq. 2. A new image it covers belongs to the strategy and gets the input's channel weights. Its
+heat maps are that polytope's, reused on every member. The audit
 ([`audit_strategies`][repinterp.strategies.audit.audit_strategies]) reads the model's
 predictions on its members with their most relevant pixels pasted elsewhere or removed
 ([`causal_checks`][repinterp.strategies.causal_checks.causal_checks]), never a label. Its "why"

@@ -21,8 +21,9 @@ Adding a grouping or a map is one entry in `GROUPINGS` or `MAPS`: a function of 
 The package, by what each part is: `images` (what the protocol looks at: `ShortcutImages`,
 `target_class` and the cue's box), `groupings` (`GROUPINGS` and their scores), `maps` (`MAPS`
 and their share on the cue), `audit` (the causal audit's readings: `audit_rank`,
-`strategy_polytopes`, `strategy_audit`), `protocol` (`shortcut`, the run) and `tables` (its
-Markdown: `shortcut_markdown`, `strategy_markdown`). Each name is exported here.
+`strategy_polytopes`, `strategy_audit`, `told_shares`, `model_ranks`, `why_maps`), `protocol`
+(`shortcut`, the run) and `tables` (its Markdown: `shortcut_markdown`, `strategy_markdown`,
+`TOLD_KEYS`). Each name is exported here.
 """
 
 from .audit import (

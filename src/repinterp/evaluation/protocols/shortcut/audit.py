@@ -214,13 +214,15 @@ def strategy_audit(
 
 
 def told_shares(table: list[dict[str, Any]], looked: int, all_cued: int) -> dict[str, float]:
-    """What the unseen images looked at (those the model predicts the cue's class) are told,
+    """What the unseen images looked at (those the model predicts the cue's class; every class
+    on a control) are told,
     from the audit's table (each strategy's ``unseen`` images looked at assigned to it, the
     ``cued`` ones among them, ``flagged``, ``cued_strategy``).
 
     Args:
         table: `strategy_audit`'s rows.
-        looked: the cued images looked at (each assigned one strategy of the table).
+        looked: the cued images looked at (each assigned a strategy of the table, but for an
+            image of a class without strategies, which counts here and in no row).
         all_cued: all the unseen cued images, those the model predicts another class too.
 
     Returns:

@@ -60,7 +60,7 @@ def strategy_markdown(results: dict[str, Any]) -> list[str]:
                 _number(audit["shortcut_model_rank"], 0),
                 _yes_no(audit["shortcut_flagged"]),
                 _number(audit["shortcut_score"], 3),
-                *(_number(audit[key]) for key in TOLD_KEYS),
+                *(_number(audit.get(key)) for key in TOLD_KEYS),  # older runs: fewer
                 *(_number(audit[key]) for key in ("why_on_cue", "gradcam_on_cue")),
                 _number(audit["cue_area"]),
             ]

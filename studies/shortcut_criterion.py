@@ -35,7 +35,13 @@ from pathlib import Path
 from typing import Any
 
 from repinterp.evaluation.protocols.shortcut import told_shares
-from repinterp.strategies.audit import audit_scores, flags_of, model_ranking, standout_scores
+from repinterp.strategies.audit import (
+    REASONS,
+    audit_scores,
+    flags_of,
+    model_ranking,
+    standout_scores,
+)
 
 SHORTCUTS = tuple(
     f"{family}-{kind}"
@@ -205,6 +211,12 @@ def rescored(run: dict[str, Any], rule: str) -> dict[str, Any]:
     ``clean_told``); ``told_flagged`` is NaN (its denominator, all the unseen cued images, is
     not saved), the maps' readings are kept."""
     table = run["strategies"]
+    missing = sorted({r for row in table for r in REASONS if r not in row["reasons"]})
+    if missing:
+        raise ValueError(
+            f"these runs were audited before the reasons {', '.join(missing)}: they cannot be "
+            f"read under {rule}'s audit"
+        )
     classes = [row["class"] for row in table]
     scores = RESCORING[rule]([row["reasons"] for row in table], classes)
     flags = flags_of(scores, classes)
@@ -333,7 +345,10 @@ def main(argv: list[str] | None = None) -> list[str]:
     args = parser.parse_args(argv)
     if args.out is not None and args.out.exists():
         raise SystemExit(f"--out {args.out} exists; give a new file")
-    lines = table(args.runs, args.criterion, args.rule)
+    try:
+        lines = table(args.runs, args.criterion, args.rule)
+    except ValueError as error:
+        raise SystemExit(f"--rule {args.rule}: {error}") from None
     if args.rule is not None:
         lines[:0] = [
             f"The runs of `{args.runs}` read under {args.rule}'s audit (`python -m "

@@ -4,6 +4,7 @@ import json
 import math
 from pathlib import Path
 
+import pytest
 import torch
 from torch import nn
 
@@ -126,6 +127,9 @@ def test_saved_runs_read_again_under_their_own_rule_give_back_their_audits() -> 
     later = shortcut_criterion.rescored(moving, "0.6.5")
     assert later["shortcut_flagged"] == 1.0 and later["told_any"] == 100.0
     assert math.isnan(later["told_flagged"])  # all the cued images: not saved
+    older = moving | {"strategies": [row | {"reasons": {}} for row in moving["strategies"]]}
+    with pytest.raises(ValueError, match="audited before the reasons blur_sensitive, "):
+        shortcut_criterion.rescored(older, "0.6.5")
 
 
 class _Corner(nn.Module):

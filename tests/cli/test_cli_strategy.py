@@ -45,14 +45,16 @@ def test_fit_explain_and_audit_of_a_strategy_index(
 
 
 @pytest.mark.parametrize(
-    ("flagged", "words"),
+    ("flagged", "kept", "words"),
     [
-        (True, "FLAGGED by the audit"),
-        (False, "not flagged by the audit"),
-        (None, "not audited"),
+        (True, "current", "FLAGGED by the audit"),
+        (False, "current", "not flagged by the audit"),
+        (None, "none", "not audited: the index keeps no audit"),
+        (None, "another version's", "the audit kept with the index is another version's"),
     ],
 )
-def test_explain_note_says_the_flag(flagged, words) -> None:
-    note = explain_note("a", {"strategy": 3, "strategy_flagged": flagged, "class_name": "cat"})
+def test_explain_note_says_the_flag(flagged, kept, words) -> None:
+    summary = {"strategy": 3, "strategy_flagged": flagged, "strategy_audit_kept": kept}
+    note = explain_note("a", summary | {"class_name": "cat"})
     assert note.startswith("a: strategy 3 of class cat, ") and words in note
     assert explain_note("a", {"strategy": None}) is None

@@ -195,14 +195,23 @@ def test_strategies_are_found_once_and_saved_with_the_index(
         entry["audit"]["retired"] = 1.0
     assert len(loaded.strategies(images)) == 3 and len(strategy_searches) == 3
     assert strategy_fields(loaded, 0)["strategy_flagged"] is not None
+    assert strategy_fields(loaded, 0)["strategy_audit_kept"] == "current"
     for entry in loaded.index.granularity.summary[1]:  # an audit of 0.6.0's reasons
         del entry["audit"]["reasons"]["moved_pattern"]
-    assert strategy_fields(loaded, 0) == {"strategy_flagged": None, "strategy_rank": None}
+    assert strategy_fields(loaded, 0) == {
+        "strategy_flagged": None,
+        "strategy_rank": None,
+        "strategy_audit_kept": "another version's",
+    }
     assert len(loaded.strategies(images)) == 3 and len(strategy_searches) == 4
     assert strategy_fields(loaded, 0)["strategy_flagged"] is not None
     for entry in loaded.index.granularity.summary[1]:  # the same reasons, another rule's scores
         entry["audit"]["score"] += 0.25
-    assert strategy_fields(loaded, 0) == {"strategy_flagged": None, "strategy_rank": None}
+    assert strategy_fields(loaded, 0) == {
+        "strategy_flagged": None,
+        "strategy_rank": None,
+        "strategy_audit_kept": "another version's",
+    }
     assert len(loaded.strategies(images)) == 3 and len(strategy_searches) == 5
 
 

@@ -73,7 +73,12 @@ def explain_note(name: str, summary: dict[str, Any]) -> str | None:
     if strategy is None:
         return None
     flagged = summary.get("strategy_flagged")
-    if flagged is None:
+    if flagged is None and summary.get("strategy_audit_kept") == "another version's":
+        verdict = (
+            "not audited by this version: the audit kept with the index is another version's "
+            "(repinterp audit shows this version's; fit again to keep it)"
+        )
+    elif flagged is None:
         verdict = "not audited: the index keeps no audit (fit it again to keep one)"
     elif flagged:
         verdict = (

@@ -411,16 +411,23 @@ def strategy_fields(explainer: Explainer, strategy: int | None) -> dict[str, Any
     an input of strategy ``strategy`` (`Interpretation.strategy`; None: an index of another
     granularity, no field): ``strategy_flagged`` and ``strategy_rank`` as the audit kept with
     the index gave them (None when it keeps none, or an audit of another version's reasons or
-    rule: `kept_audit_is_current`), read without solving a polytope."""
+    rule: `kept_audit_is_current`), and ``strategy_audit_kept``: ``"current"``, ``"another
+    version's"`` or ``"none"``; read without solving a polytope."""
     if strategy is None:
         return {}
     decisions = explainer.index.granularity
     audit: dict[str, Any] = {}
+    kept_as = "none"
     if isinstance(decisions, StrategyDecisions) and decisions.summary is not None:
         kept = {int(entry["id"]): entry["audit"] for entry in decisions.summary[1]}
-        if kept_audit_is_current(list(kept.values())):  # else another version's audit
-            audit = kept.get(strategy, {})
-    return {"strategy_flagged": audit.get("flagged"), "strategy_rank": audit.get("rank")}
+        kept_as = "another version's"
+        if kept_audit_is_current(list(kept.values())):
+            audit, kept_as = kept.get(strategy, {}), "current"
+    return {
+        "strategy_flagged": audit.get("flagged"),
+        "strategy_rank": audit.get("rank"),
+        "strategy_audit_kept": kept_as,
+    }
 
 
 def kept_strategies(explainer: Explainer, reference: Any, batch_size: int) -> list[Strategy]:

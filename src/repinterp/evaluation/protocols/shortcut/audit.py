@@ -141,21 +141,20 @@ def strategy_audit(
     Returns:
         (the run's numbers: ``strategies`` (how many), ``flagged`` (how many flagged),
         ``flagged_share`` (%), ``any_flagged`` (1 when one is), ``shortcut_model_rank``,
-        ``shortcut_flagged`` (1 / 0), ``shortcut_score``, ``told`` (% of all unseen cued
-        images assigned to the shortcut strategy), ``first_cued`` (1 when the model-wide first
-        strategy is flagged and cued), ``told_flagged`` (% of all unseen cued images assigned
-        to a flagged cued strategy), ``told_decided`` (the same over the cued images looked
-        at, those the model predicts the cue's class: an image it does not is rightly told
-        its own class's strategy), ``told_any`` and ``clean_told`` (`told_shares`: the
-        cued images looked at assigned any flagged strategy, and the uncued ones),
-        ``flagged_uncued`` (flagged strategies that are not cued: false alarms beside the
-        cue), and on the cued images looked at that it
-        holds, each map's mean share on the image's own cue (%): ``why_on_cue`` (`why_maps`),
-        ``gradcam_on_cue`` (each image's own Grad-CAM) and ``cue_area``; NaN without cued
-        images; the table: one row per strategy in model-wide rank order, with ``id``,
-        ``class`` (its name), ``size``, ``reasons``, ``score``, ``flagged``, ``rank`` (in its
-        class), ``model_rank`` (`model_ranks`), ``unseen`` and ``cued`` (unseen images, and
-        cued ones, assigned to it), ``cued_strategy`` and ``shortcut``).
+        ``shortcut_flagged`` (1 / 0), ``shortcut_score``, ``told`` (% of all unseen cued images
+        assigned to the shortcut strategy), ``first_cued`` (1 when the model-wide first strategy is
+        flagged and cued), ``told_flagged`` (% of all unseen cued images assigned to a flagged cued
+        strategy), ``told_decided`` (the same over the cued images looked at, those the model
+        predicts the cue's class: an image it does not is rightly told its own class's strategy),
+        ``told_any`` and ``clean_told`` (`told_shares`: the cued images looked at assigned any
+        flagged strategy, and the uncued ones), ``flagged_uncued`` (flagged strategies that are not
+        cued: false alarms beside the cue), and on the cued images looked at that it holds, each
+        map's mean share on the image's own cue (%): ``why_on_cue`` (`why_maps`), ``gradcam_on_cue``
+        (each image's own Grad-CAM) and ``cue_area``; NaN without cued images; the table: one row
+        per strategy in model-wide rank order, with ``id``, ``class`` (its name), ``size``,
+        ``reasons``, ``score``, ``flagged``, ``rank`` (in its class), ``model_rank``
+        (`model_ranks`), ``unseen`` and ``cued`` (unseen images, and cued ones, assigned to it),
+        ``cued_strategy`` and ``shortcut``).
     """
     assigned = torch.as_tensor(assigned_strategies(images))
     marked = images.marked
@@ -215,9 +214,8 @@ def strategy_audit(
 
 def told_shares(table: list[dict[str, Any]], looked: int, all_cued: int) -> dict[str, float]:
     """What the unseen images looked at (those the model predicts the cue's class; every class
-    on a control) are told,
-    from the audit's table (each strategy's ``unseen`` images looked at assigned to it, the
-    ``cued`` ones among them, ``flagged``, ``cued_strategy``).
+    on a control) are told, from the audit's table (each strategy's ``unseen`` images looked at
+    assigned to it, the ``cued`` ones among them, ``flagged``, ``cued_strategy``).
 
     Args:
         table: `strategy_audit`'s rows.

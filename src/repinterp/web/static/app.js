@@ -45,7 +45,7 @@ const GLOSSARY = {
   ],
   regions: ["regions", "k-means regions whose input has this very polytope (same boundaries, same sides)"],
   audit_rank: ["audit rank", "1 for the strategy of its class to look at first (by score)"],
-  audit_score: ["audit score", "how far it stands out of the model's strategies: the most by which its portable_cue, fine_detail, shared_pattern, moved_pattern or nearest_pattern (or half its tint) exceeds that reason's median, or its wide_portable_cue (or half its blur_sensitive) that of its class's other strategies (a strategy alone in its class: not read); flagged from 0.4, or from 0.2 when another strategy of its class scores 0.4 or more"],
+  audit_score: ["audit score", "how far it stands out of the model's strategies: the most by which its portable_cue, fine_detail, shared_pattern, moved_pattern or nearest_pattern (or half its tint) exceeds that reason's median over the model (the median of its classes' medians), or its wide_portable_cue (or half its blur_sensitive) that of its class's other strategies (a strategy alone in its class: not read); flagged from 0.4, or from 0.2 when another strategy of its class scores 0.4 or more"],
   members: ["members", "reference images of this strategy: the model treats them alike (found without labels)"],
   inside: ["inside", "the strategy's members that its polytope covers"],
   sublabels: [
